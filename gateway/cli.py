@@ -1,0 +1,37 @@
+"""The `mcp-task-gateway` command."""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+
+from aiohttp import web
+
+from . import __version__
+from .app import create_app
+from .config import ConfigError, load_settings
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(
+        prog="mcp-task-gateway",
+        description="Adds MCP Tasks to MCP servers that lack them.",
+    )
+    parser.add_argument("--config", help="YAML settings (default: the built-in demo settings, "
+                        "the same as config/gateway.yaml)")
+    parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=args.log_level.upper(),
+                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"mcp-task-gateway: configuration error:\n{exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    for route in settings.routes:
+        logging.getLogger("gateway").info("route %s at %s -> %s upstream", route.name,
+                                          route.http_path, route.upstream.transport)
+    web.run_app(create_app(settings), host=settings.listen.host, port=settings.listen.port,
+                access_log=None, print=lambda msg: logging.getLogger("gateway").info(msg))

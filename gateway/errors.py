@@ -1,0 +1,99 @@
+"""The gateway's exceptions, each knowing its HTTP status and JSON-RPC code.
+
+    GatewayError                      (-32603, 500)
+    ├── HttpRequestError              transport-level rejection of a client request
+    │   ├── ParseError                (-32700, 400) body is not JSON
+    │   ├── InvalidRequest            (-32600, 400) not one JSON-RPC message, batching, bad header
+    │   ├── SessionRequired           (-32600, 400) non-initialize request without MCP-Session-Id
+    │   ├── SessionNotFound           (-32600, 404) unknown, ended or foreign session id
+    │   ├── ForbiddenOrigin           (-32600, 403) Origin not on the allow-list
+    │   ├── NotAcceptable             (-32600, 406) Accept header lacks what we answer with
+    │   ├── UnsupportedMediaType      (-32600, 415) Content-Type is not application/json
+    │   ├── PayloadTooLarge           (-32600, 413) body over http.max_body_bytes
+    │   └── CapacityExceeded          (-32603, 503) a configured cap (sessions, children) is reached
+    └── UpstreamError                 the upstream could not give an answer (plane a)
+        ├── UpstreamUnavailable       connection refused/reset, child died, stream ended early
+        ├── UpstreamTimeout           no answer within the route's timeout
+        └── UpstreamProtocolError     the upstream answered with something that is not MCP
+
+An upstream JSON-RPC error (plane b) and an `isError` tool result (plane c) are messages,
+not exceptions: they are relayed as they came.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+PARSE_ERROR = -32700
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+INTERNAL_ERROR = -32603
+
+
+class GatewayError(Exception):
+    code = INTERNAL_ERROR
+    http_status = 500
+
+    def __init__(self, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.data = data
+
+
+class HttpRequestError(GatewayError):
+    code = INVALID_REQUEST
+    http_status = 400
+
+
+class ParseError(HttpRequestError):
+    code = PARSE_ERROR
+
+
+class InvalidRequest(HttpRequestError):
+    pass
+
+
+class SessionRequired(HttpRequestError):
+    pass
+
+
+class SessionNotFound(HttpRequestError):
+    http_status = 404
+
+
+class ForbiddenOrigin(HttpRequestError):
+    http_status = 403
+
+
+class NotAcceptable(HttpRequestError):
+    http_status = 406
+
+
+class UnsupportedMediaType(HttpRequestError):
+    http_status = 415
+
+
+class PayloadTooLarge(HttpRequestError):
+    http_status = 413
+
+
+class CapacityExceeded(HttpRequestError):
+    code = INTERNAL_ERROR
+    http_status = 503
+
+
+class UpstreamError(GatewayError):
+    """The upstream gave no usable answer; relayed to the client as a -32603 error."""
+
+
+class UpstreamUnavailable(UpstreamError):
+    pass
+
+
+class UpstreamTimeout(UpstreamError):
+    pass
+
+
+class UpstreamProtocolError(UpstreamError):
+    pass

@@ -1,0 +1,52 @@
+"""Request middlewares: Origin validation and the one place exceptions become responses."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+
+from aiohttp import web
+
+from . import jsonrpc
+from .errors import ForbiddenOrigin, GatewayError
+from .keys import SETTINGS
+
+log = logging.getLogger(__name__)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
+    """Exact origins, or patterns such as `http://localhost:*` (port wildcard)."""
+    origin = origin.lower().rstrip("/")
+    for pattern in allowed:
+        pattern = pattern.lower().rstrip("/")
+        if origin == pattern:
+            return True
+        if pattern.endswith(":*"):
+            host = pattern[:-2]
+            port = origin.removeprefix(host + ":") if origin.startswith(host + ":") else None
+            if origin == host or (port is not None and port.isdigit()):
+                return True
+    return False
+
+
+@web.middleware
+async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except GatewayError as exc:
+        if exc.http_status >= 500:
+            log.warning("%s %s: %s", request.method, request.path, exc.message)
+        body = jsonrpc.error_response(None, exc.code, exc.message, exc.data)
+        return web.Response(text=jsonrpc.dump(body), status=exc.http_status, content_type="application/json")
+
+
+@web.middleware
+async def check_origin(request: web.Request, handler: Handler) -> web.StreamResponse:
+    # Browsers send Origin; a page on another site reaching a loopback gateway through DNS
+    # rebinding is exactly what the transports spec's MUST on Origin validation stops.
+    origin = request.headers.get("Origin")
+    if origin is not None and not origin_allowed(origin, request.app[SETTINGS].http.allowed_origins):
+        raise ForbiddenOrigin(f"Forbidden: Origin {origin!r} is not allowed (http.allowed_origins)")
+    return await handler(request)

@@ -1,0 +1,23 @@
+"""The URL table: every path the gateway serves, on one screen."""
+
+from __future__ import annotations
+
+from functools import partial
+
+from aiohttp import web
+
+from . import mcp_endpoint
+from .config import Settings
+
+
+async def healthz(request: web.Request) -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def add_routes(app: web.Application, settings: Settings) -> None:
+    for route in settings.routes:
+        resource = app.router.add_resource(route.http_path, name=f"mcp:{route.name}")
+        resource.add_route("POST", partial(mcp_endpoint.post, route.name))
+        resource.add_route("GET", partial(mcp_endpoint.get, route.name))
+        resource.add_route("DELETE", partial(mcp_endpoint.delete, route.name))
+    app.router.add_get("/healthz", healthz)

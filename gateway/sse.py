@@ -1,0 +1,139 @@
+"""Resumable server-sent event streams toward the client.
+
+An `EventStream` is one logical stream of a session (the GET stream, or the stream of one
+POST). Its events are numbered and kept in a bounded buffer, so the HTTP connection that
+carries them can drop and be replaced: a GET with `Last-Event-ID: <stream>:<n>` resumes after
+event n. At most one connection reads a stream at a time, so no message is ever delivered on
+two connections (the transport spec forbids broadcasting).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import AsyncIterator
+
+from aiohttp import web
+
+log = logging.getLogger(__name__)
+
+SSE_HEADERS = {
+    "Content-Type": "text/event-stream",
+    "Cache-Control": "no-cache, no-transform",
+    # Tells nginx and similar buffering proxies to pass events through at once.
+    "X-Accel-Buffering": "no",
+}
+
+
+class EventStream:
+    def __init__(self, key: str, capacity: int) -> None:
+        self.key = key
+        self._events: collections.deque[tuple[int, str]] = collections.deque(maxlen=capacity)
+        self._next = 1
+        self._changed = asyncio.Event()
+        self._reader = 0
+        self.closed = False
+        #: The last event handed to a connection: where a GET without Last-Event-ID starts.
+        self.sent = 0
+
+    def push(self, data: str) -> None:
+        """Append one event (a serialised JSON-RPC message)."""
+        if self.closed:
+            raise RuntimeError(f"stream {self.key} is closed")
+        if len(self._events) == self._events.maxlen:
+            log.warning("SSE stream %s dropped its oldest unread event (buffer full)", self.key)
+        self._events.append((self._next, data))
+        self._next += 1
+        self._wake()
+
+    def close(self) -> None:
+        """No more events; readers finish once they have sent what is buffered."""
+        self.closed = True
+        self._wake()
+
+    def first_event(self) -> str | None:
+        return self._events[0][1] if self._events else None
+
+    @property
+    def pushed(self) -> int:
+        return self._next - 1
+
+    async def wait_changed(self) -> None:
+        await self._changed.wait()
+
+    def _wake(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    def event_id(self, seq: int) -> str:
+        return f"{self.key}:{seq}"
+
+    async def follow(self, after: int, idle: float) -> AsyncIterator[tuple[int, str] | None]:
+        """Events after `after`, then new ones as they come; None after `idle` quiet seconds.
+
+        Ends when the stream is closed and drained, or when another reader takes over.
+        """
+        self._reader += 1
+        me = self._reader
+        self._wake()  # a previous reader sees it was replaced and ends
+        while self._reader == me:
+            pending = [e for e in self._events if e[0] > after]
+            for seq, data in pending:
+                yield seq, data
+                after = self.sent = seq
+            if self.closed:
+                return
+            if pending:
+                continue
+            try:
+                async with asyncio.timeout(idle):
+                    await self._changed.wait()
+            except TimeoutError:
+                yield None
+
+
+def encode(event_id: str | None, data: str, retry_ms: int | None = None) -> bytes:
+    lines = []
+    if event_id is not None:
+        lines.append(f"id: {event_id}")
+    if retry_ms is not None:
+        lines.append(f"retry: {retry_ms}")
+    lines.append("event: message" if data else "data: ")
+    if data:
+        lines.extend(f"data: {line}" for line in data.split("\n"))
+    return ("\n".join(lines) + "\n\n").encode()
+
+
+KEEPALIVE = b": keep-alive\n\n"
+
+
+async def serve(
+    request: web.Request,
+    stream: EventStream,
+    *,
+    after: int,
+    prime: bool,
+    keepalive: float,
+    retry_ms: int,
+    headers: dict[str, str],
+) -> web.StreamResponse:
+    """Write `stream` to the client from event `after` on, with keep-alive comments."""
+    response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
+    await response.prepare(request)
+    try:
+        if prime:
+            # The priming event: an id the client can resume from before any message came.
+            await response.write(encode(stream.event_id(after), "", retry_ms))
+        async for item in stream.follow(after, keepalive):
+            if item is None:
+                await response.write(KEEPALIVE)
+            else:
+                seq, data = item
+                await response.write(encode(stream.event_id(seq), data))
+    except (ConnectionResetError, asyncio.CancelledError):
+        # The client went away; the stream stays resumable. aiohttp cancels the handler
+        # on disconnect, which must not propagate as an error.
+        log.debug("client left SSE stream %s", stream.key)
+        raise
+    return response

@@ -1,0 +1,44 @@
+"""Upstream MCP servers: one transport per kind behind `Transport`, driven by `UpstreamClient`."""
+
+from __future__ import annotations
+
+import aiohttp
+
+from ..config import RouteConfig
+from .base import Sink, Transport
+from .client import Answer, UpstreamClient
+from .sse import SseTransport
+from .stdio import ChildSlots, StdioTransport
+from .streamable_http import StreamableHttpTransport
+
+__all__ = ["Answer", "UpstreamClient", "UpstreamRoute"]
+
+
+class UpstreamRoute:
+    """What a route shares between its sessions: an HTTP connection pool or the child cap."""
+
+    def __init__(self, route: RouteConfig) -> None:
+        self.config = route.upstream
+        self.name = route.name
+        self.slots = ChildSlots(route.name, route.upstream.max_children)
+        self._http: aiohttp.ClientSession | None = None
+
+    def transport(self, sink: Sink) -> Transport:
+        cfg = self.config
+        if cfg.transport == "stdio":
+            return StdioTransport(sink, cfg, self.slots)
+        if self._http is None:
+            timeout = aiohttp.ClientTimeout(total=None, connect=cfg.connect_timeout_seconds)
+            # No cookie jar: cookies from one client's upstream session must not reach another.
+            self._http = aiohttp.ClientSession(
+                timeout=timeout,
+                cookie_jar=aiohttp.DummyCookieJar(),
+                connector=aiohttp.TCPConnector(limit=0),
+            )
+        if cfg.transport == "sse":
+            return SseTransport(sink, cfg, self._http)
+        return StreamableHttpTransport(sink, cfg, self._http)
+
+    async def close(self) -> None:
+        if self._http is not None:
+            await self._http.close()

@@ -1,0 +1,154 @@
+"""`UpstreamClient`: one MCP client session toward the upstream, over any transport.
+
+It owns the upstream id space, matches answers to requests, and re-establishes a lost
+upstream (a stdio child that died, an HTTP upstream that forgot our session) by replaying
+the handshake before the next request, so one crash does not end the client's session.
+Messages the upstream originates go to `on_server_message`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+
+from .. import jsonrpc
+from ..config import UpstreamConfig
+from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from .base import Transport
+from .streamable_http import UpstreamSessionExpired
+
+log = logging.getLogger(__name__)
+
+Answer = jsonrpc.Response | jsonrpc.ErrorResponse
+ServerMessageHandler = Callable[[jsonrpc.Message, jsonrpc.RequestId | None], None]
+
+
+class UpstreamClient:
+    def __init__(
+        self,
+        make_transport: Callable[[UpstreamClient], Transport],
+        config: UpstreamConfig,
+        on_server_message: ServerMessageHandler,
+    ) -> None:
+        self._transport = make_transport(self)
+        self._config = config
+        self._on_server_message = on_server_message
+        self._ids = itertools.count(1)
+        self._pending: dict[jsonrpc.RequestId, asyncio.Future[Answer]] = {}
+        self._handshake: tuple[jsonrpc.Request, jsonrpc.Notification | None] | None = None
+        # Alive from a successful initialize until the transport is lost; clients may send
+        # requests concurrently with `notifications/initialized`, so that is not awaited.
+        self._alive = False
+        self._lost_reason: str | None = None
+        self._reconnect_lock = asyncio.Lock()
+        self.protocol_version: str | None = None
+
+    def next_id(self) -> int:
+        return next(self._ids)
+
+    # Sink: called by the transport.
+    def on_message(self, message: jsonrpc.Message, related: jsonrpc.RequestId | None) -> None:
+        if isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse):
+            future = self._pending.get(message.id) if message.id is not None else None
+            if future is not None and not future.done():
+                future.set_result(message)
+                return
+            if isinstance(message, jsonrpc.ErrorResponse):
+                log.warning("upstream error not tied to a request: %s", message.error.message)
+            return
+        self._on_server_message(message, related)
+
+    def on_lost(self, reason: str) -> None:
+        log.warning("upstream lost: %s", reason)
+        self._alive = False
+        self._lost_reason = reason
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(UpstreamUnavailable(reason))
+
+    async def initialize(self, request: jsonrpc.Request) -> Answer:
+        """Open the transport and send the client's `initialize` (under our own id)."""
+        await self._transport.start()
+        answer = await self.call(jsonrpc.with_id(request, self.next_id()), ready=False)
+        if isinstance(answer, jsonrpc.Response):
+            version = answer.result.get("protocolVersion")
+            self.protocol_version = version if isinstance(version, str) else None
+            if self._handshake is None:
+                self._handshake = (request, None)
+            self._alive = True
+        return answer
+
+    async def initialized(self, notification: jsonrpc.Notification) -> None:
+        if self._handshake is not None:
+            self._handshake = (self._handshake[0], notification)
+        await self.notify(notification)
+        self._transport.initialized(self.protocol_version or "2025-03-26")
+
+    async def _reconnect(self) -> None:
+        async with self._reconnect_lock:
+            if self._alive:
+                return
+            if self._handshake is None:
+                raise UpstreamUnavailable(self._lost_reason or "the upstream is not initialized")
+            request, notification = self._handshake
+            log.info("re-establishing the upstream after: %s", self._lost_reason)
+            await self._transport.close()
+            answer = await self.initialize(request)
+            if isinstance(answer, jsonrpc.ErrorResponse):
+                raise UpstreamUnavailable(
+                    f"the upstream refused to re-initialize: {answer.error.message}"
+                )
+            if notification is not None:
+                await self.initialized(notification)
+
+    async def call(self, request: jsonrpc.Request, *, ready: bool = True) -> Answer:
+        """Send a request that already carries an id from `next_id()` and await the answer.
+
+        Raises:
+            UpstreamError: no answer could be had (not a JSON-RPC error: that is returned).
+        """
+        if ready and not self._alive:
+            await self._reconnect()
+        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
+        self._pending[request.id] = future
+        try:
+            async with asyncio.timeout(self._config.request_timeout_seconds):
+                try:
+                    await self._transport.send(request)
+                except UpstreamSessionExpired:
+                    if not ready:
+                        raise
+                    # The upstream never saw this request, so sending it again is safe.
+                    self._alive = False
+                    await self._reconnect()
+                    await self._transport.send(request)
+                if self._transport.answers_inline and not future.done():
+                    raise UpstreamUnavailable(
+                        "the upstream closed the response stream before answering"
+                    )
+                return await future
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"the upstream did not answer within {self._config.request_timeout_seconds:g} s"
+                " (upstream.request_timeout_seconds)"
+            ) from exc
+        finally:
+            self._pending.pop(request.id, None)
+
+    async def notify(self, message: jsonrpc.Notification | Answer) -> None:
+        """Send a notification, or our answer to a request the upstream made."""
+        if not self._alive and self._handshake is not None and isinstance(message, jsonrpc.Notification):
+            await self._reconnect()
+        await self._transport.send(message)
+
+    async def close(self) -> None:
+        self._alive = False
+        for future in self._pending.values():
+            if not future.done():
+                future.set_exception(UpstreamUnavailable("the session ended"))
+        await self._transport.close()
+
+
+__all__ = ["Answer", "UpstreamClient", "UpstreamError"]

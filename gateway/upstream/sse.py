@@ -1,0 +1,97 @@
+"""HTTP+SSE upstream (the 2024-11-05 transport many legacy servers still speak).
+
+A GET opens an event stream whose first `endpoint` event names the URL to POST messages to;
+every answer, notification and server request then arrives on that one stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from urllib.parse import urljoin, urlsplit
+
+import aiohttp
+
+from .. import jsonrpc
+from ..aio import TaskSet
+from ..config import UpstreamConfig
+from ..errors import InvalidRequest, ParseError, UpstreamTimeout, UpstreamUnavailable
+from . import sse_reader
+from .base import Sink, Transport
+
+log = logging.getLogger(__name__)
+
+
+class SseTransport(Transport):
+    def __init__(self, sink: Sink, config: UpstreamConfig, http: aiohttp.ClientSession) -> None:
+        super().__init__(sink)
+        assert config.url is not None
+        self._url = config.url
+        self._headers = dict(config.headers)
+        self._connect_timeout = config.connect_timeout_seconds
+        self._http = http
+        self._endpoint: str | None = None
+        self._tasks = TaskSet("sse")
+        self._closing = False
+
+    async def start(self) -> None:
+        self._closing = False
+        endpoint_known: asyncio.Future[str] = asyncio.get_running_loop().create_future()
+        self._tasks.spawn(self._run(endpoint_known), name="upstream-sse-stream")
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                self._endpoint = await asyncio.shield(endpoint_known)
+        except TimeoutError as exc:
+            await self._tasks.close()
+            raise UpstreamTimeout("the SSE upstream sent no endpoint event in time") from exc
+
+    async def _run(self, endpoint_known: asyncio.Future[str]) -> None:
+        reason = "the upstream closed its SSE stream"
+        try:
+            async with self._http.get(
+                self._url, headers={**self._headers, "Accept": "text/event-stream"}
+            ) as resp:
+                if resp.status != 200:
+                    raise UpstreamUnavailable(f"the SSE upstream answered HTTP {resp.status}")
+                async for event in sse_reader.events(resp.content):
+                    if event.event == "endpoint" and not endpoint_known.done():
+                        endpoint_known.set_result(self._resolve(event.data))
+                    elif event.event == "message" and event.data:
+                        try:
+                            self.sink.on_message(jsonrpc.parse(event.data), None)
+                        except (ParseError, InvalidRequest) as exc:
+                            log.warning("SSE upstream sent an invalid event: %s", exc.message)
+        except UpstreamUnavailable as exc:
+            reason = exc.message
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            reason = f"cannot reach the SSE upstream: {exc}"
+        if not endpoint_known.done():
+            endpoint_known.set_exception(UpstreamUnavailable(reason))
+        elif not self._closing:
+            self.sink.on_lost(reason)
+
+    def _resolve(self, endpoint: str) -> str:
+        url = urljoin(self._url, endpoint.strip())
+        # Posting our messages anywhere else would leak them to a host the operator never named.
+        if urlsplit(url)[:2] != urlsplit(self._url)[:2]:
+            raise UpstreamUnavailable(f"the SSE upstream named a foreign endpoint {url!r}")
+        return url
+
+    async def send(self, message: jsonrpc.Message) -> None:
+        if self._endpoint is None:
+            raise UpstreamUnavailable("the SSE upstream is not connected")
+        try:
+            async with self._http.post(
+                self._endpoint,
+                data=jsonrpc.dump(message),
+                headers={**self._headers, "Content-Type": "application/json"},
+            ) as resp:
+                if resp.status >= 300:
+                    raise UpstreamUnavailable(f"the SSE upstream refused a message: HTTP {resp.status}")
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"cannot reach the SSE upstream: {exc}") from exc
+
+    async def close(self) -> None:
+        self._closing = True
+        await self._tasks.close()
+        self._endpoint = None

@@ -1,0 +1,181 @@
+"""Streamable HTTP upstream (2025-03-26 and later): POST per message, optional GET stream.
+
+The upstream's `Mcp-Session-Id` is kept per downstream session. A POST may be answered with
+JSON or an SSE stream; everything on that stream is related to the request that opened it.
+A stream that ends before the answer is resumed with `Last-Event-ID`, as the spec allows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import aiohttp
+
+from .. import jsonrpc
+from ..aio import TaskSet
+from ..config import UpstreamConfig
+from ..errors import (
+    InvalidRequest,
+    ParseError,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
+from . import sse_reader
+from .base import Sink, Transport
+
+log = logging.getLogger(__name__)
+
+_RESUME_ATTEMPTS = 3
+
+
+class UpstreamSessionExpired(UpstreamUnavailable):
+    """The upstream answered 404 for our session id: it no longer knows the session."""
+
+
+class StreamableHttpTransport(Transport):
+    answers_inline = True
+
+    def __init__(self, sink: Sink, config: UpstreamConfig, http: aiohttp.ClientSession) -> None:
+        super().__init__(sink)
+        assert config.url is not None
+        self._url = config.url
+        self._static_headers = dict(config.headers)
+        self._http = http
+        self._session_id: str | None = None
+        self._version: str | None = None
+        self._tasks = TaskSet("streamable_http")
+
+    def _headers(self, accept: str) -> dict[str, str]:
+        headers = {**self._static_headers, "Accept": accept}
+        if self._session_id is not None:
+            headers["Mcp-Session-Id"] = self._session_id
+        if self._version is not None:
+            headers["Mcp-Protocol-Version"] = self._version
+        return headers
+
+    async def start(self) -> None:
+        self._session_id = None
+        self._version = None
+
+    def initialized(self, protocol_version: str) -> None:
+        self._version = protocol_version
+        self._tasks.spawn(self._listen(), name="upstream-get-stream")
+
+    async def send(self, message: jsonrpc.Message) -> None:
+        headers = self._headers("application/json, text/event-stream")
+        headers["Content-Type"] = "application/json"
+        related = message.id if isinstance(message, jsonrpc.Request) else None
+        try:
+            async with self._http.post(self._url, data=jsonrpc.dump(message),
+                                       headers=headers) as resp:
+                if isinstance(message, jsonrpc.Request) and message.method == "initialize":
+                    self._session_id = resp.headers.get("Mcp-Session-Id", self._session_id)
+                await self._consume(resp, related)
+        except TimeoutError as exc:
+            raise UpstreamTimeout("the upstream did not accept the connection in time") from exc
+        except aiohttp.ClientError as exc:
+            raise UpstreamUnavailable(f"cannot reach the upstream: {exc}") from exc
+
+    async def _consume(self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None) -> None:
+        if resp.status == 404 and self._session_id is not None:
+            raise UpstreamSessionExpired("the upstream no longer knows this session (HTTP 404)")
+        if resp.status == 202 or (related is None and resp.status < 300):
+            return
+        ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        if ctype == "text/event-stream":
+            await self._read_stream(resp, related)
+            return
+        body = await resp.read()
+        if ctype == "application/json" or resp.status >= 400:
+            try:
+                message = jsonrpc.parse(body)
+            except (ParseError, InvalidRequest) as exc:
+                if resp.status >= 400:
+                    raise UpstreamUnavailable(f"the upstream answered HTTP {resp.status}") from exc
+                raise UpstreamProtocolError(f"the upstream sent an invalid answer: {exc.message}") from exc
+            if resp.status >= 400 and isinstance(message, jsonrpc.ErrorResponse) and message.id is None:
+                # An HTTP-level rejection with a JSON-RPC body but no id still answers our request.
+                message = jsonrpc.with_id(message, related) if related is not None else message
+            self.sink.on_message(message, related)
+            return
+        raise UpstreamProtocolError(f"the upstream answered with unexpected content type {ctype!r}")
+
+    async def _read_stream(self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None) -> None:
+        last_id, retry_ms, answered = await self._relay_events(resp, related)
+        attempts = 0
+        while not answered and last_id is not None and attempts < _RESUME_ATTEMPTS:
+            attempts += 1
+            await asyncio.sleep((retry_ms or 1000) / 1000)
+            headers = self._headers("text/event-stream")
+            headers["Last-Event-ID"] = last_id
+            async with self._http.get(self._url, headers=headers) as again:
+                if again.status != 200:
+                    break
+                new_last, new_retry, answered = await self._relay_events(again, related)
+                if new_last is not None and new_last != last_id:
+                    attempts = 0
+                last_id = new_last or last_id
+                retry_ms = new_retry or retry_ms
+
+    async def _relay_events(
+        self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None
+    ) -> tuple[str | None, int | None, bool]:
+        last_id: str | None = None
+        retry_ms: int | None = None
+        answered = False
+        async for event in sse_reader.events(resp.content):
+            last_id = event.id or last_id
+            retry_ms = event.retry or retry_ms
+            if event.event != "message" or not event.data:
+                continue
+            try:
+                message = jsonrpc.parse(event.data)
+            except (ParseError, InvalidRequest) as exc:
+                raise UpstreamProtocolError(f"the upstream sent an invalid event: {exc.message}") from exc
+            if related is not None and isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse) and message.id == related:
+                answered = True
+            self.sink.on_message(message, related)
+        return last_id, retry_ms, answered
+
+    async def _listen(self) -> None:
+        """The upstream's GET stream: messages not tied to any request."""
+        delay = 1.0
+        last_id: str | None = None
+        while True:
+            headers = self._headers("text/event-stream")
+            if last_id is not None:
+                headers["Last-Event-ID"] = last_id
+            try:
+                async with self._http.get(self._url, headers=headers) as resp:
+                    if resp.status == 405:
+                        return  # the upstream offers no GET stream; that is allowed
+                    if resp.status == 200:
+                        delay = 1.0
+                        async for event in sse_reader.events(resp.content):
+                            last_id = event.id or last_id
+                            if event.retry:
+                                delay = event.retry / 1000
+                            if event.event == "message" and event.data:
+                                try:
+                                    self.sink.on_message(jsonrpc.parse(event.data), None)
+                                except (ParseError, InvalidRequest) as exc:
+                                    log.warning("upstream GET stream sent an invalid event: %s", exc.message)
+                    elif resp.status in (400, 404):
+                        return
+            except (aiohttp.ClientError, TimeoutError) as exc:
+                log.debug("upstream GET stream interrupted: %s", exc)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 30.0)
+
+    async def close(self) -> None:
+        await self._tasks.close()
+        if self._session_id is None:
+            return
+        try:
+            async with asyncio.timeout(2):
+                async with self._http.delete(self._url, headers=self._headers("application/json")):
+                    pass
+        except (aiohttp.ClientError, TimeoutError) as exc:
+            log.debug("upstream DELETE failed: %s", exc)
+        self._session_id = None
