@@ -126,7 +126,7 @@ async def _answer(request: web.Request, http: HttpConfig, stream: sse.EventStrea
     if http.json_window_seconds > 0:
         try:
             async with asyncio.timeout(http.json_window_seconds):
-                while stream.pushed == 0:
+                while stream.pushed == 0 and not stream.closed:
                     await stream.wait_changed()
         except TimeoutError:
             pass

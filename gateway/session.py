@@ -34,6 +34,7 @@ class InFlight:
     client_id: jsonrpc.RequestId
     client_token: jsonrpc.RequestId | None
     stream: EventStream
+    relay: asyncio.Task[None] | None = None
 
 
 class Session:
@@ -85,9 +86,11 @@ class Session:
         if client_token is not None:
             # The upstream request id doubles as our progress token: unique per upstream session.
             outgoing = jsonrpc.with_progress_token(outgoing, upstream_id)
-        self._inflight[upstream_id] = InFlight(request.id, client_token, stream)
+        call = InFlight(request.id, client_token, stream)
+        self._inflight[upstream_id] = call
         self._by_client_id[request.id] = upstream_id
-        self._tasks.spawn(self._relay(outgoing, request.id, stream), name=f"call {request.method}")
+        call.relay = self._tasks.spawn(self._relay(outgoing, request.id, stream),
+                                       name=f"call {request.method}")
         return stream
 
     async def _relay(
@@ -98,6 +101,9 @@ class Session:
             answer = await self.upstream.call(outgoing)
         except UpstreamError as exc:
             answer = jsonrpc.error_response(outgoing.id, INTERNAL_ERROR, exc.message)
+        except asyncio.CancelledError:
+            stream.close()  # a cancelled request gets no answer (cancellation spec)
+            raise
         finally:
             self._inflight.pop(outgoing.id, None)
             if self._by_client_id.get(client_id) == outgoing.id:
@@ -110,9 +116,13 @@ class Session:
         if isinstance(message, jsonrpc.Notification):
             if message.method == "notifications/cancelled":
                 upstream_id = self._by_client_id.get(jsonrpc.param(message, "requestId"))
-                if upstream_id is None:
+                call = self._inflight.get(upstream_id) if upstream_id is not None else None
+                if call is None:
                     return  # already answered: cancellation races are expected
-                message = jsonrpc.with_param(message, "requestId", upstream_id)
+                await self.upstream.notify(jsonrpc.with_param(message, "requestId", upstream_id))
+                if call.relay is not None:
+                    call.relay.cancel()
+                return
             if message.method == "notifications/initialized":
                 await self.upstream.initialized(message)
             else:

@@ -1,0 +1,111 @@
+"""Fixtures: the gateway on a real port, real upstreams, and the real mcp 1.30 client."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.app import create_app
+from gateway.config import Settings, parse_settings
+
+from .fakes import faulty_streamable_app, legacy_sse_app
+
+ROOT = Path(__file__).resolve().parent.parent
+DEMO = {"transport": "stdio", "command": ["python", "-m", "gateway.demo"]}
+
+StartGateway = Callable[..., Awaitable[str]]
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"upstream exited with code {proc.returncode}")
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+            return
+        except OSError:
+            time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on port {port}")
+
+
+@pytest.fixture(scope="session")
+def sdk_upstream() -> Iterator[str]:
+    """The SDK's FastMCP server over Streamable HTTP, as a real child process."""
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "sdk_upstream.py"), str(port)],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+def make_settings(tmp_path: Path) -> Callable[..., Settings]:
+    def make(routes: list[dict[str, Any]] | None = None, **sections: Any) -> Settings:
+        data: dict[str, Any] = {"store": {"path": str(tmp_path / "gateway.db")}, **sections}
+        data["routes"] = routes or [{"name": "demo", "upstream": DEMO}]
+        return parse_settings(data, "test settings")
+
+    return make
+
+
+@pytest.fixture
+async def start_gateway(make_settings: Callable[..., Settings]) -> AsyncIterator[StartGateway]:
+    """Starts the gateway on a real loopback port; returns its base URL."""
+    servers: list[TestServer] = []
+
+    async def start(routes: list[dict[str, Any]] | None = None, **sections: Any) -> str:
+        server = TestServer(create_app(make_settings(routes, **sections)), host="127.0.0.1")
+        await server.start_server()
+        servers.append(server)
+        return str(server.make_url("")).rstrip("/")
+
+    yield start
+    for server in servers:
+        await server.close()
+
+
+@pytest.fixture
+async def sse_upstream() -> AsyncIterator[str]:
+    server = TestServer(legacy_sse_app(), host="127.0.0.1")
+    await server.start_server()
+    yield str(server.make_url("/sse"))
+    await server.close()
+
+
+@pytest.fixture
+async def faulty_upstream() -> AsyncIterator[TestServer]:
+    server = TestServer(faulty_streamable_app(), host="127.0.0.1")
+    await server.start_server()
+    yield server
+    await server.close()
+
+
+@asynccontextmanager
+async def mcp_client(url: str, **callbacks: Any) -> AsyncIterator[ClientSession]:
+    """The official Python SDK client, initialized, over Streamable HTTP."""
+    async with streamable_http_client(url) as (read, write, _):
+        async with ClientSession(read, write, **callbacks) as session:
+            await session.initialize()
+            yield session
