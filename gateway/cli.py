@@ -18,20 +18,36 @@ def main(argv: list[str] | None = None) -> None:
         prog="mcp-task-gateway",
         description="Adds MCP Tasks to MCP servers that lack them.",
     )
-    parser.add_argument("--config", help="YAML settings (default: the built-in demo settings, "
-                        "the same as config/gateway.yaml)")
+    parser.add_argument(
+        "--config",
+        help="YAML settings (default: the built-in demo settings, the same as config/gateway.yaml)",
+    )
+    parser.add_argument("--host", help="override listen.host")
+    parser.add_argument("--port", type=int, help="override listen.port")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     args = parser.parse_args(argv)
-    logging.basicConfig(level=args.log_level.upper(),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
         print(f"mcp-task-gateway: configuration error:\n{exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    overrides = {k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    if overrides:
+        settings = settings.model_copy(
+            update={"listen": settings.listen.model_copy(update=overrides)}
+        )
     for route in settings.routes:
-        logging.getLogger("gateway").info("route %s at %s -> %s upstream", route.name,
-                                          route.http_path, route.upstream.transport)
-    web.run_app(create_app(settings), host=settings.listen.host, port=settings.listen.port,
-                access_log=None, print=lambda msg: logging.getLogger("gateway").info(msg))
+        logging.getLogger("gateway").info(
+            "route %s at %s -> %s upstream", route.name, route.http_path, route.upstream.transport
+        )
+    web.run_app(
+        create_app(settings),
+        host=settings.listen.host,
+        port=settings.listen.port,
+        access_log=None,
+        print=lambda msg: logging.getLogger("gateway").info(msg),
+    )

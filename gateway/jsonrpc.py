@@ -8,7 +8,7 @@ models, never raw dicts of envelopes.
 from __future__ import annotations
 
 import json
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
 
@@ -117,12 +117,13 @@ def error_response(
     return ErrorResponse(jsonrpc="2.0", id=request_id, error=ErrorObject(**fields))
 
 
-_WithId = TypeVar("_WithId", Request, Response, ErrorResponse)
+_WithId = TypeVar("_WithId", bound=Request | Response | ErrorResponse)
 
 
 def with_id(message: _WithId, new_id: RequestId) -> _WithId:
     """The same message under another id (ids are remapped between id spaces)."""
-    return message.model_copy(update={"id": new_id})
+    # model_copy returns Self, which mypy loses through a union-bound TypeVar.
+    return cast(_WithId, message.model_copy(update={"id": new_id}))
 
 
 def progress_token(request: Request) -> RequestId | None:

@@ -13,7 +13,7 @@ import logging
 from aiohttp import web
 
 from . import dispatch, jsonrpc, rewrite, sse
-from .config import HttpConfig, SUPPORTED_PROTOCOL_VERSIONS
+from .config import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig
 from .errors import (
     InvalidRequest,
     NotAcceptable,
@@ -33,8 +33,12 @@ VERSION_HEADER = "Mcp-Protocol-Version"
 
 
 def _accepts(request: web.Request, media_type: str) -> bool:
-    accepted = {part.split(";")[0].strip().lower() for part in request.headers.get("Accept", "").split(",")}
-    return media_type in accepted or "*/*" in accepted or f"{media_type.split('/')[0]}/*" in accepted
+    accepted = {
+        part.split(";")[0].strip().lower() for part in request.headers.get("Accept", "").split(",")
+    }
+    return (
+        media_type in accepted or "*/*" in accepted or f"{media_type.split('/')[0]}/*" in accepted
+    )
 
 
 def _check_version(request: web.Request) -> None:
@@ -56,16 +60,21 @@ def _session(request: web.Request, route: UpstreamRoute) -> Session:
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(f"request body of {request.content_length} bytes exceeds the "
-                              f"limit of {limit} bytes (http.max_body_bytes)")
+        raise PayloadTooLarge(
+            f"request body of {request.content_length} bytes exceeds the "
+            f"limit of {limit} bytes (http.max_body_bytes)"
+        )
     body = await request.content.read(limit + 1)
     if len(body) > limit:
-        raise PayloadTooLarge(f"request body exceeds the limit of {limit} bytes (http.max_body_bytes)")
+        raise PayloadTooLarge(
+            f"request body exceeds the limit of {limit} bytes (http.max_body_bytes)"
+        )
     return body
 
 
-def _json(message: jsonrpc.Message | str, status: int = 200,
-          headers: dict[str, str] | None = None) -> web.Response:
+def _json(
+    message: jsonrpc.Message | str, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
     body = message if isinstance(message, str) else jsonrpc.dump(message)
     return web.Response(text=body, status=status, content_type="application/json", headers=headers)
 
@@ -75,16 +84,22 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
     http = request.app[SETTINGS].http
     ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
-        raise UnsupportedMediaType(f"Content-Type must be application/json, not {ctype or 'absent'!r}")
+        raise UnsupportedMediaType(
+            f"Content-Type must be application/json, not {ctype or 'absent'!r}"
+        )
     if not (_accepts(request, "application/json") and _accepts(request, "text/event-stream")):
-        raise NotAcceptable("Not Acceptable: the Accept header must list both application/json "
-                            "and text/event-stream")
+        raise NotAcceptable(
+            "Not Acceptable: the Accept header must list both application/json "
+            "and text/event-stream"
+        )
     message = jsonrpc.parse(await _read_body(request, http.max_body_bytes))
     decision = dispatch.decide(message)
 
     if isinstance(decision, dispatch.Initialize):
         if request.headers.get(SESSION_HEADER):
-            raise InvalidRequest("initialize must be sent without MCP-Session-Id: it opens a new session")
+            raise InvalidRequest(
+                "initialize must be sent without MCP-Session-Id: it opens a new session"
+            )
         return await _initialize(request, route, decision.request)
     if isinstance(decision, dispatch.Reject) and not request.headers.get(SESSION_HEADER):
         return _json(jsonrpc.error_response(decision.request.id, decision.code, decision.message))
@@ -96,32 +111,47 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
         try:
             await session.deliver(decision.message)
         except UpstreamError as exc:
-            log.warning("session %s: could not relay %s: %s", session.tag,
-                        type(decision.message).__name__, exc.message)
+            log.warning(
+                "session %s: could not relay %s: %s",
+                session.tag,
+                type(decision.message).__name__,
+                exc.message,
+            )
         return web.Response(status=202)
     stream = session.forward(decision.request)
     return await _answer(request, http, stream)
 
 
-async def _initialize(request: web.Request, route: UpstreamRoute, init: jsonrpc.Request) -> web.Response:
+async def _initialize(
+    request: web.Request, route: UpstreamRoute, init: jsonrpc.Request
+) -> web.Response:
     sessions = request.app[SESSIONS]
     session = sessions.create(route)
     try:
         answer = await session.upstream.initialize(init)
     except UpstreamError as exc:
         await sessions.end(session)
-        return _json(jsonrpc.error_response(init.id, -32603, f"upstream unavailable: {exc.message}"))
+        return _json(
+            jsonrpc.error_response(init.id, -32603, f"upstream unavailable: {exc.message}")
+        )
     if isinstance(answer, jsonrpc.ErrorResponse):
         await sessions.end(session)
         return _json(jsonrpc.with_id(answer, init.id))
     session.protocol_version = rewrite.negotiate_version(init)
     result = rewrite.initialize_result(jsonrpc.with_id(answer, init.id), session.protocol_version)
-    log.info("route %s: session %s opened (client %s, upstream %s)", route.name, session.tag,
-             session.protocol_version, session.upstream.protocol_version)
+    log.info(
+        "route %s: session %s opened (client %s, upstream %s)",
+        route.name,
+        session.tag,
+        session.protocol_version,
+        session.upstream.protocol_version,
+    )
     return _json(result, headers={SESSION_HEADER: session.id})
 
 
-async def _answer(request: web.Request, http: HttpConfig, stream: sse.EventStream) -> web.StreamResponse:
+async def _answer(
+    request: web.Request, http: HttpConfig, stream: sse.EventStream
+) -> web.StreamResponse:
     """JSON if the answer arrives alone within the window, else the stream as SSE."""
     if http.json_window_seconds > 0:
         try:
@@ -137,8 +167,15 @@ async def _answer(request: web.Request, http: HttpConfig, stream: sse.EventStrea
         assert first is not None
         stream.sent = 1
         return _json(first)
-    return await sse.serve(request, stream, after=0, prime=True, keepalive=http.keepalive_seconds,
-                           retry_ms=http.sse_retry_ms, headers={})
+    return await sse.serve(
+        request,
+        stream,
+        after=0,
+        prime=True,
+        keepalive=http.keepalive_seconds,
+        retry_ms=http.sse_retry_ms,
+        headers={},
+    )
 
 
 async def get(route_name: str, request: web.Request) -> web.StreamResponse:
@@ -155,11 +192,19 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
         key, _, seq = last_event_id.rpartition(":")
         found = session.stream(key) if seq.isdigit() else None
         if found is None:
-            raise InvalidRequest(f"Last-Event-ID {last_event_id!r} names no stream this session "
-                                 "still holds")
+            raise InvalidRequest(
+                f"Last-Event-ID {last_event_id!r} names no stream this session still holds"
+            )
         stream, after, prime = found, int(seq), False
-    return await sse.serve(request, stream, after=after, prime=prime, keepalive=http.keepalive_seconds,
-                           retry_ms=http.sse_retry_ms, headers={})
+    return await sse.serve(
+        request,
+        stream,
+        after=after,
+        prime=prime,
+        keepalive=http.keepalive_seconds,
+        retry_ms=http.sse_retry_ms,
+        headers={},
+    )
 
 
 async def delete(route_name: str, request: web.Request) -> web.Response:

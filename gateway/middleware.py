@@ -39,7 +39,9 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         if exc.http_status >= 500:
             log.warning("%s %s: %s", request.method, request.path, exc.message)
         body = jsonrpc.error_response(None, exc.code, exc.message, exc.data)
-        return web.Response(text=jsonrpc.dump(body), status=exc.http_status, content_type="application/json")
+        return web.Response(
+            text=jsonrpc.dump(body), status=exc.http_status, content_type="application/json"
+        )
 
 
 @web.middleware
@@ -47,6 +49,8 @@ async def check_origin(request: web.Request, handler: Handler) -> web.StreamResp
     # Browsers send Origin; a page on another site reaching a loopback gateway through DNS
     # rebinding is exactly what the transports spec's MUST on Origin validation stops.
     origin = request.headers.get("Origin")
-    if origin is not None and not origin_allowed(origin, request.app[SETTINGS].http.allowed_origins):
+    if origin is not None and not origin_allowed(
+        origin, request.app[SETTINGS].http.allowed_origins
+    ):
         raise ForbiddenOrigin(f"Forbidden: Origin {origin!r} is not allowed (http.allowed_origins)")
     return await handler(request)

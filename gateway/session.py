@@ -89,8 +89,9 @@ class Session:
         call = InFlight(request.id, client_token, stream)
         self._inflight[upstream_id] = call
         self._by_client_id[request.id] = upstream_id
-        call.relay = self._tasks.spawn(self._relay(outgoing, request.id, stream),
-                                       name=f"call {request.method}")
+        call.relay = self._tasks.spawn(
+            self._relay(outgoing, request.id, stream), name=f"call {request.method}"
+        )
         return stream
 
     async def _relay(
@@ -136,7 +137,9 @@ class Session:
 
     # -- upstream -> client
 
-    def _on_server_message(self, message: jsonrpc.Message, related: jsonrpc.RequestId | None) -> None:
+    def _on_server_message(
+        self, message: jsonrpc.Message, related: jsonrpc.RequestId | None
+    ) -> None:
         if isinstance(message, jsonrpc.Request):
             stream = self._stream_for(related)
             down_id = next(self._down_ids)
@@ -154,10 +157,10 @@ class Session:
             return
         if message.method == "notifications/cancelled":
             # The upstream withdrew one of its own requests: name it by our downstream id.
-            for down_id, (up_id, stream) in list(self._server_requests.items()):
+            for asked_id, (up_id, stream) in list(self._server_requests.items()):
                 if up_id == jsonrpc.param(message, "requestId"):
-                    del self._server_requests[down_id]
-                    self._push(stream, jsonrpc.with_param(message, "requestId", down_id))
+                    del self._server_requests[asked_id]
+                    self._push(stream, jsonrpc.with_param(message, "requestId", asked_id))
             return
         self._push(self._stream_for(related), message)
 
@@ -210,8 +213,10 @@ class SessionRegistry:
         """Raises SessionNotFound for unknown ids and for another route's sessions."""
         session = self._sessions.get(session_id)
         if session is None or session.route is not route:
-            raise SessionNotFound("Session not found: it ended, expired or never existed; "
-                                  "send a new initialize without MCP-Session-Id")
+            raise SessionNotFound(
+                "Session not found: it ended, expired or never existed; "
+                "send a new initialize without MCP-Session-Id"
+            )
         session.last_seen = time.monotonic()
         return session
 

@@ -50,8 +50,11 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20)
 def sdk_upstream() -> Iterator[str]:
     """The SDK's FastMCP server over Streamable HTTP, as a real child process."""
     port = free_port()
-    proc = subprocess.Popen([sys.executable, str(ROOT / "tests" / "sdk_upstream.py"), str(port)],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "sdk_upstream.py"), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     try:
         wait_for_port(port, proc)
         yield f"http://127.0.0.1:{port}/mcp"

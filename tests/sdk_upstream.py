@@ -38,7 +38,9 @@ async def slow(steps: int, ctx: Context) -> str:  # type: ignore[type-arg]
 async def ask(ctx: Context) -> str:  # type: ignore[type-arg]
     """Elicits a name from the user."""
     answer = await ctx.elicit("What is your name?", Name)
-    return f"Hello, {answer.data.name}!" if isinstance(answer, AcceptedElicitation) else answer.action
+    return (
+        f"Hello, {answer.data.name}!" if isinstance(answer, AcceptedElicitation) else answer.action
+    )
 
 
 @server.tool()

@@ -3,31 +3,39 @@
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import Any
 
 import pytest
-from mcp import types
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.context import RequestContext
 from mcp.shared.exceptions import McpError
+from pydantic import FileUrl
 
-from .conftest import DEMO, StartGateway, mcp_client
+from .conftest import DEMO, ROOT, StartGateway, mcp_client
 
 
-async def accept_name(ctx: RequestContext[Any, Any], params: types.ElicitRequestParams) -> types.ElicitResult:
+async def accept_name(
+    ctx: RequestContext[Any, Any], params: types.ElicitRequestParams
+) -> types.ElicitResult:
     return types.ElicitResult(action="accept", content={"name": "Ada"})
 
 
-async def model(ctx: RequestContext[Any, Any], params: types.CreateMessageRequestParams) -> types.CreateMessageResult:
+async def model(
+    ctx: RequestContext[Any, Any], params: types.CreateMessageRequestParams
+) -> types.CreateMessageResult:
     prompt = params.messages[0].content
     assert isinstance(prompt, types.TextContent)
     return types.CreateMessageResult(
-        role="assistant", model="test-model",
+        role="assistant",
+        model="test-model",
         content=types.TextContent(type="text", text=f"model says: {prompt.text}"),
     )
 
 
 async def roots(ctx: RequestContext[Any, Any]) -> types.ListRootsResult:
-    return types.ListRootsResult(roots=[types.Root(uri="file:///srv/project")])  # type: ignore[arg-type]
+    return types.ListRootsResult(roots=[types.Root(uri=FileUrl("file:///srv/project"))])
 
 
 def text(result: types.CallToolResult) -> str:
@@ -85,8 +93,9 @@ async def test_elicitation_and_sampling_cross_and_answers_return_upstream(
     kind: str, start_gateway: StartGateway, sdk_upstream: str, sse_upstream: str
 ) -> None:
     base = await start_gateway(routes_for(kind, sdk_upstream, sse_upstream))
-    async with mcp_client(f"{base}/up/mcp", elicitation_callback=accept_name,
-                          sampling_callback=model) as client:
+    async with mcp_client(
+        f"{base}/up/mcp", elicitation_callback=accept_name, sampling_callback=model
+    ) as client:
         assert text(await client.call_tool("ask", {})) == "Hello, Ada!"
         assert text(await client.call_tool("sample", {"prompt": "hi"})) == "model says: hi"
 
@@ -100,8 +109,9 @@ async def test_roots_request_and_log_notification_cross_from_a_stdio_upstream(
     async def on_log(params: types.LoggingMessageNotificationParams) -> None:
         logged.append(params)
 
-    async with mcp_client(f"{base}/demo/mcp", list_roots_callback=roots,
-                          logging_callback=on_log) as client:
+    async with mcp_client(
+        f"{base}/demo/mcp", list_roots_callback=roots, logging_callback=on_log
+    ) as client:
         assert text(await client.call_tool("roots", {})) == "file:///srv/project"
         await client.call_tool("log", {"message": "hello log"})
     assert [p.data for p in logged] == ["hello log"]
@@ -134,10 +144,22 @@ async def test_concurrent_calls_in_one_session_each_get_their_own_answer(
 
 
 async def test_client_gets_2025_11_25_even_when_the_upstream_negotiates_an_older_version(
-    start_gateway: StartGateway,
+    start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
 ) -> None:
-    old_demo = {**DEMO, "command": [*DEMO["command"], "--protocol-version", "2024-11-05"]}
-    base = await start_gateway([{"name": "old", "upstream": old_demo}])
-    async with mcp_client(f"{base}/old/mcp") as client:
-        assert client.get_server_capabilities() is not None
-        assert text(await client.call_tool("echo", {"text": "bridged"})) == "bridged"
+    caplog.set_level(logging.INFO, "gateway")
+    old = {
+        "transport": "stdio",
+        "command": [
+            "python",
+            str(ROOT / "tests" / "stdio_upstream.py"),
+            "--only-version",
+            "2024-11-05",
+        ],
+    }
+    base = await start_gateway([{"name": "old", "upstream": old}])
+    async with streamable_http_client(f"{base}/old/mcp") as (read, write, _):
+        async with ClientSession(read, write) as client:
+            init = await client.initialize()
+            assert init.protocolVersion == "2025-11-25"
+            assert text(await client.call_tool("echo", {"text": "bridged"})) == "bridged"
+    assert "(client 2025-11-25, upstream 2024-11-05)" in caplog.text

@@ -18,9 +18,14 @@ from .conftest import StartGateway
 
 ACCEPT_BOTH = "application/json, text/event-stream"
 INIT = {
-    "jsonrpc": "2.0", "id": 1, "method": "initialize",
-    "params": {"protocolVersion": "2025-11-25", "capabilities": {},
-               "clientInfo": {"name": "raw-test", "version": "1"}},
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-test", "version": "1"},
+    },
 }
 
 
@@ -97,8 +102,9 @@ async def test_unknown_session_gets_404(endpoint: str) -> None:
         ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
         async with http.post(endpoint, json=ping, headers=headers("not-a-session")) as resp:
             assert resp.status == 404
-        async with http.get(endpoint, headers={"Accept": "text/event-stream",
-                                               "Mcp-Session-Id": "nope"}) as resp:
+        async with http.get(
+            endpoint, headers={"Accept": "text/event-stream", "Mcp-Session-Id": "nope"}
+        ) as resp:
             assert resp.status == 404
 
 
@@ -148,8 +154,9 @@ async def test_origin_allow_list_comes_from_config(start_gateway: StartGateway) 
     base = await start_gateway(http={"allowed_origins": ["https://app.example.com"]})
     async with aiohttp.ClientSession() as http:
         for origin, status in [("https://app.example.com", 200), ("http://localhost:3000", 403)]:
-            async with http.post(f"{base}/demo/mcp", json=INIT,
-                                 headers=headers(Origin=origin)) as resp:
+            async with http.post(
+                f"{base}/demo/mcp", json=INIT, headers=headers(Origin=origin)
+            ) as resp:
                 assert resp.status == status, origin
 
 
@@ -163,8 +170,9 @@ async def test_post_without_both_accepted_media_types_gets_406(endpoint: str, ac
 async def test_get_without_event_stream_accept_gets_406(endpoint: str) -> None:
     async with aiohttp.ClientSession() as http:
         session_id = await open_session(http, endpoint)
-        async with http.get(endpoint, headers={"Accept": "application/json",
-                                               "Mcp-Session-Id": session_id}) as resp:
+        async with http.get(
+            endpoint, headers={"Accept": "application/json", "Mcp-Session-Id": session_id}
+        ) as resp:
             assert resp.status == 406
 
 
@@ -189,7 +197,9 @@ async def test_notifications_and_responses_get_202_without_body(endpoint: str) -
 
 async def test_malformed_json_gets_parse_error(endpoint: str) -> None:
     async with aiohttp.ClientSession() as http:
-        async with http.post(endpoint, data=b'{"jsonrpc": "2.0", "id": 1,', headers=headers()) as resp:
+        async with http.post(
+            endpoint, data=b'{"jsonrpc": "2.0", "id": 1,', headers=headers()
+        ) as resp:
             assert resp.status == 400
             assert (await error_of(resp))["code"] == PARSE_ERROR
 
@@ -216,8 +226,12 @@ async def test_body_over_the_configured_size_gets_413_and_the_session_lives_on(
     url = f"{await start_gateway(http={'max_body_bytes': 2048})}/demo/mcp"
     async with aiohttp.ClientSession() as http:
         session_id = await open_session(http, url)
-        huge = {"jsonrpc": "2.0", "id": 5, "method": "tools/call",
-                "params": {"name": "echo", "arguments": {"text": "x" * 4096}}}
+        huge = {
+            "jsonrpc": "2.0",
+            "id": 5,
+            "method": "tools/call",
+            "params": {"name": "echo", "arguments": {"text": "x" * 4096}},
+        }
         async with http.post(url, json=huge, headers=headers(session_id)) as resp:
             assert resp.status == 413
         small = {**huge, "params": {"name": "echo", "arguments": {"text": "fits"}}}
@@ -246,9 +260,16 @@ async def test_initialize_with_a_session_id_is_rejected(endpoint: str) -> None:
 
 
 async def test_slow_call_streams_sse_events_with_ids_and_a_priming_event(endpoint: str) -> None:
-    call = {"jsonrpc": "2.0", "id": 7, "method": "tools/call",
-            "params": {"name": "slow", "arguments": {"seconds": 0.6, "steps": 2},
-                       "_meta": {"progressToken": "tok-1"}}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 7,
+        "method": "tools/call",
+        "params": {
+            "name": "slow",
+            "arguments": {"seconds": 0.6, "steps": 2},
+            "_meta": {"progressToken": "tok-1"},
+        },
+    }
     async with aiohttp.ClientSession() as http:
         session_id = await open_session(http, endpoint)
         async with http.post(endpoint, json=call, headers=headers(session_id)) as resp:
@@ -265,16 +286,26 @@ async def test_slow_call_streams_sse_events_with_ids_and_a_priming_event(endpoin
 
 
 async def test_reconnect_with_last_event_id_replays_what_was_missed(endpoint: str) -> None:
-    call = {"jsonrpc": "2.0", "id": 8, "method": "tools/call",
-            "params": {"name": "slow", "arguments": {"seconds": 0.6, "steps": 3},
-                       "_meta": {"progressToken": 5}}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 8,
+        "method": "tools/call",
+        "params": {
+            "name": "slow",
+            "arguments": {"seconds": 0.6, "steps": 3},
+            "_meta": {"progressToken": 5},
+        },
+    }
     async with aiohttp.ClientSession() as http:
         session_id = await open_session(http, endpoint)
         resp = await http.post(endpoint, json=call, headers=headers(session_id))
         priming, first = await read_events(resp, 2)
         resp.close()  # the connection drops after the first progress event
-        resume = {"Accept": "text/event-stream", "Mcp-Session-Id": session_id,
-                  "Last-Event-ID": first["id"]}
+        resume = {
+            "Accept": "text/event-stream",
+            "Mcp-Session-Id": session_id,
+            "Last-Event-ID": first["id"],
+        }
         async with http.get(endpoint, headers=resume) as again:
             rest = await read_events(again, 3)
     assert json.loads(first["data"])["params"]["progress"] == 1
@@ -287,8 +318,11 @@ async def test_reconnect_with_last_event_id_replays_what_was_missed(endpoint: st
 async def test_unknown_last_event_id_gets_400(endpoint: str) -> None:
     async with aiohttp.ClientSession() as http:
         session_id = await open_session(http, endpoint)
-        resume = {"Accept": "text/event-stream", "Mcp-Session-Id": session_id,
-                  "Last-Event-ID": "999:3"}
+        resume = {
+            "Accept": "text/event-stream",
+            "Mcp-Session-Id": session_id,
+            "Last-Event-ID": "999:3",
+        }
         async with http.get(endpoint, headers=resume) as resp:
             assert resp.status == 400
 
@@ -297,10 +331,11 @@ async def test_idle_get_stream_gets_keep_alive_comments(start_gateway: StartGate
     url = f"{await start_gateway(http={'keepalive_seconds': 0.1})}/demo/mcp"
     async with aiohttp.ClientSession() as http:
         session_id = await open_session(http, url)
-        async with http.get(url, headers={"Accept": "text/event-stream",
-                                          "Mcp-Session-Id": session_id}) as resp:
+        async with http.get(
+            url, headers={"Accept": "text/event-stream", "Mcp-Session-Id": session_id}
+        ) as resp:
             assert resp.status == 200 and resp.content_type == "text/event-stream"
-            lines = []
+            lines: list[bytes] = []
             async with asyncio.timeout(5):
                 while not any(line.startswith(b":") for line in lines):
                     lines.append(await resp.content.readline())
@@ -310,11 +345,21 @@ async def test_idle_get_stream_gets_keep_alive_comments(start_gateway: StartGate
 async def test_cancelled_notification_stops_the_upstream_call_and_no_answer_is_sent(
     endpoint: str,
 ) -> None:
-    call = {"jsonrpc": "2.0", "id": 9, "method": "tools/call",
-            "params": {"name": "slow", "arguments": {"seconds": 30, "steps": 30},
-                       "_meta": {"progressToken": 1}}}
-    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled",
-              "params": {"requestId": 9, "reason": "user gave up"}}
+    call = {
+        "jsonrpc": "2.0",
+        "id": 9,
+        "method": "tools/call",
+        "params": {
+            "name": "slow",
+            "arguments": {"seconds": 30, "steps": 30},
+            "_meta": {"progressToken": 1},
+        },
+    }
+    cancel = {
+        "jsonrpc": "2.0",
+        "method": "notifications/cancelled",
+        "params": {"requestId": 9, "reason": "user gave up"},
+    }
     async with aiohttp.ClientSession() as http:
         session_id = await open_session(http, endpoint)
         async with http.post(endpoint, json=call, headers=headers(session_id)) as resp:

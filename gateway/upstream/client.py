@@ -139,7 +139,11 @@ class UpstreamClient:
 
     async def notify(self, message: jsonrpc.Notification | Answer) -> None:
         """Send a notification, or our answer to a request the upstream made."""
-        if not self._alive and self._handshake is not None and isinstance(message, jsonrpc.Notification):
+        if (
+            not self._alive
+            and self._handshake is not None
+            and isinstance(message, jsonrpc.Notification)
+        ):
             await self._reconnect()
         await self._transport.send(message)
 

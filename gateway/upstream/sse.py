@@ -87,7 +87,9 @@ class SseTransport(Transport):
                 headers={**self._headers, "Content-Type": "application/json"},
             ) as resp:
                 if resp.status >= 300:
-                    raise UpstreamUnavailable(f"the SSE upstream refused a message: HTTP {resp.status}")
+                    raise UpstreamUnavailable(
+                        f"the SSE upstream refused a message: HTTP {resp.status}"
+                    )
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"cannot reach the SSE upstream: {exc}") from exc
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+
 import aiohttp
 
 from .. import jsonrpc
@@ -67,8 +68,9 @@ class StreamableHttpTransport(Transport):
         headers["Content-Type"] = "application/json"
         related = message.id if isinstance(message, jsonrpc.Request) else None
         try:
-            async with self._http.post(self._url, data=jsonrpc.dump(message),
-                                       headers=headers) as resp:
+            async with self._http.post(
+                self._url, data=jsonrpc.dump(message), headers=headers
+            ) as resp:
                 if isinstance(message, jsonrpc.Request) and message.method == "initialize":
                     self._session_id = resp.headers.get("Mcp-Session-Id", self._session_id)
                 await self._consume(resp, related)
@@ -77,7 +79,9 @@ class StreamableHttpTransport(Transport):
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"cannot reach the upstream: {exc}") from exc
 
-    async def _consume(self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None) -> None:
+    async def _consume(
+        self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None
+    ) -> None:
         if resp.status == 404 and self._session_id is not None:
             raise UpstreamSessionExpired("the upstream no longer knows this session (HTTP 404)")
         if resp.status == 202 or (related is None and resp.status < 300):
@@ -93,15 +97,23 @@ class StreamableHttpTransport(Transport):
             except (ParseError, InvalidRequest) as exc:
                 if resp.status >= 400:
                     raise UpstreamUnavailable(f"the upstream answered HTTP {resp.status}") from exc
-                raise UpstreamProtocolError(f"the upstream sent an invalid answer: {exc.message}") from exc
-            if resp.status >= 400 and isinstance(message, jsonrpc.ErrorResponse) and message.id is None:
+                raise UpstreamProtocolError(
+                    f"the upstream sent an invalid answer: {exc.message}"
+                ) from exc
+            if (
+                resp.status >= 400
+                and isinstance(message, jsonrpc.ErrorResponse)
+                and message.id is None
+            ):
                 # An HTTP-level rejection with a JSON-RPC body but no id still answers our request.
                 message = jsonrpc.with_id(message, related) if related is not None else message
             self.sink.on_message(message, related)
             return
         raise UpstreamProtocolError(f"the upstream answered with unexpected content type {ctype!r}")
 
-    async def _read_stream(self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None) -> None:
+    async def _read_stream(
+        self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None
+    ) -> None:
         last_id, retry_ms, answered = await self._relay_events(resp, related)
         attempts = 0
         while not answered and last_id is not None and attempts < _RESUME_ATTEMPTS:
@@ -132,8 +144,14 @@ class StreamableHttpTransport(Transport):
             try:
                 message = jsonrpc.parse(event.data)
             except (ParseError, InvalidRequest) as exc:
-                raise UpstreamProtocolError(f"the upstream sent an invalid event: {exc.message}") from exc
-            if related is not None and isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse) and message.id == related:
+                raise UpstreamProtocolError(
+                    f"the upstream sent an invalid event: {exc.message}"
+                ) from exc
+            if (
+                related is not None
+                and isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
+                and message.id == related
+            ):
                 answered = True
             self.sink.on_message(message, related)
         return last_id, retry_ms, answered
@@ -160,7 +178,9 @@ class StreamableHttpTransport(Transport):
                                 try:
                                     self.sink.on_message(jsonrpc.parse(event.data), None)
                                 except (ParseError, InvalidRequest) as exc:
-                                    log.warning("upstream GET stream sent an invalid event: %s", exc.message)
+                                    log.warning(
+                                        "upstream GET stream sent an invalid event: %s", exc.message
+                                    )
                     elif resp.status in (400, 404):
                         return
             except (aiohttp.ClientError, TimeoutError) as exc:

@@ -1,0 +1,327 @@
+"""A task-unaware MCP server core: the legacy upstream the gateway puts tasks in front of.
+
+`LegacyServer` speaks JSON-RPC as dicts through `handle()` (in) and a `send` callback (out), so
+the stdio demo and the HTTP fakes in tests wrap the same core. Like servers written before MCP
+Tasks, it ignores `params.task` and answers `tasks/*` with -32601.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
+
+from pydantic import BaseModel, Field
+
+logger = logging.getLogger(__name__)
+
+PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
+
+INVALID_REQUEST = -32600
+METHOD_NOT_FOUND = -32601
+INVALID_PARAMS = -32602
+
+RequestId = str | int
+Message = dict[str, Any]
+Send = Callable[[Message], Awaitable[None]]
+ArgsT = TypeVar("ArgsT", bound=BaseModel)
+
+
+class RpcError(Exception):
+    """Raised by a tool, or by a server->client request, to mean a JSON-RPC error."""
+
+    def __init__(self, code: int, message: str, data: Any = None) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.data = data
+
+    def to_json(self) -> Message:
+        error: Message = {"code": self.code, "message": self.message}
+        if self.data is not None:
+            error["data"] = self.data
+        return error
+
+
+@dataclass(frozen=True)
+class Tool(Generic[ArgsT]):
+    """A tool: its arguments model doubles as the advertised input schema."""
+
+    name: str
+    description: str
+    arguments: type[ArgsT]
+    run: Callable[[ToolContext, ArgsT], Awaitable[Message]]
+
+    def describe(self) -> Message:
+        return {
+            "name": self.name,
+            "description": self.description,
+            "inputSchema": self.arguments.model_json_schema(),
+        }
+
+
+def text_result(text: str, *, structured: Message | None = None, is_error: bool = False) -> Message:
+    """A CallToolResult carrying one text block."""
+    result: Message = {"content": [{"type": "text", "text": text}], "isError": is_error}
+    if structured is not None:
+        result["structuredContent"] = structured
+    return result
+
+
+class ToolContext:
+    """What a running tool may do towards the client that called it."""
+
+    def __init__(self, server: LegacyServer, progress_token: RequestId | None) -> None:
+        self._server = server
+        self._progress_token = progress_token
+
+    async def progress(
+        self, progress: float, total: float | None = None, message: str | None = None
+    ) -> None:
+        # Without a token the caller could not match the notification, so the spec says stay quiet.
+        if self._progress_token is None:
+            return
+        params = {"progressToken": self._progress_token, "progress": progress}
+        params |= {k: v for k, v in (("total", total), ("message", message)) if v is not None}
+        await self._server.notify("notifications/progress", params)
+
+    async def elicit(self, message: str, requested_schema: Message) -> Message:
+        params = {"message": message, "requestedSchema": requested_schema}
+        return await self._server.request("elicitation/create", params)
+
+    async def sample(self, prompt: str, max_tokens: int = 100) -> Message:
+        message = {"role": "user", "content": {"type": "text", "text": prompt}}
+        params = {"messages": [message], "maxTokens": max_tokens}
+        return await self._server.request("sampling/createMessage", params)
+
+    async def list_roots(self) -> Message:
+        return await self._server.request("roots/list", {})
+
+    async def log(self, level: str, data: Any) -> None:
+        await self._server.log(level, data)
+
+
+class LegacyServer:
+    """One client session of a plain MCP server; feed it messages, it answers through `send`."""
+
+    def __init__(
+        self,
+        tools: Sequence[Tool[Any]],
+        send: Send,
+        versions: Sequence[str] = PROTOCOL_VERSIONS,
+    ) -> None:
+        self._versions = tuple(versions)
+        self._tools = {tool.name: tool for tool in tools}
+        self._send = send
+        self._ids = itertools.count(1)
+        self._pending: dict[RequestId, asyncio.Future[Message]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._calls: dict[RequestId, asyncio.Task[None]] = {}
+        self._min_log_level = 0
+
+    async def handle(self, message: Message) -> None:
+        """Process one incoming message; tool calls run in the background, so this never blocks."""
+        method = message.get("method")
+        if method is None:
+            self._resolve(message)
+        elif "id" not in message:
+            if method == "notifications/cancelled":
+                call = self._calls.get(message.get("params", {}).get("requestId"))
+                if call is not None:
+                    call.cancel()
+        elif method == "tools/call":
+            self._start_call(message["id"], message.get("params", {}))
+        else:
+            await self._answer(message["id"], method, message.get("params", {}))
+
+    async def close(self) -> None:
+        """Cancel running tool calls and waiting server->client requests."""
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        for future in self._pending.values():
+            future.cancel()
+
+    async def request(self, method: str, params: Message) -> Message:
+        """Send a server->client request and wait for the client's result.
+
+        Raises:
+            RpcError: the client answered with an error.
+        """
+        request_id = next(self._ids)
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._pending[request_id] = future
+        try:
+            await self._send(
+                {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+            )
+            return await future
+        finally:
+            del self._pending[request_id]
+
+    async def notify(self, method: str, params: Message) -> None:
+        await self._send({"jsonrpc": "2.0", "method": method, "params": params})
+
+    async def log(self, level: str, data: Any) -> None:
+        if LOG_LEVELS.index(level) >= self._min_log_level:
+            await self.notify("notifications/message", {"level": level, "data": data})
+
+    def _resolve(self, response: Message) -> None:
+        future = self._pending.get(response.get("id", ""))
+        if future is None or future.done():
+            logger.warning("dropping a response to no pending request: %r", response)
+        elif "error" in response:
+            error = response["error"]
+            future.set_exception(RpcError(error["code"], error["message"], error.get("data")))
+        else:
+            future.set_result(response.get("result", {}))
+
+    def _local(self, method: str, params: Message) -> Message:
+        if method == "initialize":
+            asked = params.get("protocolVersion")
+            version = asked if asked in self._versions else self._versions[-1]
+            return {
+                "protocolVersion": version,
+                "capabilities": {"tools": {"listChanged": False}, "logging": {}},
+                "serverInfo": {"name": "gateway-demo", "version": "0.1.0"},
+            }
+        if method == "ping":
+            return {}
+        if method == "tools/list":
+            return {"tools": [tool.describe() for tool in self._tools.values()]}
+        if method == "logging/setLevel":
+            if params.get("level") not in LOG_LEVELS:
+                raise RpcError(INVALID_PARAMS, f"Unknown log level: {params.get('level')}")
+            self._min_log_level = LOG_LEVELS.index(params["level"])
+            return {}
+        raise RpcError(METHOD_NOT_FOUND, f"Method not found: {method}")
+
+    async def _answer(self, request_id: RequestId, method: str, params: Message) -> None:
+        try:
+            if method == "tools/call":
+                result = await self._call(params)
+            else:
+                result = self._local(method, params)
+        except RpcError as exc:
+            await self._send({"jsonrpc": "2.0", "id": request_id, "error": exc.to_json()})
+        else:
+            await self._send({"jsonrpc": "2.0", "id": request_id, "result": result})
+
+    def _start_call(self, request_id: RequestId, params: Message) -> None:
+        # _tasks owns the task until it ends; _calls only lets notifications/cancelled find it.
+        task = asyncio.create_task(self._answer(request_id, "tools/call", params))  # noqa: TID251
+        self._tasks.add(task)
+        self._calls[request_id] = task
+        task.add_done_callback(lambda done: self._forget(request_id, done))
+
+    def _forget(self, request_id: RequestId, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        if self._calls.get(request_id) is task:
+            del self._calls[request_id]
+        if not task.cancelled() and task.exception() is not None:
+            logger.error("could not answer call %r", request_id, exc_info=task.exception())
+
+    async def _call(self, params: Message) -> Message:
+        tool = self._tools.get(params.get("name", ""))
+        if tool is None:
+            raise RpcError(INVALID_PARAMS, f"Unknown tool: {params.get('name')}")
+        progress_token = params.get("_meta", {}).get("progressToken")
+        try:
+            arguments = tool.arguments.model_validate(params.get("arguments") or {})
+            return await tool.run(ToolContext(self, progress_token), arguments)
+        except RpcError:
+            raise
+        except Exception as exc:
+            # A failing tool is a result the model can read, not a protocol failure.
+            return text_result(f"{type(exc).__name__}: {exc}", is_error=True)
+
+
+class EchoArgs(BaseModel):
+    text: str
+
+
+class SlowArgs(BaseModel):
+    seconds: float = Field(default=3, ge=0)
+    steps: int = Field(default=5, ge=1)
+
+
+class AskArgs(BaseModel):
+    question: str = "What is your name?"
+
+
+class SampleArgs(BaseModel):
+    prompt: str
+
+
+class LogArgs(BaseModel):
+    message: str
+
+
+class NoArgs(BaseModel):
+    pass
+
+
+NAME_SCHEMA: Message = {
+    "type": "object",
+    "properties": {"name": {"type": "string"}},
+    "required": ["name"],
+}
+
+
+async def echo(ctx: ToolContext, args: EchoArgs) -> Message:
+    return text_result(args.text, structured={"text": args.text})
+
+
+async def slow(ctx: ToolContext, args: SlowArgs) -> Message:
+    for step in range(1, args.steps + 1):
+        await asyncio.sleep(args.seconds / args.steps)
+        await ctx.progress(step, args.steps, f"step {step}/{args.steps}")
+    return text_result(f"slept {args.seconds:g} s")
+
+
+async def ask(ctx: ToolContext, args: AskArgs) -> Message:
+    answer = await ctx.elicit(args.question, NAME_SCHEMA)
+    if answer.get("action") != "accept":
+        return text_result(f"No answer ({answer.get('action')})")
+    return text_result(f"Hello, {answer['content']['name']}!")
+
+
+async def sample(ctx: ToolContext, args: SampleArgs) -> Message:
+    reply = await ctx.sample(args.prompt)
+    # Since 2025-11-25 the content may be a list of blocks.
+    blocks = reply["content"] if isinstance(reply["content"], list) else [reply["content"]]
+    return text_result("".join(block["text"] for block in blocks if block["type"] == "text"))
+
+
+async def fail(ctx: ToolContext, args: NoArgs) -> Message:
+    return text_result("the tool failed on purpose", is_error=True)
+
+
+async def error(ctx: ToolContext, args: NoArgs) -> Message:
+    raise RpcError(-32000, "upstream error on purpose")
+
+
+async def roots(ctx: ToolContext, args: NoArgs) -> Message:
+    listed = await ctx.list_roots()
+    return text_result("\n".join(root["uri"] for root in listed["roots"]))
+
+
+async def log(ctx: ToolContext, args: LogArgs) -> Message:
+    await ctx.log("info", args.message)
+    return text_result("logged")
+
+
+DEMO_TOOLS: tuple[Tool[Any], ...] = (
+    Tool("echo", "Returns the text it was given.", EchoArgs, echo),
+    Tool("slow", "Sleeps `seconds` in `steps`, reporting progress after each.", SlowArgs, slow),
+    Tool("ask", "Asks the user for their name (elicitation).", AskArgs, ask),
+    Tool("sample", "Asks the client's model to answer `prompt` (sampling).", SampleArgs, sample),
+    Tool("fail", "Returns an isError result.", NoArgs, fail),
+    Tool("error", "Answers with a JSON-RPC error.", NoArgs, error),
+    Tool("roots", "Lists the client's root URIs, one per line.", NoArgs, roots),
+    Tool("log", "Sends `message` as an info log notification.", LogArgs, log),
+)

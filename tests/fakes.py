@@ -1,0 +1,254 @@
+"""Upstream MCP servers for tests: real aiohttp apps around `LegacyServer`.
+
+* `legacy_sse_app()`: the 2024-11-05 HTTP+SSE transport (GET /sse, POST /messages).
+* `faulty_streamable_app()`: Streamable HTTP (POST /mcp, JSON answers only) whose tools break the
+  transport on purpose; `app[FAULT_HOOKS]` holds events tests await instead of sleeping.
+
+Run one standalone with `python -m tests.fakes {sse,streamable} [--port N]`.
+"""
+
+import argparse
+import asyncio
+import json
+import secrets
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from aiohttp import web
+
+from gateway.legacy_server import (
+    DEMO_TOOLS,
+    INVALID_REQUEST,
+    EchoArgs,
+    LegacyServer,
+    Message,
+    NoArgs,
+    Tool,
+    ToolContext,
+    echo,
+    text_result,
+)
+
+PARSE_ERROR = -32700
+SESSION_NOT_FOUND = -32001
+
+
+@dataclass
+class _SseSession:
+    server: LegacyServer
+    # None ends the stream: the server is shutting down.
+    outbox: "asyncio.Queue[Message | None]"
+
+
+SSE_SESSIONS = web.AppKey("sse_sessions", dict[str, _SseSession])
+SSE_TOOLS = web.AppKey("sse_tools", tuple[Tool[Any], ...])
+
+
+def legacy_sse_app(tools: Sequence[Tool[Any]] = DEMO_TOOLS) -> web.Application:
+    """An old-style MCP server: one LegacyServer per open GET /sse stream."""
+    app = web.Application()
+    app[SSE_SESSIONS] = {}
+    app.router.add_get("/sse", _open_sse_stream)
+    app.router.add_post("/messages", _post_sse_message)
+    app.on_shutdown.append(_end_sse_streams)
+    app[SSE_TOOLS] = tuple(tools)
+    return app
+
+
+def _sse_event(event: str, data: str) -> bytes:
+    return f"event: {event}\ndata: {data}\n\n".encode()
+
+
+async def _open_sse_stream(request: web.Request) -> web.StreamResponse:
+    tools = request.app[SSE_TOOLS]
+    outbox: asyncio.Queue[Message | None] = asyncio.Queue()
+    session = _SseSession(LegacyServer(tools, outbox.put), outbox)
+    session_id = secrets.token_hex(16)
+    response = web.StreamResponse(
+        headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+    )
+    await response.prepare(request)
+    await response.write(_sse_event("endpoint", f"/messages?session_id={session_id}"))
+    request.app[SSE_SESSIONS][session_id] = session
+    try:
+        # Runs until the client disconnects (aiohttp cancels the handler) or shutdown.
+        while (message := await outbox.get()) is not None:
+            await response.write(_sse_event("message", json.dumps(message)))
+    finally:
+        del request.app[SSE_SESSIONS][session_id]
+        await session.server.close()
+    return response
+
+
+async def _post_sse_message(request: web.Request) -> web.Response:
+    session = request.app[SSE_SESSIONS].get(request.query.get("session_id", ""))
+    if session is None:
+        raise web.HTTPNotFound(text="unknown session")
+    try:
+        message = await request.json()
+    except json.JSONDecodeError as exc:
+        raise web.HTTPBadRequest(text=f"invalid JSON: {exc}") from exc
+    await session.server.handle(message)
+    return web.Response(status=202, text="Accepted")
+
+
+async def _end_sse_streams(app: web.Application) -> None:
+    for session in app[SSE_SESSIONS].values():
+        session.outbox.put_nowait(None)
+
+
+@dataclass
+class FaultHooks:
+    """What the faulty server saw, as events a test awaits instead of sleeping."""
+
+    # tool name -> set once a tools/call for it arrived
+    arrived: defaultdict[str, asyncio.Event] = field(
+        default_factory=lambda: defaultdict(asyncio.Event)
+    )
+    # set when a caller disconnected before its call was answered
+    abandoned: asyncio.Event = field(default_factory=asyncio.Event)
+    # every JSON-RPC message posted, in arrival order
+    received: list[Message] = field(default_factory=list)
+
+
+FAULT_HOOKS = web.AppKey("fault_hooks", FaultHooks)
+
+
+class _JsonSession:
+    """A LegacyServer whose answers go back on the POST that asked, as JSON."""
+
+    def __init__(self, tools: Sequence[Tool[Any]]) -> None:
+        self.server = LegacyServer(tools, self._deliver)
+        self._waiting: dict[Any, asyncio.Future[Message]] = {}
+
+    async def ask(self, request: Message) -> Message:
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._waiting[request["id"]] = future
+        try:
+            await self.server.handle(request)
+            return await future
+        finally:
+            del self._waiting[request["id"]]
+
+    async def _deliver(self, message: Message) -> None:
+        # Without SSE there is nowhere to put notifications or server->client requests.
+        future = self._waiting.get(message.get("id")) if "method" not in message else None
+        if future is not None and not future.done():
+            future.set_result(message)
+
+
+async def _never_answer(ctx: ToolContext, args: NoArgs) -> Message:
+    forever: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+    return await forever
+
+
+async def _answer_normally(ctx: ToolContext, args: NoArgs) -> Message:
+    return text_result("done")
+
+
+FAULT_TOOLS: tuple[Tool[Any], ...] = (
+    Tool("echo", "Returns the text it was given.", EchoArgs, echo),
+    Tool("hang", "Never answers.", NoArgs, _never_answer),
+    Tool("drop", "Runs, then the connection closes before the answer.", NoArgs, _answer_normally),
+    Tool("garbage", "Runs, then answers 200 with invalid JSON.", NoArgs, _answer_normally),
+    Tool("crash", "Runs, then answers 500 and forgets every session.", NoArgs, _answer_normally),
+)
+
+JSON_SESSIONS = web.AppKey("json_sessions", dict[str, _JsonSession])
+
+
+def faulty_streamable_app(hooks: FaultHooks | None = None) -> web.Application:
+    """A Streamable HTTP server at /mcp whose fault tools break the HTTP exchange after running.
+
+    `drop` closes the connection instead of answering, `garbage` answers 200 with invalid JSON,
+    `crash` answers 500 and forgets all sessions (so old session ids get 404, as after a restart),
+    `hang` never answers. Events land in `hooks` (also at `app[FAULT_HOOKS]`).
+    """
+    app = web.Application()
+    app[FAULT_HOOKS] = hooks or FaultHooks()
+    app[JSON_SESSIONS] = {}
+    app.router.add_post("/mcp", _post_mcp)
+    app.router.add_delete("/mcp", _delete_mcp)
+    app.on_cleanup.append(_close_json_sessions)
+    return app
+
+
+def _json_error(status: int, code: int, message: str) -> web.Response:
+    error = {"jsonrpc": "2.0", "id": None, "error": {"code": code, "message": message}}
+    return web.json_response(error, status=status)
+
+
+async def _post_mcp(request: web.Request) -> web.StreamResponse:
+    hooks, sessions = request.app[FAULT_HOOKS], request.app[JSON_SESSIONS]
+    try:
+        message = await request.json()
+    except json.JSONDecodeError as exc:
+        return _json_error(400, PARSE_ERROR, f"Parse error: {exc}")
+    hooks.received.append(message)
+    if message.get("method") == "initialize":
+        session_id = secrets.token_hex(16)
+        sessions[session_id] = _JsonSession(FAULT_TOOLS)
+    else:
+        session_id = request.headers.get("Mcp-Session-Id", "")
+        if not session_id:
+            return _json_error(400, INVALID_REQUEST, "Missing session ID")
+        if session_id not in sessions:
+            return _json_error(404, SESSION_NOT_FOUND, "Session not found")
+    session = sessions[session_id]
+    if "id" not in message or "method" not in message:
+        await session.server.handle(message)
+        return web.Response(status=202)
+
+    tool = message.get("params", {}).get("name") if message["method"] == "tools/call" else None
+    if tool is not None:
+        hooks.arrived[tool].set()
+    try:
+        answer = await session.ask(message)
+    except asyncio.CancelledError:
+        # aiohttp cancels the handler when the caller disconnects; a real server would cancel too.
+        hooks.abandoned.set()
+        cancel = {"requestId": message["id"], "reason": "client disconnected"}
+        await session.server.handle(
+            {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": cancel}
+        )
+        raise
+
+    if tool == "drop":
+        assert request.transport is not None
+        request.transport.close()
+    elif tool == "garbage":
+        return web.Response(text='{"jsonrpc": "2.0", "id": ', content_type="application/json")
+    elif tool == "crash":
+        await _close_json_sessions(request.app)
+        return web.Response(status=500, text="Internal Server Error")
+    return web.json_response(answer, headers={"Mcp-Session-Id": session_id})
+
+
+async def _delete_mcp(request: web.Request) -> web.Response:
+    session = request.app[JSON_SESSIONS].pop(request.headers.get("Mcp-Session-Id", ""), None)
+    if session is None:
+        raise web.HTTPNotFound(text="unknown session")
+    await session.server.close()
+    return web.Response()
+
+
+async def _close_json_sessions(app: web.Application) -> None:
+    sessions = app[JSON_SESSIONS]
+    while sessions:
+        await sessions.popitem()[1].server.close()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description="Serve one fake upstream on 127.0.0.1.")
+    parser.add_argument("kind", choices=["sse", "streamable"])
+    parser.add_argument("--port", type=int, default=8765)
+    args = parser.parse_args()
+    app = legacy_sse_app() if args.kind == "sse" else faulty_streamable_app()
+    # Tests get handler cancellation from aiohttp's TestServer; the SSE sessions rely on it.
+    web.run_app(app, host="127.0.0.1", port=args.port, handler_cancellation=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,49 @@
+"""A stdio upstream for tests: the demo's tools plus `crash`, with knobs the demo lacks.
+
+`python tests/stdio_upstream.py [--only-version V] [--pid-dir DIR]`: speaks only protocol
+version V if given, and writes a file named after its pid into DIR so tests can watch the
+real process come and go.
+"""
+
+import argparse
+import asyncio
+import os
+import sys
+from pathlib import Path
+from typing import NoReturn
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from gateway.demo import serve_stdio  # noqa: E402
+from gateway.legacy_server import (  # noqa: E402
+    DEMO_TOOLS,
+    PROTOCOL_VERSIONS,
+    Message,
+    NoArgs,
+    Tool,
+    ToolContext,
+)
+
+
+async def crash(ctx: ToolContext, args: NoArgs) -> NoReturn:
+    os._exit(3)  # dies mid-call, as a segfaulting or OOM-killed server would
+
+
+async def _typed_crash(ctx: ToolContext, args: NoArgs) -> Message:
+    await crash(ctx, args)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--only-version")
+    parser.add_argument("--pid-dir")
+    args = parser.parse_args()
+    if args.pid_dir:
+        (Path(args.pid_dir) / str(os.getpid())).touch()
+    versions = (args.only_version,) if args.only_version else PROTOCOL_VERSIONS
+    tools = (*DEMO_TOOLS, Tool("crash", "Exits the process mid-call.", NoArgs, _typed_crash))
+    asyncio.run(serve_stdio(tools, versions))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,99 @@
+"""Configuration: the shipped file, env references, and errors that name file and key."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from gateway.config import ConfigError, Settings, load_settings, parse_settings
+
+from .conftest import ROOT
+
+
+def test_shipped_config_is_exactly_the_built_in_default() -> None:
+    # `mcp-task-gateway` without --config runs these defaults; the file documents them.
+    assert load_settings(ROOT / "config" / "gateway.yaml") == Settings()
+    assert load_settings(None).listen.host == "127.0.0.1"
+
+
+def test_env_references_are_resolved(tmp_path: Path) -> None:
+    settings = parse_settings(
+        {
+            "routes": [
+                {
+                    "name": "r",
+                    "upstream": {
+                        "transport": "streamable_http",
+                        "url": "http://127.0.0.1:9/mcp",
+                        "headers": {"X-Api-Key": "key-${API_KEY}"},
+                    },
+                }
+            ]
+        },
+        "f.yaml",
+        env={"API_KEY": "s3cret"},
+    )
+    assert settings.routes[0].upstream.headers == {"X-Api-Key": "key-s3cret"}
+
+
+@pytest.mark.parametrize(
+    ("data", "expected"),
+    [
+        ({"listen": {"hots": "x"}}, "f.yaml: listen.hots: unknown key"),
+        ({"listen": {"port": "eighty"}}, "f.yaml: listen.port:"),
+        (
+            {"routes": [{"name": "a", "upstream": {"transport": "stdio"}}]},
+            "f.yaml: routes[0].upstream: transport stdio needs `command`",
+        ),
+        (
+            {"routes": [{"name": "a", "upstream": {"transport": "ftp", "url": "x"}}]},
+            "f.yaml: routes[0].upstream.transport:",
+        ),
+        (
+            {"routes": [{"name": "a", "upstream": {"transport": "sse", "url": "${MISSING}"}}]},
+            "f.yaml: routes[0].upstream.url: environment variable MISSING is not set",
+        ),
+        (
+            {
+                "routes": [
+                    {"name": "a", "upstream": {"transport": "sse", "url": "http://x/sse"}},
+                    {"name": "a", "upstream": {"transport": "sse", "url": "http://y/sse"}},
+                ]
+            },
+            "two routes share the name 'a'",
+        ),
+        ({"routes": []}, "f.yaml: routes:"),
+        (["not", "a", "mapping"], "f.yaml: the top level must be a mapping"),
+    ],
+)
+def test_bad_config_names_the_file_and_the_key(data: object, expected: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_settings(data, "f.yaml", env={})
+    assert expected in str(raised.value)
+
+
+def test_bad_yaml_and_missing_files_are_config_errors(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("listen: [unclosed\n")
+    with pytest.raises(ConfigError, match="bad.yaml: not valid YAML"):
+        load_settings(bad)
+    with pytest.raises(ConfigError, match="nope.yaml: cannot read"):
+        load_settings(tmp_path / "nope.yaml")
+
+
+def test_cli_exits_nonzero_naming_the_key_before_listening(tmp_path: Path) -> None:
+    bad = tmp_path / "gateway.yaml"
+    bad.write_text("listen: {host: 127.0.0.1, port: 8080}\nroutes:\n  - name: x\n    upstrem: {}\n")
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(bad)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert run.returncode == 2
+    assert f"{bad}: routes[0].upstrem: unknown key" in run.stderr
+    assert "Running on" not in run.stderr

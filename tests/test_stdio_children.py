@@ -1,0 +1,92 @@
+"""stdio upstreams: one child per session, a cap, the child ended with its session, and a
+child that dies mid-call."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from pathlib import Path
+
+import aiohttp
+import pytest
+from mcp import types
+from mcp.shared.exceptions import McpError
+
+from gateway.errors import INTERNAL_ERROR
+
+from .conftest import ROOT, StartGateway, mcp_client
+from .test_mcp_endpoint import INIT, headers
+
+
+def route(pid_dir: Path, **upstream: object) -> list[dict[str, object]]:
+    command = ["python", str(ROOT / "tests" / "stdio_upstream.py"), "--pid-dir", str(pid_dir)]
+    return [{"name": "kids", "upstream": {"transport": "stdio", "command": command, **upstream}}]
+
+
+def pids(pid_dir: Path) -> list[int]:
+    return sorted(int(p.name) for p in pid_dir.iterdir())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return (
+        Path(f"/proc/{pid}").exists()
+        and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    )
+
+
+async def wait_until_dead(pid: int) -> None:
+    async with asyncio.timeout(10):
+        while alive(pid):  # noqa: ASYNC110 - another process's exit has no event to await
+            await asyncio.sleep(0.05)
+
+
+async def test_each_session_gets_its_own_child_ended_with_the_session(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    base = await start_gateway(route(tmp_path))
+    async with mcp_client(f"{base}/kids/mcp") as one, mcp_client(f"{base}/kids/mcp") as two:
+        await one.call_tool("echo", {"text": "1"})
+        await two.call_tool("echo", {"text": "2"})
+        children = pids(tmp_path)
+        assert len(children) == 2 and all(alive(p) for p in children)
+    # Leaving the client context sends DELETE; each child must be gone, not orphaned.
+    for pid in children:
+        await wait_until_dead(pid)
+
+
+async def test_children_beyond_the_route_cap_are_refused_clearly(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    url = f"{await start_gateway(route(tmp_path, max_children=1))}/kids/mcp"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json=INIT, headers=headers()) as first:
+            assert first.status == 200
+            session_id = first.headers["Mcp-Session-Id"]
+        async with http.post(url, json=INIT, headers=headers()) as second:
+            assert second.status == 503
+            assert "max_children" in (await second.json())["error"]["message"]
+        async with http.delete(url, headers={"Mcp-Session-Id": session_id}) as ended:
+            assert ended.status == 200
+        async with http.post(url, json=INIT, headers=headers()) as third:
+            assert third.status == 200  # the slot came back with the ended session
+
+
+async def test_child_that_dies_mid_call_fails_the_call_and_the_next_call_gets_a_fresh_child(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    base = await start_gateway(route(tmp_path))
+    async with mcp_client(f"{base}/kids/mcp") as client:
+        with pytest.raises(McpError) as raised:
+            await client.call_tool("crash", {})
+        assert raised.value.error.code == INTERNAL_ERROR
+        assert "exited with code 3" in raised.value.error.message
+        result = await client.call_tool("echo", {"text": "again"})
+        block = result.content[0]
+        assert isinstance(block, types.TextContent) and block.text == "again"
+    first, second = pids(tmp_path)
+    assert not alive(first)
+    await wait_until_dead(second)
