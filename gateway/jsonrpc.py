@@ -105,7 +105,7 @@ def from_object(obj: Any) -> Message:
 
 
 def dump(message: Message) -> str:
-    return json.dumps(message.model_dump(exclude_unset=True), separators=(",", ":"))
+    return message.model_dump_json(exclude_unset=True)
 
 
 def error_response(

@@ -31,7 +31,8 @@ class EventStream:
         self.key = key
         self._events: collections.deque[tuple[int, str]] = collections.deque(maxlen=capacity)
         self._next = 1
-        self._changed = asyncio.Event()
+        # Created only when someone waits: most streams are answered before anyone does.
+        self._changed: asyncio.Event | None = None
         self._reader = 0
         self.closed = False
         #: The last event handed to a connection: where a GET without Last-Event-ID starts.
@@ -60,11 +61,14 @@ class EventStream:
         return self._next - 1
 
     async def wait_changed(self) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Event()
         await self._changed.wait()
 
     def _wake(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
 
     def event_id(self, seq: int) -> str:
         return f"{self.key}:{seq}"
@@ -88,7 +92,7 @@ class EventStream:
                 continue
             try:
                 async with asyncio.timeout(idle):
-                    await self._changed.wait()
+                    await self.wait_changed()
             except TimeoutError:
                 yield None
 
