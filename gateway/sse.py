@@ -135,9 +135,7 @@ async def serve(
             else:
                 seq, data = item
                 await response.write(encode(stream.event_id(seq), data))
-    except (ConnectionResetError, asyncio.CancelledError):
-        # The client went away; the stream stays resumable. aiohttp cancels the handler
-        # on disconnect, which must not propagate as an error.
+    except ConnectionResetError:
+        # The client went away; the stream stays resumable with Last-Event-ID.
         log.debug("client left SSE stream %s", stream.key)
-        raise
     return response
