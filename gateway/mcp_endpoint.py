@@ -167,15 +167,7 @@ async def _answer(
         assert first is not None
         stream.sent = 1
         return _json(first)
-    return await sse.serve(
-        request,
-        stream,
-        after=0,
-        prime=True,
-        keepalive=http.keepalive_seconds,
-        retry_ms=http.sse_retry_ms,
-        headers={},
-    )
+    return await sse.serve(request, stream, after=0, prime=True, config=http)
 
 
 async def get(route_name: str, request: web.Request) -> web.StreamResponse:
@@ -196,15 +188,7 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
                 f"Last-Event-ID {last_event_id!r} names no stream this session still holds"
             )
         stream, after, prime = found, int(seq), False
-    return await sse.serve(
-        request,
-        stream,
-        after=after,
-        prime=prime,
-        keepalive=http.keepalive_seconds,
-        retry_ms=http.sse_retry_ms,
-        headers={},
-    )
+    return await sse.serve(request, stream, after=after, prime=prime, config=http)
 
 
 async def delete(route_name: str, request: web.Request) -> web.Response:

@@ -16,6 +16,8 @@ from collections.abc import AsyncIterator
 
 from aiohttp import web
 
+from .config import HttpConfig
+
 log = logging.getLogger(__name__)
 
 SSE_HEADERS = {
@@ -118,18 +120,16 @@ async def serve(
     *,
     after: int,
     prime: bool,
-    keepalive: float,
-    retry_ms: int,
-    headers: dict[str, str],
+    config: HttpConfig,
 ) -> web.StreamResponse:
     """Write `stream` to the client from event `after` on, with keep-alive comments."""
-    response = web.StreamResponse(status=200, headers={**SSE_HEADERS, **headers})
+    response = web.StreamResponse(status=200, headers=SSE_HEADERS)
     await response.prepare(request)
     try:
         if prime:
             # The priming event: an id the client can resume from before any message came.
-            await response.write(encode(stream.event_id(after), "", retry_ms))
-        async for item in stream.follow(after, keepalive):
+            await response.write(encode(stream.event_id(after), "", config.sse_retry_ms))
+        async for item in stream.follow(after, config.keepalive_seconds):
             if item is None:
                 await response.write(KEEPALIVE)
             else:
