@@ -156,13 +156,13 @@ async def _answer(
     if http.json_window_seconds > 0:
         try:
             async with asyncio.timeout(http.json_window_seconds):
-                while stream.pushed == 0 and not stream.closed:
+                while stream.pushed == 0 and not stream.closed and not stream.sse:
                     await stream.wait_changed()
         except TimeoutError:
             pass
     # The answer is pushed and the stream closed in one step, so a closed stream holding a
     # single event holds exactly the answer.
-    if stream.closed and stream.pushed == 1:
+    if stream.closed and stream.pushed == 1 and not stream.sse:
         first = stream.first_event()
         assert first is not None
         stream.sent = 1

@@ -54,7 +54,7 @@ class Session:
         self._down_ids = itertools.count(1)
         self._server_requests: dict[jsonrpc.RequestId, tuple[jsonrpc.RequestId, EventStream]] = {}
         self._tasks = TaskSet(f"session {self.tag}")
-        self.upstream = UpstreamClient(route.transport, route.config, self._on_server_message)
+        self.upstream = UpstreamClient(route.transport, route.config, self)
 
     @property
     def busy(self) -> bool:
@@ -137,7 +137,16 @@ class Session:
 
     # -- upstream -> client
 
-    def _on_server_message(
+    def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
+        call = self._inflight.get(related)
+        if call is None:
+            return
+        if interrupted:
+            call.stream.interrupt()
+        else:
+            call.stream.want_sse()
+
+    def on_server_message(
         self, message: jsonrpc.Message, related: jsonrpc.RequestId | None
     ) -> None:
         if isinstance(message, jsonrpc.Request):

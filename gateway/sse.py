@@ -39,6 +39,8 @@ class EventStream:
         self.closed = False
         #: The last event handed to a connection: where a GET without Last-Event-ID starts.
         self.sent = 0
+        #: The upstream framed this answer as SSE, so the client gets SSE too.
+        self.sse = False
 
     def push(self, data: str) -> None:
         """Append one event (a serialised JSON-RPC message)."""
@@ -53,6 +55,16 @@ class EventStream:
     def close(self) -> None:
         """No more events; readers finish once they have sent what is buffered."""
         self.closed = True
+        self._wake()
+
+    def want_sse(self) -> None:
+        self.sse = True
+        self._wake()
+
+    def interrupt(self) -> None:
+        """End the connection now reading (not the stream): the client resumes with a GET."""
+        self.sse = True
+        self._reader += 1
         self._wake()
 
     def first_event(self) -> str | None:

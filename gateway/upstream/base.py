@@ -18,6 +18,13 @@ class Sink(Protocol):
 
     def on_lost(self, reason: str) -> None: ...
 
+    def on_stream(self, related: RequestId, interrupted: bool) -> None:
+        """The upstream answers `related` on an SSE stream, or closed that stream early.
+
+        An early close is SSE polling (the upstream ends the connection, not the stream, and
+        expects a reconnect); the gateway mirrors both so clients see the upstream's framing.
+        """
+
 
 class Transport(ABC):
     #: True when `send(request)` returns only after the answer has been handed to the sink

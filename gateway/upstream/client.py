@@ -12,6 +12,7 @@ import asyncio
 import itertools
 import logging
 from collections.abc import Callable
+from typing import Protocol
 
 from .. import jsonrpc
 from ..config import UpstreamConfig
@@ -22,7 +23,16 @@ from .streamable_http import UpstreamSessionExpired
 log = logging.getLogger(__name__)
 
 Answer = jsonrpc.Response | jsonrpc.ErrorResponse
-ServerMessageHandler = Callable[[jsonrpc.Message, jsonrpc.RequestId | None], None]
+
+
+class Listener(Protocol):
+    """Whoever the upstream talks to: the downstream session."""
+
+    def on_server_message(
+        self, message: jsonrpc.Message, related: jsonrpc.RequestId | None
+    ) -> None: ...
+
+    def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None: ...
 
 
 class UpstreamClient:
@@ -30,11 +40,11 @@ class UpstreamClient:
         self,
         make_transport: Callable[[UpstreamClient], Transport],
         config: UpstreamConfig,
-        on_server_message: ServerMessageHandler,
+        listener: Listener,
     ) -> None:
         self._transport = make_transport(self)
         self._config = config
-        self._on_server_message = on_server_message
+        self._listener = listener
         self._ids = itertools.count(1)
         self._pending: dict[jsonrpc.RequestId, asyncio.Future[Answer]] = {}
         self._handshake: tuple[jsonrpc.Request, jsonrpc.Notification | None] | None = None
@@ -58,7 +68,10 @@ class UpstreamClient:
             if isinstance(message, jsonrpc.ErrorResponse):
                 log.warning("upstream error not tied to a request: %s", message.error.message)
             return
-        self._on_server_message(message, related)
+        self._listener.on_server_message(message, related)
+
+    def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
+        self._listener.on_stream(related, interrupted)
 
     def on_lost(self, reason: str) -> None:
         log.warning("upstream lost: %s", reason)

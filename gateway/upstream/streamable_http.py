@@ -88,6 +88,8 @@ class StreamableHttpTransport(Transport):
             return
         ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if ctype == "text/event-stream":
+            if related is not None:
+                self.sink.on_stream(related, interrupted=False)
             await self._read_stream(resp, related)
             return
         body = await resp.read()
@@ -117,6 +119,8 @@ class StreamableHttpTransport(Transport):
         last_id, retry_ms, answered = await self._relay_events(resp, related)
         attempts = 0
         while not answered and last_id is not None and attempts < _RESUME_ATTEMPTS:
+            if related is not None and attempts == 0:
+                self.sink.on_stream(related, interrupted=True)
             attempts += 1
             await asyncio.sleep((retry_ms or 1000) / 1000)
             headers = self._headers("text/event-stream")
@@ -135,7 +139,6 @@ class StreamableHttpTransport(Transport):
     ) -> tuple[str | None, int | None, bool]:
         last_id: str | None = None
         retry_ms: int | None = None
-        answered = False
         async for event in sse_reader.events(resp.content):
             last_id = event.id or last_id
             retry_ms = event.retry or retry_ms
@@ -147,14 +150,17 @@ class StreamableHttpTransport(Transport):
                 raise UpstreamProtocolError(
                     f"the upstream sent an invalid event: {exc.message}"
                 ) from exc
+            self.sink.on_message(message, related)
             if (
                 related is not None
                 and isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
                 and message.id == related
             ):
-                answered = True
-            self.sink.on_message(message, related)
-        return last_id, retry_ms, answered
+                # Done. A resumed stream may stay open after the answer; closing the
+                # connection is the only way out, as aiohttp would wait for the body's end.
+                resp.close()
+                return last_id, retry_ms, True
+        return last_id, retry_ms, False
 
     async def _listen(self) -> None:
         """The upstream's GET stream: messages not tied to any request."""
