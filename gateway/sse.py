@@ -41,6 +41,7 @@ class EventStream:
         self.sent = 0
         #: The upstream framed this answer as SSE, so the client gets SSE too.
         self.sse = False
+        self._cut = False
 
     def push(self, data: str) -> None:
         """Append one event (a serialised JSON-RPC message)."""
@@ -62,9 +63,12 @@ class EventStream:
         self._wake()
 
     def interrupt(self) -> None:
-        """End the connection now reading (not the stream): the client resumes with a GET."""
+        """End the connection reading now, or the next one, once it has sent what is buffered.
+
+        The stream itself goes on: the client resumes it with a GET and Last-Event-ID.
+        """
         self.sse = True
-        self._reader += 1
+        self._cut = True
         self._wake()
 
     def first_event(self) -> str | None:
@@ -101,6 +105,9 @@ class EventStream:
                 yield seq, data
                 after = self.sent = seq
             if self.closed:
+                return
+            if self._cut:
+                self._cut = False
                 return
             if pending:
                 continue
