@@ -15,6 +15,7 @@ from aiohttp import web
 from . import dispatch, jsonrpc, rewrite, sse
 from .config import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig
 from .errors import (
+    INTERNAL_ERROR,
     InvalidRequest,
     NotAcceptable,
     PayloadTooLarge,
@@ -101,12 +102,10 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
                 "initialize must be sent without MCP-Session-Id: it opens a new session"
             )
         return await _initialize(request, route, decision.request)
-    if isinstance(decision, dispatch.Reject) and not request.headers.get(SESSION_HEADER):
+    if isinstance(decision, dispatch.Reject):
         return _json(jsonrpc.error_response(decision.request.id, decision.code, decision.message))
 
     session = _session(request, route)
-    if isinstance(decision, dispatch.Reject):
-        return _json(jsonrpc.error_response(decision.request.id, decision.code, decision.message))
     if isinstance(decision, dispatch.Deliver):
         try:
             await session.deliver(decision.message)
@@ -131,9 +130,11 @@ async def _initialize(
         answer = await session.upstream.initialize(init)
     except UpstreamError as exc:
         await sessions.end(session)
-        return _json(
-            jsonrpc.error_response(init.id, -32603, f"upstream unavailable: {exc.message}")
-        )
+        message = f"upstream unavailable: {exc.message}"
+        return _json(jsonrpc.error_response(init.id, INTERNAL_ERROR, message))
+    except BaseException:
+        await sessions.end(session)  # e.g. the route's child cap: no half-open session stays
+        raise
     if isinstance(answer, jsonrpc.ErrorResponse):
         await sessions.end(session)
         return _json(jsonrpc.with_id(answer, init.id))

@@ -61,14 +61,18 @@ async def test_each_session_gets_its_own_child_ended_with_the_session(
 async def test_children_beyond_the_route_cap_are_refused_clearly(
     start_gateway: StartGateway, tmp_path: Path
 ) -> None:
-    url = f"{await start_gateway(route(tmp_path, max_children=1))}/kids/mcp"
+    base = await start_gateway(route(tmp_path, max_children=1), sessions={"max_sessions": 2})
+    url = f"{base}/kids/mcp"
     async with aiohttp.ClientSession() as http:
         async with http.post(url, json=INIT, headers=headers()) as first:
             assert first.status == 200
             session_id = first.headers["Mcp-Session-Id"]
-        async with http.post(url, json=INIT, headers=headers()) as second:
-            assert second.status == 503
-            assert "max_children" in (await second.json())["error"]["message"]
+        for _ in range(2):
+            # Refused twice for the child cap: a refused initialize leaves no session behind
+            # (else the second refusal would name sessions.max_sessions instead).
+            async with http.post(url, json=INIT, headers=headers()) as refused:
+                assert refused.status == 503
+                assert "max_children" in (await refused.json())["error"]["message"]
         async with http.delete(url, headers={"Mcp-Session-Id": session_id}) as ended:
             assert ended.status == 200
         async with http.post(url, json=INIT, headers=headers()) as third:

@@ -46,6 +46,7 @@ class StreamableHttpTransport(Transport):
         self._session_id: str | None = None
         self._version: str | None = None
         self._tasks = TaskSet("streamable_http")
+        self._listener: asyncio.Task[None] | None = None
 
     def _headers(self, accept: str) -> dict[str, str]:
         headers = {**self._static_headers, "Accept": accept}
@@ -61,7 +62,9 @@ class StreamableHttpTransport(Transport):
 
     def initialized(self, protocol_version: str) -> None:
         self._version = protocol_version
-        self._tasks.spawn(self._listen(), name="upstream-get-stream")
+        # A client that repeats notifications/initialized must not open a second GET stream.
+        if self._listener is None or self._listener.done():
+            self._listener = self._tasks.spawn(self._listen(), name="upstream-get-stream")
 
     async def send(self, message: jsonrpc.Message) -> None:
         headers = self._headers("application/json, text/event-stream")
@@ -84,7 +87,12 @@ class StreamableHttpTransport(Transport):
     ) -> None:
         if resp.status == 404 and self._session_id is not None:
             raise UpstreamSessionExpired("the upstream no longer knows this session (HTTP 404)")
-        if resp.status == 202 or (related is None and resp.status < 300):
+        if related is None:
+            # A notification or our answer to a server request: nothing comes back but a status.
+            if resp.status >= 400:
+                log.warning("the upstream refused a message: HTTP %d", resp.status)
+            return
+        if resp.status == 202:
             return
         ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if ctype == "text/event-stream":
@@ -196,6 +204,7 @@ class StreamableHttpTransport(Transport):
 
     async def close(self) -> None:
         await self._tasks.close()
+        self._listener = None
         if self._session_id is None:
             return
         try:

@@ -1,0 +1,71 @@
+"""What reaches the upstream in HTTP headers: the route's static headers, never the client's."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from typing import Any
+
+import httpx
+import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+from mcp import ClientSession
+from mcp.client.streamable_http import streamable_http_client
+from multidict import CIMultiDictProxy
+
+from .conftest import StartGateway
+
+SEEN = web.AppKey("seen", list[CIMultiDictProxy[str]])
+
+
+def recording_upstream() -> web.Application:
+    async def post(request: web.Request) -> web.Response:
+        request.app[SEEN].append(request.headers)
+        message: dict[str, Any] = await request.json()
+        if "id" not in message:
+            return web.Response(status=202)
+        result: dict[str, Any] = {"tools": []} if message["method"] == "tools/list" else {}
+        if message["method"] == "initialize":
+            result = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "recorder", "version": "1"},
+            }
+        return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    app = web.Application()
+    app[SEEN] = []
+    app.router.add_post("/mcp", post)
+    return app
+
+
+@pytest.fixture
+async def recorder() -> AsyncIterator[TestServer]:
+    server = TestServer(recording_upstream(), host="127.0.0.1")
+    await server.start_server()
+    yield server
+    await server.close()
+
+
+async def test_client_credentials_never_reach_the_upstream_but_route_headers_do(
+    start_gateway: StartGateway, recorder: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("UPSTREAM_KEY", "route-secret")
+    upstream = {
+        "transport": "streamable_http",
+        "url": str(recorder.make_url("/mcp")),
+        "headers": {"X-Api-Key": "${UPSTREAM_KEY}"},
+    }
+    base = await start_gateway([{"name": "r", "upstream": upstream}])
+
+    client_headers = {"Authorization": "Bearer client-secret", "Cookie": "sid=client"}
+    async with httpx.AsyncClient(headers=client_headers) as http:
+        async with streamable_http_client(f"{base}/r/mcp", http_client=http) as (read, write, _):
+            async with ClientSession(read, write) as client:
+                await client.initialize()
+                await client.list_tools()
+    seen = recorder.app[SEEN]
+    assert len(seen) >= 3  # initialize, initialized, tools/list
+    for headers in seen:
+        assert headers["X-Api-Key"] == "route-secret"
+        assert "Authorization" not in headers and "Cookie" not in headers
