@@ -41,7 +41,7 @@ class EventStream:
         self.sent = 0
         #: The upstream framed this answer as SSE, so the client gets SSE too.
         self.sse = False
-        self._cut = False
+        self._cut_at: int | None = None
 
     def push(self, data: str) -> None:
         """Append one event (a serialised JSON-RPC message)."""
@@ -63,12 +63,13 @@ class EventStream:
         self._wake()
 
     def interrupt(self) -> None:
-        """End the connection reading now, or the next one, once it has sent what is buffered.
+        """End the connection reading now (or the next one) after the events pushed so far.
 
-        The stream itself goes on: the client resumes it with a GET and Last-Event-ID.
+        The upstream closed its stream at this point; what comes later goes only to the
+        connection that resumes with a GET and Last-Event-ID, as it would without us.
         """
         self.sse = True
-        self._cut = True
+        self._cut_at = self._next - 1
         self._wake()
 
     def first_event(self) -> str | None:
@@ -100,14 +101,15 @@ class EventStream:
         me = self._reader
         self._wake()  # a previous reader sees it was replaced and ends
         while self._reader == me:
-            pending = [e for e in self._events if e[0] > after]
+            cut = self._cut_at
+            pending = [e for e in self._events if e[0] > after and (cut is None or e[0] <= cut)]
             for seq, data in pending:
                 yield seq, data
                 after = self.sent = seq
-            if self.closed:
+            if cut is not None:
+                self._cut_at = None
                 return
-            if self._cut:
-                self._cut = False
+            if self.closed:
                 return
             if pending:
                 continue
