@@ -33,12 +33,13 @@ SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "Mcp-Protocol-Version"
 
 
-def _accepts(request: web.Request, media_type: str) -> bool:
+def _accepts(request: web.Request, *media_types: str) -> bool:
+    """Whether the Accept header lists every one of `media_types` (or a wildcard for it)."""
     accepted = {
         part.split(";")[0].strip().lower() for part in request.headers.get("Accept", "").split(",")
     }
-    return (
-        media_type in accepted or "*/*" in accepted or f"{media_type.split('/')[0]}/*" in accepted
+    return "*/*" in accepted or all(
+        media in accepted or f"{media.split('/')[0]}/*" in accepted for media in media_types
     )
 
 
@@ -88,7 +89,7 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
         raise UnsupportedMediaType(
             f"Content-Type must be application/json, not {ctype or 'absent'!r}"
         )
-    if not (_accepts(request, "application/json") and _accepts(request, "text/event-stream")):
+    if not _accepts(request, "application/json", "text/event-stream"):
         raise NotAcceptable(
             "Not Acceptable: the Accept header must list both application/json "
             "and text/event-stream"

@@ -71,9 +71,8 @@ class StreamableHttpTransport(Transport):
         headers["Content-Type"] = "application/json"
         related = message.id if isinstance(message, jsonrpc.Request) else None
         try:
-            async with self._http.post(
-                self._url, data=jsonrpc.dump(message), headers=headers
-            ) as resp:
+            body = jsonrpc.dump(message).encode()
+            async with self._http.post(self._url, data=body, headers=headers) as resp:
                 if isinstance(message, jsonrpc.Request) and message.method == "initialize":
                     self._session_id = resp.headers.get("Mcp-Session-Id", self._session_id)
                 await self._consume(resp, related)
