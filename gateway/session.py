@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from . import jsonrpc
 from .aio import TaskSet
 from .config import HttpConfig, SessionsConfig
-from .errors import INTERNAL_ERROR, CapacityExceeded, SessionNotFound, UpstreamError
+from .errors import INTERNAL_ERROR, CapacityExceeded, GatewayError, SessionNotFound
 from .sse import EventStream
 from .upstream import Answer, UpstreamClient, UpstreamRoute
 
@@ -97,11 +97,16 @@ class Session:
     async def _relay(
         self, outgoing: jsonrpc.Request, client_id: jsonrpc.RequestId, stream: EventStream
     ) -> None:
+        # Every relayed request ends in exactly one answer on its stream (or, when the client
+        # cancelled it, in none), whatever fails on the way.
         answer: Answer
         try:
             answer = await self.upstream.call(outgoing)
-        except UpstreamError as exc:
+        except GatewayError as exc:  # the upstream failed, or a cap refused to replace it
             answer = jsonrpc.error_response(outgoing.id, INTERNAL_ERROR, exc.message)
+        except Exception:
+            log.exception("session %s: relaying %s failed", self.tag, outgoing.method)
+            answer = jsonrpc.error_response(outgoing.id, INTERNAL_ERROR, "internal gateway error")
         except asyncio.CancelledError:
             stream.close()  # a cancelled request gets no answer (cancellation spec)
             raise

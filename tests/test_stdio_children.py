@@ -94,3 +94,22 @@ async def test_child_that_dies_mid_call_fails_the_call_and_the_next_call_gets_a_
     first, second = pids(tmp_path)
     assert not alive(first)
     await wait_until_dead(second)
+
+
+async def test_replacing_a_dead_child_beyond_the_cap_is_a_clear_error_not_a_hang(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    base = await start_gateway(route(tmp_path, max_children=1))
+    async with mcp_client(f"{base}/kids/mcp") as first:
+        with pytest.raises(McpError):
+            await first.call_tool("crash", {})
+        # The dead child's slot goes to another session before `first` calls again.
+        async with mcp_client(f"{base}/kids/mcp") as second:
+            async with asyncio.timeout(10):
+                with pytest.raises(McpError) as raised:
+                    await first.call_tool("echo", {"text": "no room"})
+            assert raised.value.error.code == INTERNAL_ERROR
+            assert "max_children" in raised.value.error.message
+            result = await second.call_tool("echo", {"text": "has the slot"})
+            block = result.content[0]
+            assert isinstance(block, types.TextContent) and block.text == "has the slot"

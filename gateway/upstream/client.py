@@ -16,7 +16,7 @@ from typing import Protocol
 
 from .. import jsonrpc
 from ..config import UpstreamConfig
-from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from ..errors import UpstreamTimeout, UpstreamUnavailable
 from .base import Transport
 from .streamable_http import UpstreamSessionExpired
 
@@ -166,6 +166,3 @@ class UpstreamClient:
             if not future.done():
                 future.set_exception(UpstreamUnavailable("the session ended"))
         await self._transport.close()
-
-
-__all__ = ["Answer", "UpstreamClient", "UpstreamError"]
