@@ -125,9 +125,9 @@ class Session:
                 call = self._inflight.get(upstream_id) if upstream_id is not None else None
                 if call is None:
                     return  # already answered: cancellation races are expected
-                await self.upstream.notify(jsonrpc.with_param(message, "requestId", upstream_id))
                 if call.relay is not None:
-                    call.relay.cancel()
+                    call.relay.cancel()  # first: the client is done even if the upstream is gone
+                await self.upstream.notify(jsonrpc.with_param(message, "requestId", upstream_id))
                 return
             if message.method == "notifications/initialized":
                 await self.upstream.initialized(message)
