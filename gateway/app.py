@@ -5,14 +5,19 @@ Data flow for one client message:
     client --HTTP--> middleware (Origin check, errors -> JSON-RPC error bodies)
         --> routes (one Streamable HTTP endpoint per configured route)
         --> mcp_endpoint (headers, body, session lookup)
-        --> dispatch.decide(message)
-              Initialize -> session registry opens a session and its upstream client
+        --> dispatch.decide(message, route policy, negotiated version)
+              Initialize -> registry opens (and records) a session and its upstream client
+              RunAsTask  -> runner.submit -> store.create -> CreateTaskResult now;
+                            (background) upstream tools/call -> store.finish_task
+              TaskApi    -> task_api -> store (never the runner's memory)
               Forward    -> session.forward -> upstream client -> answer on the request's stream
               Deliver    -> session.deliver -> upstream (ids mapped back to the upstream's)
     upstream --server messages--> session -> the right downstream stream (POST or GET)
 
-Everything long-lived (upstream connection pools, sessions and their children) is created in
-a cleanup context here and released when the app stops.
+Everything long-lived (the store, the runner, upstream connection pools, sessions and their
+children) is created in one cleanup context here and released in reverse order when the app
+stops: runs first (their tasks are failed as interrupted at the next start), then sessions
+(their records stay, so clients carry on after a restart), then connections and the store.
 """
 
 from __future__ import annotations
@@ -23,9 +28,14 @@ from aiohttp import web
 
 from . import middleware
 from .config import Settings
-from .keys import SESSIONS, SETTINGS, UPSTREAMS
+from .keys import RUNNER, SESSIONS, SETTINGS, STORE, TASK_API, UPSTREAMS
+from .models import utcnow
+from .notifier import Notifier
+from .registry import SessionRegistry
 from .routes import add_routes
-from .session import SessionRegistry
+from .runner import TaskRunner
+from .store import open_store
+from .task_api import TaskApi
 from .upstream import UpstreamRoute
 
 
@@ -37,16 +47,28 @@ def create_app(settings: Settings) -> web.Application:
     )
     app[SETTINGS] = settings
     add_routes(app, settings)
-    app.cleanup_ctx.append(_upstreams_and_sessions)
+    app.cleanup_ctx.append(_components)
     return app
 
 
-async def _upstreams_and_sessions(app: web.Application) -> AsyncIterator[None]:
+async def _components(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
+    store = await open_store(settings.store.path)
+    notifier = Notifier()
+    runner = TaskRunner(store, notifier, clock=utcnow)
+    await runner.recover()
+    runner.start_sweeper(settings.store.sweep_interval_seconds)
+    app[STORE] = store
+    app[RUNNER] = runner
+    app[TASK_API] = TaskApi(store, runner, notifier, await store.secret(), clock=utcnow)
     app[UPSTREAMS] = {route.name: UpstreamRoute(route) for route in settings.routes}
-    app[SESSIONS] = SessionRegistry(settings.sessions, settings.http)
+    app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
     app[SESSIONS].start_reaper()
-    yield
-    await app[SESSIONS].close()
-    for upstream in app[UPSTREAMS].values():
-        await upstream.close()
+    try:
+        yield
+    finally:
+        await runner.close()
+        await app[SESSIONS].close()
+        for upstream in app[UPSTREAMS].values():
+            await upstream.close()
+        await store.close()

@@ -38,6 +38,7 @@ class ListenConfig(_Section):
 
 class StoreConfig(_Section):
     path: str = "data/gateway.db"
+    sweep_interval_seconds: float = Field(30.0, gt=0)
 
 
 class HttpConfig(_Section):
@@ -91,6 +92,37 @@ class UpstreamConfig(_Section):
         return argv
 
 
+TaskSupport = Literal["optional", "required", "forbidden"]
+
+
+class TaskPolicy(_Section):
+    """How a route's tools may be called as gateway-owned tasks."""
+
+    enabled: bool = True
+    default: TaskSupport = "optional"
+    tools: dict[str, TaskSupport] = Field(default_factory=dict)
+    default_ttl_ms: int = Field(3_600_000, gt=0)
+    max_ttl_ms: int = Field(86_400_000, gt=0)
+    poll_interval_ms: int = Field(1000, gt=0)
+    time_limit_seconds: float | None = Field(3600.0, gt=0)
+    immediate_response: str | None = None
+    list_page_size: int = Field(50, ge=1, le=1000)
+    cursor_max_age_seconds: float = Field(3600.0, gt=0)
+
+    def support(self, tool: str) -> TaskSupport:
+        return self.tools.get(tool, self.default)
+
+    def ttl(self, requested: int | None) -> int:
+        """The ttl a task gets: the request's, clamped to max_ttl_ms, or the default."""
+        return min(requested if requested is not None else self.default_ttl_ms, self.max_ttl_ms)
+
+    @model_validator(mode="after")
+    def _ttl_order(self) -> TaskPolicy:
+        if self.default_ttl_ms > self.max_ttl_ms:
+            raise ValueError("default_ttl_ms must not exceed max_ttl_ms")
+        return self
+
+
 RouteName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
 
 
@@ -98,6 +130,7 @@ class RouteConfig(_Section):
     name: RouteName
     path: str | None = Field(None, pattern=r"^/[^?#]*$")
     upstream: UpstreamConfig
+    tasks: TaskPolicy = TaskPolicy()
 
     @property
     def http_path(self) -> str:

@@ -1,24 +1,37 @@
 """decide(): what the gateway does with one client message. Pure: no I/O, no state.
 
 The HTTP layer has already parsed the body into a typed message; this module looks at the
-method and whether the request came with a session, and names the path it takes:
+method, the route's task policy and the protocol version negotiated with the client, and
+names the path the message takes:
 
     Initialize   open a session: initialize the upstream, answer with our own session id
-    Reject       answer an error at once (a 2026-07-28 `server/discover` probe)
-    Forward      relay a request to the upstream; the answer comes back on its stream
+    Reject       answer an error at once (a server/discover probe, a task-policy violation)
+    RunAsTask    a task-augmented tools/call: the gateway creates and runs the task
+    TaskApi      tasks/get, tasks/result, tasks/list, tasks/cancel: answered from the store
+    Forward      relay a request to the upstream; the answer comes back on its stream,
+                 rewritten when `rewrite` says so (tools/list gains execution.taskSupport)
     Deliver      relay a notification, or the client's answer to a server request
 
-Keeping this a pure function of the message means every routing rule can be tested as a
-table, and later paths (tasks run by the gateway, the tasks/* API) slot in as new outcomes
-without touching the HTTP or upstream code.
+Keeping this a pure function means every routing rule is a row in a table test, and the
+HTTP, session and upstream code never decide policy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from enum import Enum
 
 from . import jsonrpc
-from .errors import METHOD_NOT_FOUND
+from .config import TaskPolicy
+from .errors import INVALID_PARAMS, METHOD_NOT_FOUND
+
+TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
+#: Tasks exist from this protocol revision on; older clients see a plain proxy.
+TASKS_SINCE = "2025-11-25"
+
+
+class Rewrite(Enum):
+    TOOLS_LIST = "tools/list"
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,8 +47,19 @@ class Reject:
 
 
 @dataclass(frozen=True, slots=True)
+class RunAsTask:
+    request: jsonrpc.Request
+
+
+@dataclass(frozen=True, slots=True)
+class TaskApi:
+    request: jsonrpc.Request
+
+
+@dataclass(frozen=True, slots=True)
 class Forward:
     request: jsonrpc.Request
+    rewrite: Rewrite | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,10 +67,15 @@ class Deliver:
     message: jsonrpc.Notification | jsonrpc.Response | jsonrpc.ErrorResponse
 
 
-Decision = Initialize | Reject | Forward | Deliver
+Decision = Initialize | Reject | RunAsTask | TaskApi | Forward | Deliver
 
 
-def decide(message: jsonrpc.Message) -> Decision:
+def tasks_offered(policy: TaskPolicy, protocol_version: str | None) -> bool:
+    return policy.enabled and protocol_version is not None and protocol_version >= TASKS_SINCE
+
+
+def decide(message: jsonrpc.Message, policy: TaskPolicy, protocol_version: str | None) -> Decision:
+    """`protocol_version` is the session's, or None for a message that came without one."""
     if not isinstance(message, jsonrpc.Request):
         return Deliver(message)
     if message.method == "initialize":
@@ -60,4 +89,40 @@ def decide(message: jsonrpc.Message) -> Decision:
             "server/discover is not supported: this gateway speaks MCP up to 2025-11-25; "
             "send initialize",
         )
+    if not tasks_offered(policy, protocol_version):
+        if message.method == "tools/call" and jsonrpc.param(message, "task") is not None:
+            # Without the tasks capability the spec says: process normally, ignore `task`.
+            return Forward(jsonrpc.without_param(message, "task"))
+        return Forward(message)
+    if message.method in TASK_METHODS:
+        return TaskApi(message)
+    if message.method == "tools/list":
+        return Forward(message, Rewrite.TOOLS_LIST)
+    if message.method == "tools/call":
+        return _tool_call(message, policy)
     return Forward(message)
+
+
+def _tool_call(request: jsonrpc.Request, policy: TaskPolicy) -> Decision:
+    name = jsonrpc.param(request, "name")
+    task = jsonrpc.param(request, "task")
+    support = policy.support(name) if isinstance(name, str) else policy.default
+    if task is None:
+        if support == "required":
+            return Reject(
+                request,
+                METHOD_NOT_FOUND,
+                f"tool {name!r} must be called as a task (execution.taskSupport is 'required'); "
+                "add params.task",
+            )
+        return Forward(request)
+    if not isinstance(task, dict):
+        return Reject(request, INVALID_PARAMS, 'params.task must be an object, e.g. {"ttl": 60000}')
+    if support == "forbidden":
+        return Reject(
+            request,
+            METHOD_NOT_FOUND,
+            f"tool {name!r} cannot be called as a task (execution.taskSupport is 'forbidden'); "
+            "call it without params.task",
+        )
+    return RunAsTask(request)

@@ -18,6 +18,10 @@
 
 An upstream JSON-RPC error (plane b) and an `isError` tool result (plane c) are messages,
 not exceptions: they are relayed as they came.
+
+`TaskError` stands apart: a tasks/* request that names no task the caller may see (or asks
+for the impossible, like cancelling a finished task) is answered with -32602 under the
+request's own id, in an ordinary HTTP 200 response.
 """
 
 from __future__ import annotations
@@ -97,3 +101,13 @@ class UpstreamTimeout(UpstreamError):
 
 class UpstreamProtocolError(UpstreamError):
     pass
+
+
+class TaskError(Exception):
+    """A tasks/* request the task API refuses with -32602 (Invalid params)."""
+
+    code = INVALID_PARAMS
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message

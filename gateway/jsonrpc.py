@@ -141,5 +141,15 @@ def param(message: Request | Notification, key: str) -> Any:
     return (message.params or {}).get(key)
 
 
-def with_param(message: Notification, key: str, value: Any) -> Notification:
-    return message.model_copy(update={"params": {**(message.params or {}), key: value}})
+_WithParams = TypeVar("_WithParams", bound=Request | Notification)
+
+
+def with_param(message: _WithParams, key: str, value: Any) -> _WithParams:
+    return cast(
+        _WithParams, message.model_copy(update={"params": {**(message.params or {}), key: value}})
+    )
+
+
+def without_param(message: _WithParams, key: str) -> _WithParams:
+    params = {k: v for k, v in (message.params or {}).items() if k != key}
+    return cast(_WithParams, message.model_copy(update={"params": params}))

@@ -5,9 +5,15 @@ from __future__ import annotations
 from aiohttp import web
 
 from .config import Settings
-from .session import SessionRegistry
+from .registry import SessionRegistry
+from .runner import TaskRunner
+from .store import TaskStore
+from .task_api import TaskApi
 from .upstream import UpstreamRoute
 
 SETTINGS = web.AppKey("settings", Settings)
 SESSIONS = web.AppKey("sessions", SessionRegistry)
 UPSTREAMS = web.AppKey("upstreams", dict[str, UpstreamRoute])
+STORE = web.AppKey("store", TaskStore)
+RUNNER = web.AppKey("runner", TaskRunner)
+TASK_API = web.AppKey("task_api", TaskApi)

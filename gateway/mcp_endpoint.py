@@ -13,19 +13,20 @@ import logging
 from aiohttp import web
 
 from . import dispatch, jsonrpc, rewrite, sse
-from .config import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig
+from .config import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig, TaskPolicy
 from .errors import (
     INTERNAL_ERROR,
     InvalidRequest,
     NotAcceptable,
     PayloadTooLarge,
     SessionRequired,
+    TaskError,
     UnsupportedMediaType,
     UpstreamError,
 )
-from .keys import SESSIONS, SETTINGS, UPSTREAMS
-from .session import Session
-from .upstream import UpstreamRoute
+from .keys import RUNNER, SESSIONS, SETTINGS, TASK_API, UPSTREAMS
+from .session import Rewriter, Session
+from .upstream import Answer, UpstreamRoute
 
 log = logging.getLogger(__name__)
 
@@ -52,12 +53,12 @@ def _check_version(request: web.Request) -> None:
         )
 
 
-def _session(request: web.Request, route: UpstreamRoute) -> Session:
+async def _session(request: web.Request, route: UpstreamRoute) -> Session:
     session_id = request.headers.get(SESSION_HEADER)
     if not session_id:
         raise SessionRequired("Bad Request: missing MCP-Session-Id header; initialize first")
     _check_version(request)
-    return request.app[SESSIONS].get(session_id, route)
+    return await request.app[SESSIONS].get(session_id, route)
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
@@ -95,18 +96,22 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
             "and text/event-stream"
         )
     message = jsonrpc.parse(await _read_body(request, http.max_body_bytes))
-    decision = dispatch.decide(message)
+    policy = route.policy
+    if not request.headers.get(SESSION_HEADER):
+        first = dispatch.decide(message, policy, None)
+        if isinstance(first, dispatch.Initialize):
+            return await _initialize(request, route, first.request)
+        if isinstance(first, dispatch.Reject):
+            return _json(jsonrpc.error_response(first.request.id, first.code, first.message))
 
+    session = await _session(request, route)
+    decision = dispatch.decide(message, policy, session.protocol_version)
     if isinstance(decision, dispatch.Initialize):
-        if request.headers.get(SESSION_HEADER):
-            raise InvalidRequest(
-                "initialize must be sent without MCP-Session-Id: it opens a new session"
-            )
-        return await _initialize(request, route, decision.request)
+        raise InvalidRequest(
+            "initialize must be sent without MCP-Session-Id: it opens a new session"
+        )
     if isinstance(decision, dispatch.Reject):
         return _json(jsonrpc.error_response(decision.request.id, decision.code, decision.message))
-
-    session = _session(request, route)
     if isinstance(decision, dispatch.Deliver):
         try:
             await session.deliver(decision.message)
@@ -118,8 +123,31 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
                 exc.message,
             )
         return web.Response(status=202)
-    stream = session.forward(decision.request)
-    return await _answer(request, http, stream)
+    if isinstance(decision, dispatch.RunAsTask):
+        try:
+            task = await request.app[RUNNER].submit(session, route.name, decision.request, policy)
+        except TaskError as exc:
+            return _json(jsonrpc.error_response(decision.request.id, exc.code, exc.message))
+        return _json(rewrite.create_task_result(decision.request.id, task.wire(), policy))
+    if isinstance(decision, dispatch.TaskApi):
+        answer = await request.app[TASK_API].answer(session, decision.request, policy)
+        if isinstance(answer, sse.EventStream):
+            return await _answer(request, http, answer)
+        return _json(answer)
+    rewriter = _rewriter(decision.rewrite, policy)
+    return await _answer(request, http, session.forward(decision.request, rewriter))
+
+
+def _rewriter(which: dispatch.Rewrite | None, policy: TaskPolicy) -> Rewriter | None:
+    if which is dispatch.Rewrite.TOOLS_LIST:
+
+        def tools_list(answer: Answer) -> Answer:
+            if isinstance(answer, jsonrpc.Response):
+                return rewrite.tools_list(answer, policy)
+            return answer
+
+        return tools_list
+    return None
 
 
 async def _initialize(
@@ -140,7 +168,11 @@ async def _initialize(
         await sessions.end(session)
         return _json(jsonrpc.with_id(answer, init.id))
     session.protocol_version = rewrite.negotiate_version(init)
-    result = rewrite.initialize_result(jsonrpc.with_id(answer, init.id), session.protocol_version)
+    offer = dispatch.tasks_offered(route.policy, session.protocol_version)
+    result = rewrite.initialize_result(
+        jsonrpc.with_id(answer, init.id), session.protocol_version, offer
+    )
+    await sessions.opened(session, init)
     log.info(
         "route %s: session %s opened (client %s, upstream %s)",
         route.name,
@@ -177,7 +209,7 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
     http = request.app[SETTINGS].http
     if not _accepts(request, "text/event-stream"):
         raise NotAcceptable("Not Acceptable: the Accept header must list text/event-stream")
-    session = _session(request, route)
+    session = await _session(request, route)
     last_event_id = request.headers.get("Last-Event-ID")
     if last_event_id is None:
         stream = session.standalone
@@ -195,7 +227,7 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
 
 async def delete(route_name: str, request: web.Request) -> web.Response:
     route = request.app[UPSTREAMS][route_name]
-    session = _session(request, route)
+    session = await _session(request, route)
     await request.app[SESSIONS].end(session)
     log.info("route %s: session %s ended by the client", route.name, session.tag)
     return web.Response(status=200)

@@ -5,6 +5,11 @@ progress tokens) of the gateway's choosing, so the answer, the progress and any 
 request the call provokes can be matched back to the client's stream under the client's own
 ids. Server requests get ids from the session's downstream id space; the client's answer is
 routed back to the upstream under the upstream's id.
+
+Task calls (started by the runner) share the same maps but have no client request waiting:
+their progress goes, with the client's token and the related-task meta, to the stream of
+an open `tasks/result` for the task, else to the GET stream. A session ended while its tasks
+run keeps its upstream connection until the runner reports the last one finished.
 """
 
 from __future__ import annotations
@@ -15,12 +20,16 @@ import itertools
 import logging
 import secrets
 import time
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from . import jsonrpc
 from .aio import TaskSet
-from .config import HttpConfig, SessionsConfig
-from .errors import INTERNAL_ERROR, CapacityExceeded, GatewayError, SessionNotFound
+from .config import HttpConfig
+from .errors import INTERNAL_ERROR, GatewayError
+from .models import SessionRecord, Task
+from .rewrite import RELATED_TASK
 from .sse import EventStream
 from .upstream import Answer, UpstreamClient, UpstreamRoute
 
@@ -29,17 +38,28 @@ log = logging.getLogger(__name__)
 _KEPT_STREAMS = 64  # finished POST streams kept for Last-Event-ID resumption
 
 
+Rewriter = Callable[[Answer], Answer]
+
+
 @dataclass(slots=True)
 class InFlight:
-    client_id: jsonrpc.RequestId
+    """One upstream request the session awaits: a relayed client request or a task's call."""
+
     client_token: jsonrpc.RequestId | None
-    stream: EventStream
+    #: The relayed request's stream; None for a task call (no client request waits on it).
+    stream: EventStream | None
     relay: asyncio.Task[None] | None = None
+    task_id: str | None = None
+    on_progress: Callable[[jsonrpc.JsonObject], None] | None = None
 
 
 class Session:
     def __init__(self, session_id: str, route: UpstreamRoute, http: HttpConfig) -> None:
         self.id = session_id
+        #: What survives a restart; set once the upstream accepted the handshake.
+        self.record: SessionRecord | None = None
+        #: Writes `record` to the store (set by the registry).
+        self.persist: Callable[[SessionRecord], Coroutine[Any, Any, None]] | None = None
         # The session id is a bearer secret; logs name the session by this unrelated tag.
         self.tag = secrets.token_hex(4)
         self.route = route
@@ -53,12 +73,24 @@ class Session:
         self._by_client_id: dict[jsonrpc.RequestId, jsonrpc.RequestId] = {}
         self._down_ids = itertools.count(1)
         self._server_requests: dict[jsonrpc.RequestId, tuple[jsonrpc.RequestId, EventStream]] = {}
+        self._result_streams: dict[str, EventStream] = {}
+        self._task_calls = 0
+        self._ended = False
         self._tasks = TaskSet(f"session {self.tag}")
         self.upstream = UpstreamClient(route.transport, route.config, self)
 
     @property
+    def owner(self) -> str:
+        """Whom this session's tasks belong to (the session itself until identities exist)."""
+        return self.id
+
+    @property
     def busy(self) -> bool:
         return bool(self._inflight)
+
+    def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
+        """Run work that belongs to this session and ends with it (e.g. a tasks/result wait)."""
+        self._tasks.spawn(coro, name=name)
 
     # -- streams
 
@@ -77,31 +109,43 @@ class Session:
 
     # -- client -> upstream
 
-    def forward(self, request: jsonrpc.Request) -> EventStream:
+    def forward(self, request: jsonrpc.Request, rewrite: Rewriter | None = None) -> EventStream:
         """Start relaying a client request; its answer and related messages go to the stream."""
         stream = self.new_stream()
-        upstream_id = self.upstream.next_id()
         client_token = jsonrpc.progress_token(request)
+        outgoing = self._outgoing(request, client_token)
+        call = InFlight(client_token, stream)
+        self._inflight[outgoing.id] = call
+        self._by_client_id[request.id] = outgoing.id
+        call.relay = self._tasks.spawn(
+            self._relay(outgoing, request.id, stream, rewrite), name=f"call {request.method}"
+        )
+        return stream
+
+    def _outgoing(
+        self, request: jsonrpc.Request, client_token: jsonrpc.RequestId | None
+    ) -> jsonrpc.Request:
+        upstream_id = self.upstream.next_id()
         outgoing = jsonrpc.with_id(request, upstream_id)
         if client_token is not None:
             # The upstream request id doubles as our progress token: unique per upstream session.
             outgoing = jsonrpc.with_progress_token(outgoing, upstream_id)
-        call = InFlight(request.id, client_token, stream)
-        self._inflight[upstream_id] = call
-        self._by_client_id[request.id] = upstream_id
-        call.relay = self._tasks.spawn(
-            self._relay(outgoing, request.id, stream), name=f"call {request.method}"
-        )
-        return stream
+        return outgoing
 
     async def _relay(
-        self, outgoing: jsonrpc.Request, client_id: jsonrpc.RequestId, stream: EventStream
+        self,
+        outgoing: jsonrpc.Request,
+        client_id: jsonrpc.RequestId,
+        stream: EventStream,
+        rewrite: Rewriter | None,
     ) -> None:
         # Every relayed request ends in exactly one answer on its stream (or, when the client
         # cancelled it, in none), whatever fails on the way.
         answer: Answer
         try:
             answer = await self.upstream.call(outgoing)
+            if rewrite is not None:
+                answer = rewrite(answer)
         except GatewayError as exc:  # the upstream failed, or a cap refused to replace it
             answer = jsonrpc.error_response(outgoing.id, INTERNAL_ERROR, exc.message)
         except Exception:
@@ -117,6 +161,47 @@ class Session:
         stream.push(jsonrpc.dump(jsonrpc.with_id(answer, client_id)))
         stream.close()
 
+    # -- task calls (driven by the runner)
+
+    def start_task_call(
+        self,
+        task: Task,
+        request: jsonrpc.Request,
+        on_progress: Callable[[jsonrpc.JsonObject], None],
+    ) -> jsonrpc.Request:
+        """Register a task's upstream call; returns it under its upstream id and token."""
+        outgoing = self._outgoing(request, task.progress_token)
+        self._inflight[outgoing.id] = InFlight(
+            task.progress_token, None, task_id=task.task_id, on_progress=on_progress
+        )
+        self._task_calls += 1
+        return outgoing
+
+    def end_task_call(self, upstream_id: jsonrpc.RequestId) -> bool:
+        """Forget a finished task call; True when an ended session now needs its upstream closed."""
+        self._inflight.pop(upstream_id, None)
+        self._task_calls -= 1
+        return self._ended and self._task_calls == 0
+
+    def task_status(self, task: Task) -> None:
+        """`notifications/tasks/status` with the full task (no related-task meta, per spec)."""
+        if not self._ended:
+            note = jsonrpc.Notification(
+                jsonrpc="2.0", method="notifications/tasks/status", params=task.wire()
+            )
+            self.standalone.push(jsonrpc.dump(note))
+
+    def open_result_stream(self, task_id: str) -> EventStream:
+        """The stream of a tasks/result call: the task's progress goes there while it is open."""
+        stream = self.new_stream()
+        self._result_streams[task_id] = stream
+        return stream
+
+    def close_result_stream(self, task_id: str, stream: EventStream) -> None:
+        stream.close()
+        if self._result_streams.get(task_id) is stream:
+            del self._result_streams[task_id]
+
     async def deliver(self, message: jsonrpc.Notification | Answer) -> None:
         """A client notification, or the client's answer to a server request."""
         if isinstance(message, jsonrpc.Notification):
@@ -131,6 +216,11 @@ class Session:
                 return
             if message.method == "notifications/initialized":
                 await self.upstream.initialized(message)
+                if self.record is not None and self.persist is not None:
+                    self.record = self.record.model_copy(
+                        update={"initialized": message.model_dump(exclude_unset=True)}
+                    )
+                    await self.persist(self.record)
             else:
                 await self.upstream.notify(message)
             return
@@ -144,7 +234,7 @@ class Session:
 
     def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
         call = self._inflight.get(related)
-        if call is None:
+        if call is None or call.stream is None:
             return
         if interrupted:
             call.stream.interrupt()
@@ -167,7 +257,16 @@ class Session:
             call = self._inflight.get(token)
             if call is None or call.client_token is None:
                 return  # progress after the answer, or for a token we never issued
-            self._push(call.stream, jsonrpc.with_param(message, "progressToken", call.client_token))
+            note = jsonrpc.with_param(message, "progressToken", call.client_token)
+            if call.task_id is not None:
+                meta = {
+                    **(jsonrpc.param(note, "_meta") or {}),
+                    RELATED_TASK: {"taskId": call.task_id},
+                }
+                note = jsonrpc.with_param(note, "_meta", meta)
+                if call.on_progress is not None:
+                    call.on_progress(message.params or {})
+            self._push(self._call_stream(call), note)
             return
         if message.method == "notifications/cancelled":
             # The upstream withdrew one of its own requests: name it by our downstream id.
@@ -184,8 +283,15 @@ class Session:
             # stdio and HTTP+SSE do not say which request a message belongs to; with a single
             # call in flight it can only be that one, and its stream is where clients look.
             call = next(iter(self._inflight.values()))
-        if call is not None and not call.stream.closed:
+        return self._call_stream(call) if call is not None else self.standalone
+
+    def _call_stream(self, call: InFlight) -> EventStream:
+        if call.stream is not None and not call.stream.closed:
             return call.stream
+        if call.task_id is not None:
+            stream = self._result_streams.get(call.task_id)
+            if stream is not None and not stream.closed:
+                return stream
         return self.standalone
 
     def _push(self, stream: EventStream, message: jsonrpc.Message) -> None:
@@ -194,65 +300,11 @@ class Session:
         stream.push(jsonrpc.dump(message))
 
     async def close(self) -> None:
+        """End the session; a running task keeps the upstream until it finishes."""
+        self._ended = True
         await self._tasks.close()
-        await self.upstream.close()
         self.standalone.close()
         for stream in self._streams.values():
             stream.close()
-
-
-class SessionRegistry:
-    """All live sessions; ids are 256-bit random tokens."""
-
-    def __init__(self, config: SessionsConfig, http: HttpConfig) -> None:
-        self._config = config
-        self._http = http
-        self._sessions: dict[str, Session] = {}
-        self._tasks = TaskSet("sessions")
-
-    def __len__(self) -> int:
-        return len(self._sessions)
-
-    def create(self, route: UpstreamRoute) -> Session:
-        if len(self._sessions) >= self._config.max_sessions:
-            raise CapacityExceeded(
-                f"the gateway already holds its maximum of {self._config.max_sessions} sessions "
-                "(sessions.max_sessions)"
-            )
-        session = Session(secrets.token_urlsafe(32), route, self._http)
-        self._sessions[session.id] = session
-        return session
-
-    def get(self, session_id: str, route: UpstreamRoute) -> Session:
-        """Raises SessionNotFound for unknown ids and for another route's sessions."""
-        session = self._sessions.get(session_id)
-        if session is None or session.route is not route:
-            raise SessionNotFound(
-                "Session not found: it ended, expired or never existed; "
-                "send a new initialize without MCP-Session-Id"
-            )
-        session.last_seen = time.monotonic()
-        return session
-
-    async def end(self, session: Session) -> None:
-        if self._sessions.pop(session.id, None) is not None:
-            await session.close()
-
-    def start_reaper(self) -> None:
-        self._tasks.spawn(self._reap(), name="session-reaper")
-
-    async def _reap(self) -> None:
-        idle = self._config.idle_timeout_seconds
-        while True:
-            await asyncio.sleep(min(idle / 4, 60))
-            cutoff = time.monotonic() - idle
-            for session in [s for s in self._sessions.values() if s.last_seen < cutoff]:
-                if session.busy:
-                    continue
-                log.info("session %s idle for %.0f s: ended", session.tag, idle)
-                await self.end(session)
-
-    async def close(self) -> None:
-        await self._tasks.close()
-        for session in list(self._sessions.values()):
-            await self.end(session)
+        if self._task_calls == 0:
+            await self.upstream.close()

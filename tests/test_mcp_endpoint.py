@@ -17,7 +17,7 @@ from gateway.errors import INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
 from .conftest import StartGateway
 
 ACCEPT_BOTH = "application/json, text/event-stream"
-INIT = {
+INIT: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",

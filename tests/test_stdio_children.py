@@ -23,6 +23,14 @@ def route(pid_dir: Path, **upstream: object) -> list[dict[str, object]]:
     return [{"name": "kids", "upstream": {"transport": "stdio", "command": command, **upstream}}]
 
 
+@pytest.fixture
+def pid_dir(tmp_path: Path) -> Path:
+    """Where the upstream children write their pids (the gateway's database is elsewhere)."""
+    path = tmp_path / "pids"
+    path.mkdir()
+    return path
+
+
 def pids(pid_dir: Path) -> list[int]:
     return sorted(int(p.name) for p in pid_dir.iterdir())
 
@@ -45,13 +53,13 @@ async def wait_until_dead(pid: int) -> None:
 
 
 async def test_each_session_gets_its_own_child_ended_with_the_session(
-    start_gateway: StartGateway, tmp_path: Path
+    start_gateway: StartGateway, pid_dir: Path
 ) -> None:
-    base = await start_gateway(route(tmp_path))
+    base = await start_gateway(route(pid_dir))
     async with mcp_client(f"{base}/kids/mcp") as one, mcp_client(f"{base}/kids/mcp") as two:
         await one.call_tool("echo", {"text": "1"})
         await two.call_tool("echo", {"text": "2"})
-        children = pids(tmp_path)
+        children = pids(pid_dir)
         assert len(children) == 2 and all(alive(p) for p in children)
     # Leaving the client context sends DELETE; each child must be gone, not orphaned.
     for pid in children:
@@ -59,9 +67,9 @@ async def test_each_session_gets_its_own_child_ended_with_the_session(
 
 
 async def test_children_beyond_the_route_cap_are_refused_clearly(
-    start_gateway: StartGateway, tmp_path: Path
+    start_gateway: StartGateway, pid_dir: Path
 ) -> None:
-    base = await start_gateway(route(tmp_path, max_children=1), sessions={"max_sessions": 2})
+    base = await start_gateway(route(pid_dir, max_children=1), sessions={"max_sessions": 2})
     url = f"{base}/kids/mcp"
     async with aiohttp.ClientSession() as http:
         async with http.post(url, json=INIT, headers=headers()) as first:
@@ -80,9 +88,9 @@ async def test_children_beyond_the_route_cap_are_refused_clearly(
 
 
 async def test_child_that_dies_mid_call_fails_the_call_and_the_next_call_gets_a_fresh_child(
-    start_gateway: StartGateway, tmp_path: Path
+    start_gateway: StartGateway, pid_dir: Path
 ) -> None:
-    base = await start_gateway(route(tmp_path))
+    base = await start_gateway(route(pid_dir))
     async with mcp_client(f"{base}/kids/mcp") as client:
         with pytest.raises(McpError) as raised:
             await client.call_tool("crash", {})
@@ -91,15 +99,15 @@ async def test_child_that_dies_mid_call_fails_the_call_and_the_next_call_gets_a_
         result = await client.call_tool("echo", {"text": "again"})
         block = result.content[0]
         assert isinstance(block, types.TextContent) and block.text == "again"
-    first, second = pids(tmp_path)
+    first, second = pids(pid_dir)
     assert not alive(first)
     await wait_until_dead(second)
 
 
 async def test_replacing_a_dead_child_beyond_the_cap_is_a_clear_error_not_a_hang(
-    start_gateway: StartGateway, tmp_path: Path
+    start_gateway: StartGateway, pid_dir: Path
 ) -> None:
-    base = await start_gateway(route(tmp_path, max_children=1))
+    base = await start_gateway(route(pid_dir, max_children=1))
     async with mcp_client(f"{base}/kids/mcp") as first:
         with pytest.raises(McpError):
             await first.call_tool("crash", {})

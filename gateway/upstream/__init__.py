@@ -15,11 +15,12 @@ __all__ = ["Answer", "UpstreamClient", "UpstreamRoute"]
 
 
 class UpstreamRoute:
-    """What a route shares between its sessions: an HTTP connection pool or the child cap."""
+    """What a route's sessions share: its settings, an HTTP connection pool or the child cap."""
 
     def __init__(self, route: RouteConfig) -> None:
         self.config = route.upstream
         self.name = route.name
+        self.policy = route.tasks
         self.slots = ChildSlots(route.name, route.upstream.max_children)
         self._http: aiohttp.ClientSession | None = None
 

@@ -93,6 +93,13 @@ class UpstreamClient:
             self._alive = True
         return answer
 
+    def restore(
+        self, initialize: jsonrpc.Request, initialized: jsonrpc.Notification | None
+    ) -> None:
+        """A session rebuilt after a restart: the handshake is replayed on first use."""
+        self._handshake = (initialize, initialized)
+        self._lost_reason = "the gateway restarted"
+
     async def initialized(self, notification: jsonrpc.Notification) -> None:
         if self._handshake is not None:
             self._handshake = (self._handshake[0], notification)
@@ -116,18 +123,24 @@ class UpstreamClient:
             if notification is not None:
                 await self.initialized(notification)
 
-    async def call(self, request: jsonrpc.Request, *, ready: bool = True) -> Answer:
+    async def call(
+        self, request: jsonrpc.Request, *, ready: bool = True, bounded: bool = True
+    ) -> Answer:
         """Send a request that already carries an id from `next_id()` and await the answer.
+
+        A bounded call fails after the route's request_timeout_seconds; task runs pass
+        bounded=False and apply their own, longer limit.
 
         Raises:
             UpstreamError: no answer could be had (not a JSON-RPC error: that is returned).
         """
+        limit = self._config.request_timeout_seconds if bounded else None
         if ready and not self._alive:
             await self._reconnect()
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._pending[request.id] = future
         try:
-            async with asyncio.timeout(self._config.request_timeout_seconds):
+            async with asyncio.timeout(limit):
                 try:
                     await self._transport.send(request)
                 except UpstreamSessionExpired:
@@ -144,8 +157,7 @@ class UpstreamClient:
                 return await future
         except TimeoutError as exc:
             raise UpstreamTimeout(
-                f"the upstream did not answer within {self._config.request_timeout_seconds:g} s"
-                " (upstream.request_timeout_seconds)"
+                f"the upstream did not answer within {limit:g} s (upstream.request_timeout_seconds)"
             ) from exc
         finally:
             self._pending.pop(request.id, None)

@@ -1,0 +1,156 @@
+"""The gateway's own task vocabulary: the only shapes the store and the task API exchange.
+
+A `Task` is the gateway-owned record of one task-augmented `tools/call`. Its `Outcome` is
+what the upstream gave back, stored raw (the exact result object, or the exact JSON-RPC
+error object), so `tasks/result` returns precisely what the call would have returned and a
+later protocol generation can be served from the same rows. `status_for()` is the one place
+that maps an outcome to a terminal status.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from enum import StrEnum
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from .jsonrpc import JsonObject, RequestId
+
+
+class TaskStatus(StrEnum):
+    WORKING = "working"
+    INPUT_REQUIRED = "input_required"
+    COMPLETED = "completed"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TERMINAL
+
+
+TERMINAL = frozenset({TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED})
+
+# working -> input_required <-> working -> completed | failed | cancelled; terminal is final.
+_ALLOWED: dict[TaskStatus, frozenset[TaskStatus]] = {
+    TaskStatus.WORKING: frozenset({TaskStatus.INPUT_REQUIRED, *TERMINAL}),
+    TaskStatus.INPUT_REQUIRED: frozenset({TaskStatus.WORKING, *TERMINAL}),
+    TaskStatus.COMPLETED: frozenset(),
+    TaskStatus.FAILED: frozenset(),
+    TaskStatus.CANCELLED: frozenset(),
+}
+
+
+def may_transition(current: TaskStatus, new: TaskStatus) -> bool:
+    """The spec's lifecycle: the only transitions any writer may make."""
+    return new in _ALLOWED[current]
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def iso(moment: datetime) -> str:
+    """ISO 8601 in UTC with millisecond precision, as the SDKs print it."""
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class Task(BaseModel):
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    #: Whose task this is: the session id until identities exist, then the principal.
+    owner: str
+    route: str
+    tool: str
+    status: TaskStatus
+    status_message: str | None = None
+    created_at: datetime
+    updated_at: datetime
+    #: Milliseconds from creation before the task and its result may be deleted; None: never.
+    ttl_ms: int | None
+    poll_interval_ms: int
+    #: The progress token the client sent with the call, echoed on relayed progress.
+    progress_token: RequestId | None = None
+
+    @property
+    def expires_at(self) -> datetime | None:
+        return (
+            None if self.ttl_ms is None else self.created_at + timedelta(milliseconds=self.ttl_ms)
+        )
+
+    def expired(self, now: datetime) -> bool:
+        expires = self.expires_at
+        return expires is not None and now >= expires
+
+    def wire(self) -> JsonObject:
+        """The protocol's `Task` object (tasks/get, tasks/list, CreateTaskResult, notifications)."""
+        out: JsonObject = {
+            "taskId": self.task_id,
+            "status": self.status.value,
+            "createdAt": iso(self.created_at),
+            "lastUpdatedAt": iso(self.updated_at),
+            "ttl": self.ttl_ms,
+            "pollInterval": self.poll_interval_ms,
+        }
+        if self.status_message is not None:
+            out["statusMessage"] = self.status_message
+        return out
+
+
+class Outcome(BaseModel):
+    """What the upstream call produced: its result object or its JSON-RPC error object."""
+
+    model_config = ConfigDict(frozen=True)
+
+    kind: Literal["result", "error"]
+    body: JsonObject
+
+    @classmethod
+    def error(cls, code: int, message: str, data: Any = None) -> Outcome:
+        body: JsonObject = {"code": code, "message": message}
+        if data is not None:
+            body["data"] = data
+        return cls(kind="error", body=body)
+
+
+def _first_text(result: JsonObject) -> str | None:
+    content = result.get("content")
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict) and block.get("type") == "text":
+                text = block.get("text")
+                if isinstance(text, str):
+                    return text
+    return None
+
+
+def status_for(outcome: Outcome) -> tuple[TaskStatus, str | None]:
+    """The terminal status and statusMessage an outcome gives a task.
+
+    A tool result with `isError: true` is a *result* (tasks/result returns it as is), yet the
+    task is `failed`: the spec's rule for tool calls. A JSON-RPC error fails the task too.
+    """
+    if outcome.kind == "error":
+        message = outcome.body.get("message")
+        return TaskStatus.FAILED, message if isinstance(message, str) else "the call failed"
+    if outcome.body.get("isError") is True:
+        return TaskStatus.FAILED, _first_text(outcome.body) or "the tool reported an error"
+    return TaskStatus.COMPLETED, None
+
+
+class SessionRecord(BaseModel):
+    """What survives a restart of a client session: enough to carry on with the same id."""
+
+    model_config = ConfigDict(frozen=True)
+
+    session_id: str
+    route: str
+    principal: str | None = None
+    protocol_version: str
+    #: The client's initialize request and initialized notification, replayed upstream when
+    #: the session is first used after a restart.
+    initialize: JsonObject
+    initialized: JsonObject | None = None
+    created_at: datetime

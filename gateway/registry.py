@@ -1,0 +1,122 @@
+"""SessionRegistry: the live sessions, and the durable records that outlive a restart.
+
+A session id is a 256-bit random token. Its record (route, negotiated version, the client's
+handshake) is stored when the session opens, so after a restart a client that still holds
+its id carries on: the session is rebuilt on first use and the upstream handshake replayed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+import time
+
+from . import jsonrpc
+from .aio import TaskSet
+from .config import HttpConfig, SessionsConfig
+from .errors import CapacityExceeded, SessionNotFound
+from .models import SessionRecord, utcnow
+from .session import Session
+from .store import TaskStore
+from .upstream import UpstreamRoute
+
+log = logging.getLogger(__name__)
+
+
+class SessionRegistry:
+    def __init__(self, config: SessionsConfig, http: HttpConfig, store: TaskStore) -> None:
+        self._config = config
+        self._http = http
+        self._store = store
+        self._sessions: dict[str, Session] = {}
+        self._tasks = TaskSet("sessions")
+
+    def __len__(self) -> int:
+        return len(self._sessions)
+
+    def _admit(self, session_id: str, route: UpstreamRoute) -> Session:
+        if len(self._sessions) >= self._config.max_sessions:
+            raise CapacityExceeded(
+                f"the gateway already holds its maximum of {self._config.max_sessions} sessions "
+                "(sessions.max_sessions)"
+            )
+        session = Session(session_id, route, self._http)
+        session.persist = self._store.save_session
+        self._sessions[session_id] = session
+        return session
+
+    def create(self, route: UpstreamRoute) -> Session:
+        return self._admit(secrets.token_urlsafe(32), route)
+
+    async def opened(self, session: Session, initialize: jsonrpc.Request) -> None:
+        """The upstream accepted the handshake: record the session durably."""
+        session.record = SessionRecord(
+            session_id=session.id,
+            route=session.route.name,
+            protocol_version=session.protocol_version,
+            initialize=initialize.model_dump(exclude_unset=True),
+            created_at=utcnow(),
+        )
+        await self._store.save_session(session.record)
+
+    async def get(self, session_id: str, route: UpstreamRoute) -> Session:
+        """The live session, or one rebuilt from its record after a restart.
+
+        Raises:
+            SessionNotFound: unknown or ended id, or another route's session.
+        """
+        session = self._sessions.get(session_id)
+        if session is None:
+            session = await self._restore(session_id, route)
+        if session is None or session.route is not route:
+            raise SessionNotFound(
+                "Session not found: it ended, expired or never existed; "
+                "send a new initialize without MCP-Session-Id"
+            )
+        session.last_seen = time.monotonic()
+        return session
+
+    async def _restore(self, session_id: str, route: UpstreamRoute) -> Session | None:
+        record = await self._store.get_session(session_id)
+        if record is None or record.route != route.name:
+            return None
+        session = self._sessions.get(session_id)  # another request restored it meanwhile
+        if session is not None:
+            return session
+        session = self._admit(session_id, route)
+        session.record = record
+        session.protocol_version = record.protocol_version
+        initialized = record.initialized
+        session.upstream.restore(
+            jsonrpc.Request.model_validate(record.initialize),
+            jsonrpc.Notification.model_validate(initialized) if initialized else None,
+        )
+        log.info("route %s: session %s restored from the store", route.name, session.tag)
+        return session
+
+    async def end(self, session: Session) -> None:
+        if self._sessions.pop(session.id, None) is not None:
+            await self._store.delete_session(session.id)
+            await session.close()
+
+    def start_reaper(self) -> None:
+        self._tasks.spawn(self._reap(), name="session-reaper")
+
+    async def _reap(self) -> None:
+        idle = self._config.idle_timeout_seconds
+        while True:
+            await asyncio.sleep(min(idle / 4, 60))
+            cutoff = time.monotonic() - idle
+            for session in [s for s in self._sessions.values() if s.last_seen < cutoff]:
+                if session.busy:
+                    continue
+                log.info("session %s idle for %.0f s: ended", session.tag, idle)
+                await self.end(session)
+
+    async def close(self) -> None:
+        """Gateway shutdown: sessions stay recorded, so clients carry on after a restart."""
+        await self._tasks.close()
+        for session in list(self._sessions.values()):
+            self._sessions.pop(session.id, None)
+            await session.close()

@@ -1,0 +1,262 @@
+"""TaskRunner: when a gateway task runs, and the one place its outcome is written.
+
+`submit()` records the task durably (a CreateTaskResult is never sent for a task the store
+does not hold), then starts the plain upstream `tools/call` in the background, on the
+session's upstream connection. The run outlives the client's HTTP request and even its
+session: a deleted session keeps its upstream connection until its last task is terminal.
+
+Every run ends in exactly one terminal write, from the single try/except/finally in `_run`:
+the upstream's result or JSON-RPC error, or the gateway's own failure (upstream dead,
+hanging past the route's time limit, answering garbage) as a -32603 error. `cancel()` writes
+`cancelled` first and only then stops the run; the store refuses any later terminal write,
+so a cancelled task stays cancelled whatever the upstream returns afterwards.
+
+Runs are held in a TaskSet (no fire-and-forget), cancelled on shutdown; tasks they leave
+unfinished are failed as "interrupted" when the next process starts (`recover()`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import secrets
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any, Protocol
+
+from . import jsonrpc
+from .aio import TaskSet
+from .config import TaskPolicy
+from .errors import INTERNAL_ERROR, GatewayError, TaskError
+from .models import Outcome, Task, TaskStatus, status_for
+from .notifier import Notifier
+from .store import TaskStore
+from .upstream import UpstreamClient
+
+log = logging.getLogger(__name__)
+
+CANCELLED_MESSAGE = "The task was cancelled by request."
+INTERRUPTED_MESSAGE = "interrupted: gateway restarted"
+
+
+class TaskHost(Protocol):
+    """What a run needs of the session that started it (session.Session)."""
+
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def upstream(self) -> UpstreamClient: ...
+
+    def start_task_call(
+        self,
+        task: Task,
+        request: jsonrpc.Request,
+        on_progress: Callable[[jsonrpc.JsonObject], None],
+    ) -> jsonrpc.Request: ...
+
+    def end_task_call(self, upstream_id: jsonrpc.RequestId) -> bool: ...
+
+    def task_status(self, task: Task) -> None: ...
+
+
+@dataclass(slots=True)
+class _Running:
+    run: asyncio.Task[None]
+    host: TaskHost
+    upstream_id: jsonrpc.RequestId
+
+
+def new_task_id() -> str:
+    # 192 bits from the CSPRNG: unguessable even where tasks are not bound to a caller.
+    return secrets.token_urlsafe(24)
+
+
+def progress_message(params: dict[str, Any]) -> str | None:
+    """A progress notification as a statusMessage, e.g. "3/10: parsing"."""
+    progress = params.get("progress")
+    if not isinstance(progress, int | float) or isinstance(progress, bool):
+        return None
+    total = params.get("total")
+    text = f"{progress:g}/{total:g}" if isinstance(total, int | float) else f"{progress:g}"
+    message = params.get("message")
+    return f"{text}: {message}" if isinstance(message, str) and message else text
+
+
+class TaskRunner:
+    def __init__(
+        self,
+        store: TaskStore,
+        notifier: Notifier,
+        clock: Callable[[], datetime],
+        new_id: Callable[[], str] = new_task_id,
+    ) -> None:
+        self._store = store
+        self._notifier = notifier
+        self._clock = clock
+        self._new_id = new_id
+        self._tasks = TaskSet("task runner")
+        self._running: dict[str, _Running] = {}
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    async def submit(
+        self, host: TaskHost, route: str, request: jsonrpc.Request, policy: TaskPolicy
+    ) -> Task:
+        """Record a task durably and start its upstream call.
+
+        Raises:
+            TaskError: params.task.ttl is not a non-negative integer.
+        """
+        params = jsonrpc.param(request, "task") or {}
+        requested = params.get("ttl")
+        if requested is not None and (
+            not isinstance(requested, int) or isinstance(requested, bool) or requested < 0
+        ):
+            raise TaskError("params.task.ttl must be a non-negative integer of milliseconds")
+        now = self._clock()
+        name = jsonrpc.param(request, "name")
+        task = Task(
+            task_id=self._new_id(),
+            owner=host.owner,
+            route=route,
+            tool=name if isinstance(name, str) else "",
+            status=TaskStatus.WORKING,
+            created_at=now,
+            updated_at=now,
+            ttl_ms=policy.ttl(requested),
+            poll_interval_ms=policy.poll_interval_ms,
+            progress_token=jsonrpc.progress_token(request),
+        )
+        await self._store.create_task(task)
+        outgoing = host.start_task_call(
+            task,
+            jsonrpc.without_param(request, "task"),
+            lambda params: self._on_progress(task.task_id, params),
+        )
+        run = self._tasks.spawn(self._run(task, host, outgoing, policy), name="task run")
+        self._running[task.task_id] = _Running(run, host, outgoing.id)
+        return task
+
+    async def _run(
+        self, task: Task, host: TaskHost, outgoing: jsonrpc.Request, policy: TaskPolicy
+    ) -> None:
+        outcome: Outcome | None = None
+        close_upstream = False
+        try:
+            async with asyncio.timeout(policy.time_limit_seconds):
+                answer = await host.upstream.call(outgoing, bounded=False)
+            if isinstance(answer, jsonrpc.Response):
+                outcome = Outcome(kind="result", body=answer.result)
+            else:
+                outcome = Outcome(kind="error", body=answer.error.model_dump(exclude_unset=True))
+        except TimeoutError:
+            outcome = Outcome.error(
+                INTERNAL_ERROR,
+                f"the upstream did not finish the task within {policy.time_limit_seconds:g} s "
+                "(tasks.time_limit_seconds)",
+            )
+        except GatewayError as exc:  # the upstream died or answered garbage
+            outcome = Outcome.error(INTERNAL_ERROR, exc.message)
+        except Exception:
+            log.exception("task run failed inside the gateway")
+            outcome = Outcome.error(INTERNAL_ERROR, "internal gateway error")
+        finally:
+            # Cancellation (tasks/cancel, expiry, shutdown) leaves `outcome` None: the
+            # canceller wrote the terminal status, or recovery will at the next start.
+            self._running.pop(task.task_id, None)
+            close_upstream = host.end_task_call(outgoing.id)
+            if outcome is not None:
+                status, message = status_for(outcome)
+                done = await self._store.finish_task(
+                    task.task_id, status, message, outcome, self._clock()
+                )
+                if done is not None:
+                    self._changed(done, host)
+            if close_upstream:
+                await host.upstream.close()
+
+    def _on_progress(self, task_id: str, params: jsonrpc.JsonObject) -> None:
+        message = progress_message(params)
+        if message is not None:
+            self._tasks.spawn(self._record_progress(task_id, message), name="task progress")
+
+    async def _record_progress(self, task_id: str, message: str) -> None:
+        current = await self._store.get_task(task_id)
+        if current is None or current.status.terminal:
+            return
+        updated = await self._store.update_task(task_id, current.status, message, self._clock())
+        if updated is not None:
+            self._notifier.task_changed(task_id)
+
+    def _changed(self, task: Task, host: TaskHost | None) -> None:
+        self._notifier.task_changed(task.task_id)
+        if host is not None:
+            host.task_status(task)
+
+    async def cancel(self, task: Task) -> Task:
+        """Mark a task cancelled (before answering), then stop its upstream call.
+
+        Raises:
+            TaskError: the task is already terminal.
+        """
+        if task.status.terminal:
+            raise TaskError(f"Cannot cancel task: already in terminal status '{task.status}'")
+        outcome = Outcome.error(INTERNAL_ERROR, CANCELLED_MESSAGE)
+        done = await self._store.finish_task(
+            task.task_id, TaskStatus.CANCELLED, CANCELLED_MESSAGE, outcome, self._clock()
+        )
+        if done is None:  # it became terminal meanwhile
+            latest = await self._store.get_task(task.task_id)
+            status = latest.status if latest is not None else task.status
+            raise TaskError(f"Cannot cancel task: already in terminal status '{status}'")
+        running = self._running.get(task.task_id)
+        self._changed(done, running.host if running else None)
+        if running is not None:
+            await self._stop(running, "the task was cancelled")
+        return done
+
+    async def _stop(self, running: _Running, reason: str) -> None:
+        running.run.cancel()
+        cancelled = jsonrpc.Notification(
+            jsonrpc="2.0",
+            method="notifications/cancelled",
+            params={"requestId": running.upstream_id, "reason": reason},
+        )
+        try:
+            await running.host.upstream.notify(cancelled)
+        except GatewayError as exc:
+            log.info("could not tell the upstream a task ended: %s", exc.message)
+
+    async def recover(self) -> None:
+        """At start-up: tasks a previous process left running can never finish now."""
+        interrupted = await self._store.fail_interrupted(INTERRUPTED_MESSAGE, self._clock())
+        if interrupted:
+            log.warning(
+                "%d task(s) interrupted by the previous shutdown marked failed", len(interrupted)
+            )
+
+    async def sweep(self) -> None:
+        """Delete expired tasks; a running one is stopped first (the spec allows both)."""
+        for task_id in await self._store.delete_expired(self._clock()):
+            running = self._running.pop(task_id, None)
+            if running is not None:
+                await self._stop(running, "the task expired")
+            self._notifier.task_changed(task_id)
+
+    def start_sweeper(self, interval: float) -> None:
+        self._tasks.spawn(self._sweep_forever(interval), name="task sweeper")
+
+    async def _sweep_forever(self, interval: float) -> None:
+        while True:
+            await asyncio.sleep(interval)
+            try:
+                await self.sweep()
+            except Exception:
+                log.exception("sweeping expired tasks failed; will try again")
+
+    async def close(self) -> None:
+        await self._tasks.close()

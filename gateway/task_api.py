@@ -1,0 +1,152 @@
+"""tasks/get, tasks/result, tasks/list, tasks/cancel: answered from the store.
+
+Nothing here reads the runner's memory: a task is whatever the store says, so the answers
+are the same after a restart, and (later) on another replica. A task the caller does not own
+answers exactly like one that does not exist. `tasks/result` for an unfinished task returns
+a stream that the answer is pushed to once the store shows the task terminal; the wait
+re-reads the store on every wake-up and at least every few seconds, so a lost wake-up only
+delays the answer.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import json
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from . import jsonrpc, rewrite
+from .config import TaskPolicy
+from .errors import INTERNAL_ERROR, TaskError
+from .models import Task
+from .notifier import Notifier
+from .runner import TaskRunner
+from .session import Session
+from .sse import EventStream
+from .store import TaskStore
+
+Answer = jsonrpc.Response | jsonrpc.ErrorResponse
+
+NOT_FOUND = "Failed to retrieve task: Task not found"
+EXPIRED = "Failed to retrieve task: Task has expired"
+_BACKSTOP_SECONDS = 5.0
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+class TaskApi:
+    def __init__(
+        self,
+        store: TaskStore,
+        runner: TaskRunner,
+        notifier: Notifier,
+        secret: bytes,
+        clock: Callable[[], datetime],
+    ) -> None:
+        self._store = store
+        self._runner = runner
+        self._notifier = notifier
+        self._secret = secret
+        self._clock = clock
+
+    async def answer(
+        self, session: Session, request: jsonrpc.Request, policy: TaskPolicy
+    ) -> Answer | EventStream:
+        try:
+            if request.method == "tasks/list":
+                return await self._list(session, request, policy)
+            task = await self._find(session, jsonrpc.param(request, "taskId"))
+            if request.method == "tasks/get":
+                return _ok(request, task.wire())
+            if request.method == "tasks/cancel":
+                return _ok(request, (await self._runner.cancel(task)).wire())
+            return await self._result(session, request, task)
+        except TaskError as exc:
+            return jsonrpc.error_response(request.id, exc.code, exc.message)
+
+    async def _find(self, session: Session, task_id: object) -> Task:
+        # The taskId parameter is the source of truth; related-task meta or a stray `task`
+        # field on the request (the TS client sends one) is ignored, as the spec requires.
+        if not isinstance(task_id, str):
+            raise TaskError("params.taskId must be a string")
+        task = await self._store.get_task(task_id)
+        if task is None or task.owner != session.owner:
+            raise TaskError(NOT_FOUND)
+        if task.expired(self._clock()):
+            raise TaskError(EXPIRED)
+        return task
+
+    async def _result(
+        self, session: Session, request: jsonrpc.Request, task: Task
+    ) -> Answer | EventStream:
+        if task.status.terminal:
+            return await self._final(request.id, task.task_id)
+        stream = session.open_result_stream(task.task_id)
+        session.spawn(self._wait(session, request.id, task.task_id, stream), "tasks/result wait")
+        return stream
+
+    async def _wait(
+        self, session: Session, request_id: jsonrpc.RequestId, task_id: str, stream: EventStream
+    ) -> None:
+        try:
+            while True:
+                await self._notifier.wait_task(task_id, _BACKSTOP_SECONDS)
+                task = await self._store.get_task(task_id)
+                if task is None:
+                    stream.push(jsonrpc.dump(jsonrpc.error_response(request_id, -32602, NOT_FOUND)))
+                    return
+                if task.status.terminal:
+                    stream.push(jsonrpc.dump(await self._final(request_id, task_id)))
+                    return
+        finally:
+            session.close_result_stream(task_id, stream)
+
+    async def _final(self, request_id: jsonrpc.RequestId, task_id: str) -> Answer:
+        outcome = await self._store.get_outcome(task_id)
+        if outcome is None:
+            return jsonrpc.error_response(
+                request_id, INTERNAL_ERROR, "the task ended without a stored result"
+            )
+        return rewrite.task_result(request_id, task_id, outcome)
+
+    async def _list(self, session: Session, request: jsonrpc.Request, policy: TaskPolicy) -> Answer:
+        cursor = jsonrpc.param(request, "cursor")
+        after = None if cursor is None else self._read_cursor(cursor, session.owner, policy)
+        limit = policy.list_page_size
+        tasks = await self._store.list_tasks(session.owner, after, limit + 1, self._clock())
+        page = tasks[:limit]
+        result: jsonrpc.JsonObject = {"tasks": [task.wire() for task in page]}
+        if len(tasks) > limit:
+            result["nextCursor"] = self._make_cursor(page[-1], session.owner)
+        return _ok(request, result)
+
+    # A cursor is the keyset position plus when it was issued, signed together with its
+    # owner: opaque to clients, unforgeable, useless to anyone else, and stale after
+    # tasks.cursor_max_age_seconds.
+
+    def _sign(self, payload: bytes, owner: str) -> str:
+        mac = hmac.new(self._secret, owner.encode() + b"\0" + payload, hashlib.sha256)
+        return base64.urlsafe_b64encode(mac.digest()[:18]).decode()
+
+    def _make_cursor(self, last: Task, owner: str) -> str:
+        micros = (last.created_at - _EPOCH) // _MICROSECOND
+        position = [micros, last.task_id, int(self._clock().timestamp())]
+        payload = base64.urlsafe_b64encode(json.dumps(position).encode())
+        return f"{payload.decode()}.{self._sign(payload, owner)}"
+
+    def _read_cursor(self, cursor: object, owner: str, policy: TaskPolicy) -> tuple[datetime, str]:
+        if not isinstance(cursor, str) or cursor.count(".") != 1:
+            raise TaskError("Invalid cursor")
+        payload, signature = cursor.split(".")
+        if not hmac.compare_digest(signature, self._sign(payload.encode(), owner)):
+            raise TaskError("Invalid cursor")
+        micros, task_id, issued = json.loads(base64.urlsafe_b64decode(payload))
+        if self._clock().timestamp() - issued > policy.cursor_max_age_seconds:
+            raise TaskError("Invalid cursor: it has expired; list again from the start")
+        return _EPOCH + micros * _MICROSECOND, task_id
+
+
+def _ok(request: jsonrpc.Request, result: jsonrpc.JsonObject) -> jsonrpc.Response:
+    return jsonrpc.Response(jsonrpc="2.0", id=request.id, result=result)

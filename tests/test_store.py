@@ -1,0 +1,302 @@
+from __future__ import annotations
+
+import asyncio
+import json
+import sqlite3
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from gateway.jsonrpc import RequestId
+from gateway.models import Outcome, SessionRecord, Task, TaskStatus
+from gateway.store import TaskStore, open_store
+
+T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
+WORKING, INPUT = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
+COMPLETED, FAILED, CANCELLED = TaskStatus.COMPLETED, TaskStatus.FAILED, TaskStatus.CANCELLED
+RESULT = Outcome(kind="result", body={"content": [{"type": "text", "text": "done"}]})
+
+
+def make_task(
+    task_id: str,
+    *,
+    owner: str = "alice",
+    at: datetime = T0,
+    ttl_ms: int | None = 60_000,
+    status: TaskStatus = WORKING,
+    message: str | None = None,
+    token: RequestId | None = None,
+) -> Task:
+    return Task(
+        task_id=task_id,
+        owner=owner,
+        route="files",
+        tool="slow_tool",
+        status=status,
+        status_message=message,
+        created_at=at,
+        updated_at=at,
+        ttl_ms=ttl_ms,
+        poll_interval_ms=500,
+        progress_token=token,
+    )
+
+
+@pytest.fixture
+async def store(tmp_path: Path) -> AsyncIterator[TaskStore]:
+    opened: TaskStore = await open_store(tmp_path / "state" / "tasks.db")
+    yield opened
+    await opened.close()
+
+
+async def test_created_task_reads_back_with_every_field(store: TaskStore) -> None:
+    plus_two = timezone(timedelta(hours=2))
+    tasks = [
+        make_task("no-ttl-int-token", ttl_ms=None, token=7),
+        make_task("str-token", token="7", message="queued"),
+        make_task("other-zone", at=T0.astimezone(plus_two), token=None),
+    ]
+    for task in tasks:
+        await store.create_task(task)
+
+    for task in tasks:
+        stored = await store.get_task(task.task_id)
+        assert stored == task
+        assert stored.created_at.utcoffset() == timedelta(0)
+    tokens = [(await store.get_task(t.task_id)) for t in tasks[:2]]
+    assert [type(t.progress_token) for t in tokens if t] == [int, str]
+    assert await store.get_task("unknown") is None
+
+
+async def test_list_pages_by_keyset_over_one_owners_live_tasks(store: TaskStore) -> None:
+    second = T0 + timedelta(microseconds=1)
+    mine = [make_task("a", at=T0), make_task("b", at=T0), make_task("c", at=second)]
+    mine.append(make_task("d", at=second, ttl_ms=None))
+    others = [make_task("e", owner="bob"), make_task("f", at=T0 - timedelta(hours=1), ttl_ms=1)]
+    for task in [*reversed(mine), *others]:
+        await store.create_task(task)
+    now = T0 + timedelta(seconds=1)
+
+    first = await store.list_tasks("alice", None, 2, now)
+    rest = await store.list_tasks("alice", (first[-1].created_at, first[-1].task_id), 2, now)
+    last = await store.list_tasks("alice", (rest[-1].created_at, rest[-1].task_id), 2, now)
+
+    assert [t.task_id for t in first + rest] == ["a", "b", "c", "d"]
+    assert last == []
+    assert await store.list_tasks("alice", None, 10, T0 + timedelta(minutes=2)) == [mine[3]]
+
+
+async def test_update_task_follows_the_lifecycle_and_allows_message_only_updates(
+    store: TaskStore,
+) -> None:
+    await store.create_task(make_task("t"))
+    later = T0 + timedelta(seconds=3)
+
+    asking = await store.update_task("t", INPUT, "need a file name", later)
+    back = await store.update_task("t", WORKING, None, later)
+    progress = await store.update_task("t", WORKING, "50%", later + timedelta(seconds=1))
+
+    assert asking is not None and asking.status == INPUT
+    assert asking.status_message == "need a file name" and asking.updated_at == later
+    assert back is not None and back.status == WORKING and back.status_message is None
+    assert progress == await store.get_task("t")
+    assert progress is not None and progress.status_message == "50%"
+
+
+async def test_update_task_refuses_unknown_and_terminal_tasks(store: TaskStore) -> None:
+    await store.create_task(make_task("t"))
+    await store.finish_task("t", COMPLETED, None, RESULT, T0)
+
+    assert await store.update_task("t", WORKING, "again", T0) is None
+    assert await store.update_task("unknown", WORKING, None, T0) is None
+    with pytest.raises(ValueError):
+        await store.update_task("t", FAILED, None, T0)
+    with pytest.raises(ValueError):
+        await store.finish_task("t", WORKING, None, None, T0)
+    stored = await store.get_task("t")
+    assert stored is not None and stored.status == COMPLETED
+
+
+async def test_finish_task_writes_only_the_first_terminal_status(store: TaskStore) -> None:
+    await store.create_task(make_task("t", status=INPUT))
+    error = Outcome.error(-32000, "boom")
+
+    first = await store.finish_task("t", COMPLETED, None, RESULT, T0 + timedelta(seconds=1))
+    second = await store.finish_task("t", FAILED, "boom", error, T0 + timedelta(seconds=2))
+
+    assert first is not None and first.status == COMPLETED
+    assert second is None
+    assert await store.get_task("t") == first
+    assert await store.get_outcome("t") == RESULT
+    assert await store.finish_task("unknown", COMPLETED, None, RESULT, T0) is None
+
+
+async def test_cancelled_task_stays_cancelled_when_the_call_completes(store: TaskStore) -> None:
+    await store.create_task(make_task("t"))
+
+    cancelled = await store.finish_task("t", CANCELLED, "cancelled by client", None, T0)
+    late = await store.finish_task("t", COMPLETED, None, RESULT, T0 + timedelta(seconds=1))
+
+    assert late is None
+    assert await store.get_task("t") == cancelled
+    assert await store.get_outcome("t") is None
+
+
+async def test_outcome_body_round_trips_exactly(store: TaskStore) -> None:
+    body: dict[str, Any] = {
+        "content": [{"type": "text", "text": "héllo ✓ 🚀 \u0000 \ud800"}],
+        "big": 2**100,
+        "floats": [0.1, 1e308, -0.0, 5e-324, 1.0],
+        "flags": [True, False, None, 1, 0],
+        "nested": {"a": {"b": [[], {}, [{"c": "d"}]]}},
+        "isError": False,
+    }
+    await store.create_task(make_task("t"))
+    await store.finish_task("t", COMPLETED, None, Outcome(kind="result", body=body), T0)
+
+    outcome = await store.get_outcome("t")
+
+    assert outcome is not None and outcome.kind == "result"
+    # Compared as JSON too: == alone would let True pass for 1 and 1.0 for 1.
+    assert outcome.body == body and json.dumps(outcome.body) == json.dumps(body)
+
+
+async def test_delete_expired_removes_tasks_at_expiry_with_their_outcomes(
+    store: TaskStore,
+) -> None:
+    for task in [make_task("due", ttl_ms=1000), make_task("later", ttl_ms=1001)]:
+        await store.create_task(task)
+    await store.create_task(make_task("forever", ttl_ms=None))
+    await store.finish_task("due", COMPLETED, None, RESULT, T0)
+
+    deleted = await store.delete_expired(T0 + timedelta(seconds=1))
+
+    assert deleted == ["due"]
+    assert await store.get_task("due") is None and await store.get_outcome("due") is None
+    assert await store.get_task("later") is not None
+    assert await store.delete_expired(T0 + timedelta(days=365)) == ["later"]
+
+
+async def test_fail_interrupted_fails_live_tasks_with_an_internal_error(
+    store: TaskStore,
+) -> None:
+    for task in [make_task("w"), make_task("i", status=INPUT), make_task("done")]:
+        await store.create_task(task)
+    done = await store.finish_task("done", COMPLETED, None, RESULT, T0)
+    restart = T0 + timedelta(minutes=5)
+
+    failed = await store.fail_interrupted("gateway restarted", restart)
+
+    assert sorted(t.task_id for t in failed) == ["i", "w"]
+    for task in failed:
+        assert task.status == FAILED and task.status_message == "gateway restarted"
+        assert task.updated_at == restart and await store.get_task(task.task_id) == task
+        assert await store.get_outcome(task.task_id) == Outcome.error(-32603, "gateway restarted")
+    assert await store.get_task("done") == done and await store.get_outcome("done") == RESULT
+    assert await store.fail_interrupted("gateway restarted", restart) == []
+
+
+async def test_sessions_round_trip_are_replaced_and_deleted(store: TaskStore) -> None:
+    record = SessionRecord(
+        session_id="s1",
+        route="files",
+        protocol_version="2025-11-25",
+        initialize={"method": "initialize", "params": {"clientInfo": {"name": "ü"}}},
+        created_at=T0,
+    )
+    await store.save_session(record)
+    assert await store.get_session("s1") == record
+
+    updated = record.model_copy(update={"principal": "alice", "initialized": {"method": "x"}})
+    await store.save_session(updated)
+    assert await store.get_session("s1") == updated
+
+    await store.delete_session("s1")
+    assert await store.get_session("s1") is None
+
+
+async def test_secret_is_random_per_file_and_kept_across_reopen(tmp_path: Path) -> None:
+    first = await open_store(tmp_path / "a.db")
+    other = await open_store(tmp_path / "b.db")
+    secret = await first.secret()
+    await first.close()
+    reopened = await open_store(tmp_path / "a.db")
+
+    assert len(secret) == 32
+    assert await reopened.secret() == secret != await other.secret()
+    await reopened.close()
+    await other.close()
+
+
+async def test_everything_survives_reopening_the_file(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.db"
+    store = await open_store(path)
+    await store.create_task(make_task("live", token="p"))
+    await store.create_task(make_task("done", ttl_ms=None))
+    live = await store.update_task("live", INPUT, "waiting", T0 + timedelta(seconds=1))
+    done = await store.finish_task("done", COMPLETED, None, RESULT, T0)
+    session = SessionRecord(
+        session_id="s", route="files", protocol_version="2025-06-18", initialize={}, created_at=T0
+    )
+    await store.save_session(session)
+    await store.close()
+
+    reopened = await open_store(path)
+
+    assert await reopened.get_task("live") == live
+    assert await reopened.get_task("done") == done
+    assert await reopened.get_outcome("done") == RESULT
+    assert await reopened.get_session("s") == session
+    assert await reopened.list_tasks("alice", None, 10, T0) == [done, live]
+    await reopened.close()
+
+
+async def test_concurrent_creates_share_commits(tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "tasks.db")
+    tasks = [make_task(f"t{n:03}") for n in range(200)]
+
+    await asyncio.gather(*(store.create_task(task) for task in tasks))
+
+    assert await store.list_tasks("alice", None, 500, T0) == tasks
+    assert store.commits < 10
+    await store.close()
+
+
+async def test_failing_write_fails_only_its_caller_and_the_batch_commits(tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "tasks.db")
+    await store.create_task(make_task("taken"))
+    commits = store.commits
+    batch = [make_task("a"), make_task("taken", owner="bob"), make_task("b")]
+
+    results = await asyncio.gather(*(store.create_task(t) for t in batch), return_exceptions=True)
+
+    assert results[0] is None and results[2] is None
+    assert isinstance(results[1], sqlite3.IntegrityError)
+    assert store.commits == commits + 1
+    assert [t.task_id for t in await store.list_tasks("alice", None, 10, T0)] == ["a", "b", "taken"]
+    await store.close()
+
+
+async def test_close_commits_queued_writes_and_refuses_later_ones(tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "tasks.db")
+
+    await asyncio.gather(store.create_task(make_task("queued")), store.close())
+
+    with pytest.raises(RuntimeError):
+        await store.create_task(make_task("late"))
+    reopened = await open_store(tmp_path / "tasks.db")
+    assert await reopened.get_task("queued") == make_task("queued")
+    await reopened.close()
+
+
+async def test_a_schema_newer_than_the_code_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.db"
+    await (await open_store(path)).close()
+    with sqlite3.connect(path) as db:
+        db.execute("PRAGMA user_version = 99")
+
+    with pytest.raises(RuntimeError):
+        await open_store(path)

@@ -1,0 +1,613 @@
+"""Gateway-owned tasks through the real mcp 1.30 task client, against legacy upstreams.
+
+Each test names the rule of the 2025-11-25 tasks spec it checks.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+from aiohttp.test_utils import TestServer
+from mcp import ClientSession, types
+from mcp.shared.exceptions import McpError
+
+from gateway.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
+
+from .conftest import DEMO, ROOT, StartGateway, mcp_client
+from .fakes import FAULT_HOOKS
+from .test_mcp_endpoint import INIT, headers
+from .test_stdio_children import wait_until_dead
+
+RELATED = "io.modelcontextprotocol/related-task"
+
+
+def route(upstream: dict[str, Any] | None = None, **tasks: Any) -> list[dict[str, Any]]:
+    return [{"name": "t", "upstream": upstream or DEMO, "tasks": tasks}]
+
+
+async def wait_terminal(client: ClientSession, task_id: str) -> types.GetTaskResult:
+    async with asyncio.timeout(20):
+        async for status in client.experimental.poll_task(task_id):
+            if status.status in ("completed", "failed", "cancelled"):
+                return status
+    raise AssertionError("poll_task ended without a terminal status")
+
+
+def text(result: types.CallToolResult) -> str:
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+async def raw_session(
+    http: aiohttp.ClientSession, url: str, version: str = "2025-11-25"
+) -> tuple[str, dict[str, Any]]:
+    init = {**INIT, "params": {**INIT["params"], "protocolVersion": version}}
+    async with http.post(url, json=init, headers=headers()) as resp:
+        body = await resp.json()
+        session_id = resp.headers["Mcp-Session-Id"]
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    async with http.post(url, json=note, headers=headers(session_id)):
+        pass
+    return session_id, body["result"]
+
+
+async def rpc(
+    http: aiohttp.ClientSession,
+    url: str,
+    session_id: str,
+    method: str,
+    params: dict[str, Any],
+    request_id: int = 1,
+) -> dict[str, Any]:
+    """One request; the JSON or SSE answer, decoded."""
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    async with http.post(url, json=message, headers=headers(session_id)) as resp:
+        if resp.content_type == "application/json":
+            return dict(await resp.json())
+        async for line in resp.content:
+            if line.startswith(b"data: {"):
+                import json
+
+                data = json.loads(line[6:])
+                if data.get("id") == request_id:
+                    return dict(data)
+    raise AssertionError("no answer")
+
+
+# -- capabilities and tool policy
+
+
+async def test_initialize_advertises_tasks_to_2025_11_25_clients_only(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway(route())}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        _, modern = await raw_session(http, url)
+        _, older = await raw_session(http, url, "2025-06-18")
+    # Servers that support task-augmented requests MUST declare a `tasks` capability.
+    assert modern["capabilities"]["tasks"] == {
+        "list": {},
+        "cancel": {},
+        "requests": {"tools": {"call": {}}},
+    }
+    assert "tasks" not in older["capabilities"]
+
+
+async def test_tools_list_carries_task_support_from_the_route_policy(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route(tools={"echo": "forbidden", "slow": "required"}))
+    async with mcp_client(f"{base}/t/mcp") as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert (
+        tools["echo"].execution is not None and tools["echo"].execution.taskSupport == "forbidden"
+    )
+    assert tools["slow"].execution is not None and tools["slow"].execution.taskSupport == "required"
+    assert tools["ask"].execution is not None and tools["ask"].execution.taskSupport == "optional"
+
+
+async def test_forbidden_tool_as_task_and_required_tool_called_plainly_get_minus_32601(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route(tools={"echo": "forbidden", "slow": "required"}))
+    async with mcp_client(f"{base}/t/mcp") as client:
+        # forbidden + task: "Servers SHOULD return a -32601 (Method not found) error".
+        with pytest.raises(McpError) as forbidden:
+            await client.experimental.call_tool_as_task("echo", {"text": "x"})
+        # required without task: "Servers MUST return a -32601 (Method not found) error".
+        with pytest.raises(McpError) as required:
+            await client.call_tool("slow", {"seconds": 0.1})
+    assert forbidden.value.error.code == METHOD_NOT_FOUND
+    assert required.value.error.code == METHOD_NOT_FOUND
+
+
+async def test_a_route_with_tasks_off_processes_task_calls_normally(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway(route(enabled=False))}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, init = await raw_session(http, url)
+        assert "tasks" not in init["capabilities"]
+        answer = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "echo", "arguments": {"text": "plain"}, "task": {"ttl": 1000}},
+        )
+    # Receivers without the capability MUST process the request normally, ignoring `task`.
+    assert answer["result"]["content"][0]["text"] == "plain"
+
+
+# -- creating tasks and getting results
+
+
+@pytest.mark.parametrize("kind", ["stdio", "streamable_http"])
+async def test_task_call_returns_a_working_task_at_once_and_the_result_later(
+    kind: str, start_gateway: StartGateway, sdk_upstream: str
+) -> None:
+    upstream = DEMO if kind == "stdio" else {"transport": "streamable_http", "url": sdk_upstream}
+    args = {"seconds": 1, "steps": 2} if kind == "stdio" else {"steps": 10}
+    base = await start_gateway(route(upstream))
+    async with mcp_client(f"{base}/t/mcp") as client:
+        started = time.monotonic()
+        created = await client.experimental.call_tool_as_task("slow", args, ttl=120_000)
+        answered_in = time.monotonic() - started
+        task = created.task
+        # Tasks MUST begin in the `working` status; createdAt, lastUpdatedAt and the actual
+        # ttl are in every task response.
+        assert task.status == "working" and task.ttl == 120_000
+        assert task.createdAt is not None and task.lastUpdatedAt is not None
+        assert task.pollInterval == 1000 and len(task.taskId) >= 22
+        assert answered_in < 0.5  # the upstream call itself takes about a second
+        final = await wait_terminal(client, task.taskId)
+        result = await client.experimental.get_task_result(task.taskId, types.CallToolResult)
+    assert final.status == "completed"
+    expected = "slept 1 s" if kind == "stdio" else "10 steps done"
+    assert text(result) == expected
+
+
+async def test_upstream_receives_a_plain_tools_call_without_the_task_field(
+    start_gateway: StartGateway, faulty_upstream: TestServer
+) -> None:
+    url = str(faulty_upstream.make_url("/mcp"))
+    base = await start_gateway(route({"transport": "streamable_http", "url": url}))
+    async with mcp_client(f"{base}/t/mcp") as client:
+        created = await client.experimental.call_tool_as_task("echo", {"text": "hi"})
+        await wait_terminal(client, created.task.taskId)
+    calls = [
+        m for m in faulty_upstream.app[FAULT_HOOKS].received if m.get("method") == "tools/call"
+    ]
+    assert len(calls) == 1 and "task" not in calls[0]["params"]
+    assert calls[0]["params"]["arguments"] == {"text": "hi"}
+
+
+async def test_tasks_result_returns_the_upstream_result_with_related_task_meta(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route())
+    async with mcp_client(f"{base}/t/mcp") as client:
+        created = await client.experimental.call_tool_as_task("echo", {"text": "exact ✓"})
+        # tasks/result straight after CreateTaskResult blocks until the task is terminal.
+        result = await client.experimental.get_task_result(
+            created.task.taskId, types.CallToolResult
+        )
+    assert text(result) == "exact ✓" and result.structuredContent == {"text": "exact ✓"}
+    # The tasks/result response MUST include the related-task metadata.
+    assert result.meta is not None and result.meta[RELATED] == {"taskId": created.task.taskId}
+
+
+async def test_blocking_tasks_result_streams_keep_alives_until_the_task_ends(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway(route(), http={'keepalive_seconds': 0.1})}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        created = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "slow", "arguments": {"seconds": 0.8, "steps": 1}, "task": {}},
+        )
+        task_id = created["result"]["task"]["taskId"]
+        message = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tasks/result",
+            "params": {"taskId": task_id},
+        }
+        async with http.post(url, json=message, headers=headers(session_id)) as resp:
+            assert resp.content_type == "text/event-stream"
+            body = (await resp.content.read()).decode()
+    assert ": keep-alive" in body  # nothing between gateway and client sees an idle stream
+    assert '"text":"slept 0.8 s"' in body and f'"taskId":"{task_id}"' in body
+
+
+async def test_requested_ttl_is_clamped_to_the_maximum_and_reported(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route(max_ttl_ms=5000, default_ttl_ms=2000))
+    async with mcp_client(f"{base}/t/mcp") as client:
+        clamped = await client.experimental.call_tool_as_task("echo", {"text": "a"}, ttl=60_000)
+        fetched = await client.experimental.get_task(clamped.task.taskId)
+    assert clamped.task.ttl == 5000 and fetched.ttl == 5000
+
+
+async def test_immediate_response_meta_is_sent_when_the_route_configures_it(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway(route(immediate_response='Working on it.'))}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        created = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "echo", "arguments": {"text": "x"}, "task": {"ttl": 1000}},
+        )
+    meta = created["result"]["_meta"]
+    assert meta["io.modelcontextprotocol/model-immediate-response"] == "Working on it."
+
+
+# -- outcomes: the status rules
+
+
+async def test_is_error_result_fails_the_task_and_tasks_result_still_returns_it(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route())
+    async with mcp_client(f"{base}/t/mcp") as client:
+        created = await client.experimental.call_tool_as_task("fail", {})
+        final = await wait_terminal(client, created.task.taskId)
+        result = await client.experimental.get_task_result(
+            created.task.taskId, types.CallToolResult
+        )
+    # "For tool calls specifically, this includes cases where the tool call result has
+    # isError set to true" -> failed; tasks/result returns exactly that result.
+    assert final.status == "failed" and final.statusMessage == "the tool failed on purpose"
+    assert result.isError and text(result) == "the tool failed on purpose"
+
+
+async def test_json_rpc_error_fails_the_task_and_tasks_result_replays_it(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route())
+    async with mcp_client(f"{base}/t/mcp") as client:
+        created = await client.experimental.call_tool_as_task("error", {})
+        final = await wait_terminal(client, created.task.taskId)
+        # "If the underlying request resulted in a JSON-RPC error, tasks/result MUST return
+        # that same JSON-RPC error."
+        with pytest.raises(McpError) as raised:
+            await client.experimental.get_task_result(created.task.taskId, types.CallToolResult)
+    assert final.status == "failed" and final.statusMessage == "upstream error on purpose"
+    assert raised.value.error.code == -32000
+    assert raised.value.error.message == "upstream error on purpose"
+
+
+@pytest.mark.parametrize(
+    ("tool", "says", "limit"),
+    [
+        ("hang", "did not finish the task within 0.5 s", 0.5),
+        ("garbage", "invalid answer", None),
+        ("drop", "cannot reach the upstream", None),
+    ],
+)
+async def test_upstream_failure_fails_the_task_and_tasks_result_says_which(
+    tool: str,
+    says: str,
+    limit: float | None,
+    start_gateway: StartGateway,
+    faulty_upstream: TestServer,
+) -> None:
+    url = str(faulty_upstream.make_url("/mcp"))
+    tasks = {"time_limit_seconds": limit} if limit else {}
+    base = await start_gateway(route({"transport": "streamable_http", "url": url}, **tasks))
+    async with mcp_client(f"{base}/t/mcp") as client:
+        created = await client.experimental.call_tool_as_task(tool, {})
+        final = await wait_terminal(client, created.task.taskId)
+        with pytest.raises(McpError) as raised:
+            await client.experimental.get_task_result(created.task.taskId, types.CallToolResult)
+    assert (
+        final.status == "failed" and final.statusMessage is not None and says in final.statusMessage
+    )
+    assert raised.value.error.code == INTERNAL_ERROR and says in raised.value.error.message
+
+
+async def test_upstream_process_killed_mid_task_fails_the_task(
+    start_gateway: StartGateway, tmp_path: Any
+) -> None:
+    command = ["python", str(ROOT / "tests" / "stdio_upstream.py")]
+    base = await start_gateway(route({"transport": "stdio", "command": command}))
+    async with mcp_client(f"{base}/t/mcp") as client:
+        created = await client.experimental.call_tool_as_task("crash", {})
+        final = await wait_terminal(client, created.task.taskId)
+        with pytest.raises(McpError) as raised:
+            await client.experimental.get_task_result(created.task.taskId, types.CallToolResult)
+        # The session goes on with a fresh child.
+        assert text(await client.call_tool("echo", {"text": "alive"})) == "alive"
+    assert final.status == "failed"
+    assert final.statusMessage == "the stdio upstream process exited with code 3"
+    assert raised.value.error.code == INTERNAL_ERROR
+    assert raised.value.error.message == final.statusMessage
+
+
+# -- tasks/get, tasks/list, tasks/cancel
+
+
+async def test_unknown_and_expired_task_ids_get_minus_32602(start_gateway: StartGateway) -> None:
+    base = await start_gateway(route())
+    async with mcp_client(f"{base}/t/mcp") as client:
+        with pytest.raises(McpError) as unknown:
+            await client.experimental.get_task("no-such-task")
+        short = await client.experimental.call_tool_as_task("echo", {"text": "x"}, ttl=1)
+        await asyncio.sleep(0.01)  # a 1 ms ttl has certainly passed
+        with pytest.raises(McpError) as expired:
+            await client.experimental.get_task(short.task.taskId)
+        with pytest.raises(McpError) as expired_result:
+            await client.experimental.get_task_result(short.task.taskId, types.CallToolResult)
+    assert unknown.value.error.code == INVALID_PARAMS
+    assert unknown.value.error.message == "Failed to retrieve task: Task not found"
+    assert expired.value.error.code == INVALID_PARAMS
+    assert expired.value.error.message == "Failed to retrieve task: Task has expired"
+    assert expired_result.value.error.code == INVALID_PARAMS
+
+
+async def test_stray_task_field_on_tasks_get_and_result_is_ignored(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway(route())}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        created = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "echo", "arguments": {"text": "ts"}, "task": {}},
+        )
+        task_id = created["result"]["task"]["taskId"]
+        # The TS SDK client sends its request options as params.task on these requests.
+        result = await rpc(
+            http, url, session_id, "tasks/result", {"taskId": task_id, "task": {"ttl": 30000}}, 2
+        )
+        got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id, "task": {}}, 3)
+    assert result["result"]["content"][0]["text"] == "ts"
+    assert got["result"]["status"] == "completed"
+    assert RELATED not in got["result"].get("_meta", {})  # SHOULD NOT on tasks/get
+
+
+async def test_tasks_list_pages_with_opaque_cursors_and_rejects_forged_ones(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route(list_page_size=2))
+    async with mcp_client(f"{base}/t/mcp") as client, mcp_client(f"{base}/t/mcp") as other:
+        ids = [
+            (await client.experimental.call_tool_as_task("echo", {"text": str(i)})).task.taskId
+            for i in range(5)
+        ]
+        await other.experimental.call_tool_as_task("echo", {"text": "not yours"})
+        pages, cursor = [], None
+        while True:
+            page = await client.experimental.list_tasks(cursor)
+            pages.append([t.taskId for t in page.tasks])
+            cursor = page.nextCursor
+            if cursor is None:
+                break
+            last_cursor = cursor
+        # A cursor is bound to its session: another one gets -32602, and so does a forgery.
+        with pytest.raises(McpError) as foreign:
+            await other.experimental.list_tasks(last_cursor)
+        with pytest.raises(McpError) as forged:
+            await client.experimental.list_tasks(last_cursor[:-2] + "xx")
+    assert [len(p) for p in pages] == [2, 2, 1]
+    assert [t for p in pages for t in p] == ids  # every task retrievable by get is listed
+    assert foreign.value.error.code == INVALID_PARAMS and forged.value.error.code == INVALID_PARAMS
+
+
+async def test_cancel_marks_the_task_cancelled_before_answering_and_it_stays_cancelled(
+    start_gateway: StartGateway, faulty_upstream: TestServer
+) -> None:
+    url = str(faulty_upstream.make_url("/mcp"))
+    base = await start_gateway(route({"transport": "streamable_http", "url": url}))
+    hooks = faulty_upstream.app[FAULT_HOOKS]
+    async with mcp_client(f"{base}/t/mcp") as client:
+        created = await client.experimental.call_tool_as_task("hang", {})
+        async with asyncio.timeout(5):
+            await hooks.arrived["hang"].wait()
+        cancelled = await client.experimental.cancel_task(created.task.taskId)
+        # MUST transition to cancelled before sending the response.
+        assert cancelled.status == "cancelled"
+        assert (await client.experimental.get_task(created.task.taskId)).status == "cancelled"
+        # Cancelling a terminal task: -32602.
+        with pytest.raises(McpError) as again:
+            await client.experimental.cancel_task(created.task.taskId)
+        with pytest.raises(McpError) as result:
+            await client.experimental.get_task_result(created.task.taskId, types.CallToolResult)
+    assert again.value.error.code == INVALID_PARAMS
+    assert "already in terminal status 'cancelled'" in again.value.error.message
+    assert result.value.error.code == INTERNAL_ERROR
+    # notifications/cancelled went upstream for the call the task was waiting on.
+    upstream_call = next(m for m in hooks.received if m.get("method") == "tools/call")
+    cancels = [m for m in hooks.received if m.get("method") == "notifications/cancelled"]
+    assert [c["params"]["requestId"] for c in cancels] == [upstream_call["id"]]
+
+
+# -- progress and status notifications
+
+
+async def test_progress_and_status_notifications_reach_the_client_after_create(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route())
+    progress: list[types.ProgressNotificationParams] = []
+    statuses: list[str] = []
+    done = asyncio.Event()
+
+    async def on_message(message: Any) -> None:
+        if isinstance(message, types.ServerNotification):
+            note = message.root
+            if isinstance(note, types.ProgressNotification):
+                assert not done.is_set(), "progress after the task was terminal"
+                progress.append(note.params)
+            elif isinstance(note, types.TaskStatusNotification):
+                statuses.append(note.params.status)
+                if note.params.status == "completed":
+                    done.set()
+
+    async with mcp_client(f"{base}/t/mcp", message_handler=on_message) as client:
+        await client.experimental.call_tool_as_task(
+            "slow", {"seconds": 0.6, "steps": 3}, meta={"progressToken": "p-7"}
+        )
+        async with asyncio.timeout(5):
+            await done.wait()
+    # The token the client sent "remains valid throughout the task lifetime".
+    assert [p.progressToken for p in progress] == ["p-7"] * 3
+    assert [p.progress for p in progress] == [1, 2, 3]
+    assert statuses[-1] == "completed"
+
+
+async def test_progress_shows_in_status_message_while_polling(start_gateway: StartGateway) -> None:
+    base = await start_gateway(route())
+    async with mcp_client(f"{base}/t/mcp") as client:
+        created = await client.experimental.call_tool_as_task(
+            "slow", {"seconds": 3, "steps": 3}, meta={"progressToken": 1}
+        )
+        async with asyncio.timeout(10):
+            while True:
+                task = await client.experimental.get_task(created.task.taskId)
+                if task.statusMessage:
+                    break
+                await asyncio.sleep(0.05)  # polling is what this client does
+        await client.experimental.cancel_task(created.task.taskId)
+    assert task.status == "working" and task.statusMessage == "1/3: step 1/3"
+
+
+# -- durability, sessions, restarts, scale
+
+
+async def test_task_keeps_running_after_its_session_is_deleted(
+    start_gateway: StartGateway, tmp_path: Any
+) -> None:
+    from gateway.store import open_store
+
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    command = ["python", str(ROOT / "tests" / "stdio_upstream.py"), "--pid-dir", str(pid_dir)]
+    url = f"{await start_gateway(route({'transport': 'stdio', 'command': command}))}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        created = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "slow", "arguments": {"seconds": 0.8, "steps": 1}, "task": {}},
+        )
+        async with http.delete(url, headers={"Mcp-Session-Id": session_id}) as ended:
+            assert ended.status == 200
+    task_id = created["result"]["task"]["taskId"]
+    (pid,) = (int(p.name) for p in pid_dir.iterdir())
+    store = await open_store(tmp_path / "gateway.db")
+    try:
+        async with asyncio.timeout(10):
+            # The store is what a later client would read; it has no event to await.
+            while (task := await store.get_task(task_id)) is None or not task.status.terminal:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        outcome = await store.get_outcome(task_id)
+    finally:
+        await store.close()
+    assert task.status == "completed" and outcome is not None
+    assert outcome.body["content"][0]["text"] == "slept 0.8 s"
+    await wait_until_dead(pid)  # and then the child of the ended session goes away
+
+
+async def test_restart_keeps_finished_tasks_fails_running_ones_and_the_session_carries_on(
+    make_settings: Any, tmp_path: Any
+) -> None:
+    from gateway.app import create_app
+
+    settings = make_settings(route())
+    first = TestServer(create_app(settings), host="127.0.0.1")
+    await first.start_server()
+    url = str(first.make_url("/t/mcp"))
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        done = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "echo", "arguments": {"text": "kept"}, "task": {}},
+        )
+        running = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "slow", "arguments": {"seconds": 30, "steps": 1}, "task": {}},
+            2,
+        )
+        done_id, running_id = done["result"]["task"]["taskId"], running["result"]["task"]["taskId"]
+        assert (await rpc(http, url, session_id, "tasks/result", {"taskId": done_id}, 3))["result"]
+    await first.close()  # the gateway process goes away with a task running
+
+    second = TestServer(create_app(settings), host="127.0.0.1")  # same database file
+    await second.start_server()
+    url = str(second.make_url("/t/mcp"))
+    try:
+        async with aiohttp.ClientSession() as http:
+            kept = await rpc(http, url, session_id, "tasks/result", {"taskId": done_id}, 4)
+            interrupted = await rpc(http, url, session_id, "tasks/get", {"taskId": running_id}, 5)
+            replay = await rpc(http, url, session_id, "tasks/result", {"taskId": running_id}, 6)
+            fresh = await rpc(
+                http,
+                url,
+                session_id,
+                "tools/call",
+                {"name": "echo", "arguments": {"text": "same session"}},
+                7,
+            )
+    finally:
+        await second.close()
+    assert kept["result"]["content"][0]["text"] == "kept"
+    assert interrupted["result"]["status"] == "failed"
+    assert interrupted["result"]["statusMessage"] == "interrupted: gateway restarted"
+    assert replay["error"] == {"code": INTERNAL_ERROR, "message": "interrupted: gateway restarted"}
+    # The session id from before the restart still works; its upstream is re-established.
+    assert fresh["result"]["content"][0]["text"] == "same session"
+
+
+async def test_two_hundred_tasks_from_several_sessions_all_complete_with_their_results(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route())
+
+    async def one_session(n: int) -> list[tuple[str, str]]:
+        async with mcp_client(f"{base}/t/mcp") as client:
+            texts = [f"session {n} task {i}" for i in range(25)]
+            created = await asyncio.gather(
+                *(client.experimental.call_tool_as_task("echo", {"text": t}) for t in texts)
+            )
+            results = await asyncio.gather(
+                *(
+                    client.experimental.get_task_result(c.task.taskId, types.CallToolResult)
+                    for c in created
+                )
+            )
+            return [(t, text(r)) for t, r in zip(texts, results, strict=True)]
+
+    async with asyncio.timeout(60):
+        pairs = [
+            p
+            for session in await asyncio.gather(*(one_session(n) for n in range(8)))
+            for p in session
+        ]
+    assert len(pairs) == 200
+    assert all(sent == got for sent, got in pairs)
