@@ -7,16 +7,45 @@ import sys
 from pathlib import Path
 
 import pytest
+import yaml
+from pydantic import BaseModel
 
 from gateway.config import ConfigError, Settings, load_settings, parse_settings
 
 from .conftest import ROOT
 
 
-def test_shipped_config_is_exactly_the_built_in_default() -> None:
+def _keys(model: BaseModel, prefix: str = "") -> set[str]:
+    out = set()
+    for name in type(model).model_fields:
+        value = getattr(model, name)
+        if isinstance(value, tuple) and value and isinstance(value[0], BaseModel):
+            value = value[0]
+        out.add(prefix + name)
+        if isinstance(value, BaseModel):
+            out |= _keys(value, f"{prefix}{name}.")
+    return out
+
+
+def test_shipped_config_is_exactly_the_built_in_default_and_lists_every_key() -> None:
     # `mcp-task-gateway` without --config runs these defaults; the file documents them.
-    assert load_settings(ROOT / "config" / "gateway.yaml") == Settings()
+    path = ROOT / "config" / "gateway.yaml"
+    assert load_settings(path) == Settings()
     assert load_settings(None).listen.host == "127.0.0.1"
+    written = yaml.safe_load(path.read_text())
+
+    def listed(data: object, prefix: str = "") -> set[str]:
+        if isinstance(data, list) and data:
+            data = data[0]
+        if not isinstance(data, dict):
+            return set()
+        out = set()
+        for key, value in data.items():
+            out.add(prefix + key)
+            out |= listed(value, f"{prefix}{key}.")
+        return out
+
+    assert _keys(Settings()) <= listed(written)
 
 
 def test_env_references_are_resolved(tmp_path: Path) -> None:
