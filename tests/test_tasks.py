@@ -611,3 +611,37 @@ async def test_two_hundred_tasks_from_several_sessions_all_complete_with_their_r
         ]
     assert len(pairs) == 200
     assert all(sent == got for sent, got in pairs)
+
+
+async def test_sweeper_deletes_expired_tasks_and_their_results(start_gateway: StartGateway) -> None:
+    base = await start_gateway(route(), store={"sweep_interval_seconds": 0.05})
+    async with mcp_client(f"{base}/t/mcp") as client:
+        short = await client.experimental.call_tool_as_task("echo", {"text": "x"}, ttl=1)
+        async with asyncio.timeout(10):
+            while True:  # "expired" until the sweeper ran, then gone: "not found"
+                with pytest.raises(McpError) as raised:
+                    await client.experimental.get_task(short.task.taskId)
+                if raised.value.error.message.endswith("Task not found"):
+                    break
+                await asyncio.sleep(0.05)
+        listed = await client.experimental.list_tasks()
+    assert short.task.taskId not in [t.taskId for t in listed.tasks]
+
+
+async def test_cancellation_sends_a_status_notification(start_gateway: StartGateway) -> None:
+    base = await start_gateway(route())
+    cancelled = asyncio.Event()
+
+    async def on_message(message: Any) -> None:
+        if (
+            isinstance(message, types.ServerNotification)
+            and isinstance(message.root, types.TaskStatusNotification)
+            and message.root.params.status == "cancelled"
+        ):
+            cancelled.set()
+
+    async with mcp_client(f"{base}/t/mcp", message_handler=on_message) as client:
+        created = await client.experimental.call_tool_as_task("slow", {"seconds": 30, "steps": 1})
+        await client.experimental.cancel_task(created.task.taskId)
+        async with asyncio.timeout(5):
+            await cancelled.wait()
