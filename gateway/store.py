@@ -322,23 +322,16 @@ class SqliteTaskStore:
             _fail(self._queue, RuntimeError("the task store is closed"))
 
     async def _commit(self, batch: list[_Write]) -> None:
-        settled: list[tuple[_Write, Any, Exception | None]] = []
+        # Optimistic first: the whole batch in one transaction, no savepoints (each is a
+        # round trip to SQLite's thread). Only if a write fails is the batch rolled back and
+        # replayed with a savepoint per write, so that failure stays its caller's alone.
         try:
-            await self._db.execute("BEGIN IMMEDIATE")
-            for write in batch:
-                # A savepoint per write: its failure is its caller's alone, the batch commits.
-                await self._db.execute("SAVEPOINT write")
-                try:
-                    settled.append((write, await write.run(self._db), None))
-                except Exception as exc:
-                    await self._db.execute("ROLLBACK TO write")
-                    settled.append((write, None, exc))
-                await self._db.execute("RELEASE write")
-            await self._db.execute("COMMIT")
-        except Exception as exc:
+            try:
+                settled = await self._transaction(batch, isolate=False)
+            except _WriteFailed:
+                settled = await self._transaction(batch, isolate=True)
+        except Exception as exc:  # BEGIN or COMMIT failed: nothing of the batch was written
             _fail(batch, exc)
-            if self._db.in_transaction:
-                await self._db.execute("ROLLBACK")
             return
         except BaseException:
             _fail(batch, RuntimeError("the task store is closed"))
@@ -351,6 +344,42 @@ class SqliteTaskStore:
                 write.future.set_result(value)
             else:
                 write.future.set_exception(error)
+
+    async def _transaction(
+        self, batch: list[_Write], isolate: bool
+    ) -> list[tuple[_Write, Any, Exception | None]]:
+        """Run and commit `batch`, rolled back entirely on any exception it raises.
+
+        Raises:
+            _WriteFailed: a write failed and `isolate` was off.
+        """
+        settled: list[tuple[_Write, Any, Exception | None]] = []
+        await self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for write in batch:
+                if not isolate:
+                    try:
+                        settled.append((write, await write.run(self._db), None))
+                    except Exception as exc:
+                        raise _WriteFailed from exc
+                    continue
+                await self._db.execute("SAVEPOINT write")
+                try:
+                    settled.append((write, await write.run(self._db), None))
+                except Exception as exc:
+                    await self._db.execute("ROLLBACK TO write")
+                    settled.append((write, None, exc))
+                await self._db.execute("RELEASE write")
+            await self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                await self._db.execute("ROLLBACK")
+            raise
+        return settled
+
+
+class _WriteFailed(Exception):
+    """One write of an optimistic batch failed: replay the batch with isolation."""
 
 
 def _fail(writes: list[_Write], error: Exception) -> None:

@@ -1,0 +1,829 @@
+"""Tasks benchmark: task creation and lifecycle throughput, and memory with tasks in flight.
+
+Three measurements of ``python -m gateway --config FILE`` serving MCP Tasks (2025-11-25):
+
+1. ``create``    -- ``tools/call echo`` with ``task: {}`` on the ``bench`` route (upstream: the
+   passthrough benchmark's tiny responder); every answer must be a CreateTaskResult whose task
+   is ``working``. At concurrency 32 (target >= 1,000 creations/s, durable commits) and 1.
+2. ``lifecycle`` -- create, ``tasks/get`` back-to-back until ``completed`` (no pollInterval
+   sleep: this measures the gateway, not a polite client), then ``tasks/result``, whose text
+   must equal what was sent. At concurrency 32.
+3. ``memory``    -- VmRSS of a freshly started gateway at idle, then with 1,000 and 10,000
+   ``slow`` tasks (600 s) in flight on the ``demo`` stdio route, 1,000 tasks per session (each
+   session has its own stdio child, which is not counted). Target: 10,000 under 600 MiB.
+
+Every measurement of parts 1 and 2 opens its own MCP sessions (one per worker) and ends them
+with DELETE afterwards; rounds are interleaved and the median round is reported. Every server
+runs in its own subprocess; the load generator is this process. A script, not a test::
+
+    .venv/bin/python -m tests.bench.tasks
+    .venv/bin/python -m tests.bench.tasks --seconds 3 --rounds 1 --skip-memory --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import os
+import resource
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Awaitable, Callable, Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import aiohttp
+
+from tests.bench.passthrough import (
+    HOST,
+    MAX_ERROR_SAMPLES,
+    REPO_ROOT,
+    REQUEST_TIMEOUT_S,
+    BenchError,
+    ErrorLog,
+    JsonObj,
+    McpClient,
+    Measurement,
+    Summary,
+    free_port,
+    server,
+    summarise,
+    wait_for_port,
+)
+from tests.bench.passthrough import THIS_FILE as PASSTHROUGH_FILE
+
+KEY_CONCURRENCY = 32
+CREATE_TARGET_PER_S = 1000.0
+MEMORY_TARGET_TASKS = 10_000
+MEMORY_TARGET_MIB = 600.0
+RELATED_TASK = "io.modelcontextprotocol/related-task"
+
+# (measurement, concurrency) in the order each round runs them.
+THROUGHPUT_PLAN = (("create", KEY_CONCURRENCY), ("create", 1), ("lifecycle", KEY_CONCURRENCY))
+
+# Hard bounds so that no loop can run away even if the clock or the gateway misbehaves.
+MAX_OPS_PER_WORKER = 1_000_000
+MAX_ERRORS_PER_MEASUREMENT = 10_000
+MAX_POLLS_PER_TASK = 100_000
+LIFECYCLE_TIMEOUT_S = 10.0
+
+# Memory: tasks that stay `working` for the whole measurement.
+SLOW_ARGS: JsonObj = {"seconds": 600, "steps": 1}
+TASKS_PER_SESSION = 1000
+FILL_CONCURRENCY = 32
+FILL_TIMEOUT_S = 120.0
+SETTLE_S = 2.0
+CHECKS_PER_LEVEL = 20
+FD_HEADROOM = 1024
+
+GATEWAY_START_TIMEOUT_S = 30.0
+GATEWAY_STOP_TIMEOUT_S = 15.0
+CHILD_EXIT_TIMEOUT_S = 5.0
+
+MIB = 1024 * 1024
+
+
+# --------------------------------------------------------------------------------------------
+# Client: the passthrough benchmark's MCP session plus the task methods.
+# --------------------------------------------------------------------------------------------
+
+
+class TaskClient(McpClient):
+    async def create_task(self, tool: str, arguments: JsonObj) -> str:
+        """A task-augmented tools/call; returns the taskId of the CreateTaskResult."""
+        params = {"name": tool, "arguments": arguments, "task": {}}
+        result, _ = await self.request("tools/call", params)
+        task = result.get("task")
+        if (
+            not isinstance(task, dict)
+            or not isinstance(task.get("taskId"), str)
+            or not task["taskId"]
+            or task.get("status") != "working"
+            or not isinstance(task.get("createdAt"), str)
+        ):
+            raise BenchError(f"not a CreateTaskResult with status working: {str(result)[:200]}")
+        return str(task["taskId"])
+
+    async def task_status(self, task_id: str) -> str:
+        result, _ = await self.request("tasks/get", {"taskId": task_id})
+        status = result.get("status")
+        if result.get("taskId") != task_id or not isinstance(status, str):
+            raise BenchError(f"tasks/get {task_id}: not its Task: {str(result)[:200]}")
+        return status
+
+    async def task_result(self, task_id: str) -> JsonObj:
+        result, _ = await self.request("tasks/result", {"taskId": task_id})
+        return result
+
+    async def close(self) -> None:
+        """End the session (DELETE), so that measurements do not pile up sessions."""
+        if "Mcp-Session-Id" not in self._headers:
+            return
+        async with self._http.delete(self._url, headers=self._headers) as resp:
+            await resp.read()
+            if resp.status not in (200, 202, 204):
+                raise BenchError(f"DELETE session: HTTP {resp.status}")
+
+
+def _check_echo(result: JsonObj, task_id: str, text: str) -> None:
+    content = result.get("content")
+    first = content[0] if isinstance(content, list) and content else None
+    got = first.get("text") if isinstance(first, dict) else None
+    if result.get("isError") or got != text:
+        raise BenchError(f"tasks/result mismatch: sent {text!r}, got {str(result)[:200]}")
+    meta = result.get("_meta")
+    related = meta.get(RELATED_TASK) if isinstance(meta, dict) else None
+    if not isinstance(related, dict) or related.get("taskId") != task_id:
+        raise BenchError(f"tasks/result lacks related-task meta for {task_id}: {str(meta)[:200]}")
+
+
+# One unit of work: returns how many HTTP requests it made.
+Op = Callable[[TaskClient, str], Awaitable[int]]
+
+
+async def op_create(client: TaskClient, text: str) -> int:
+    await client.create_task("echo", {"text": text})
+    return 1
+
+
+async def op_lifecycle(client: TaskClient, text: str) -> int:
+    task_id = await client.create_task("echo", {"text": text})
+    requests = 1
+    give_up = time.perf_counter() + LIFECYCLE_TIMEOUT_S
+    # Polled back-to-back on purpose (pollInterval is ignored): the gateway is what is measured.
+    for _ in range(MAX_POLLS_PER_TASK):
+        status = await client.task_status(task_id)
+        requests += 1
+        if status == "completed":
+            break
+        if status != "working":
+            raise BenchError(f"task {task_id} ended {status!r}, expected completed")
+        if time.perf_counter() > give_up:
+            raise BenchError(f"task {task_id} not completed within {LIFECYCLE_TIMEOUT_S:g}s")
+    else:
+        raise BenchError(f"task {task_id} not completed after {MAX_POLLS_PER_TASK} polls")
+    result = await client.task_result(task_id)
+    _check_echo(result, task_id, text)
+    return requests + 1
+
+
+OPS: dict[str, Op] = {"create": op_create, "lifecycle": op_lifecycle}
+CLIENT_ERRORS = (BenchError, aiohttp.ClientError, TimeoutError, ValueError)
+
+
+# --------------------------------------------------------------------------------------------
+# Throughput: parts 1 and 2.
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TaskMeasurement(Measurement):
+    """A passthrough Measurement (requests = completed operations) plus HTTP requests sent."""
+
+    http_requests: int = 0
+
+
+async def _drive(
+    op: Op,
+    client: TaskClient,
+    tag: str,
+    deadline: float,
+    errors: ErrorLog,
+    latencies: list[float],
+    http_requests: list[int],
+) -> None:
+    for seq in range(MAX_OPS_PER_WORKER):
+        if time.perf_counter() >= deadline or errors.count >= MAX_ERRORS_PER_MEASUREMENT:
+            return
+        text = f"{tag}-{seq}"  # unique per operation, so a mixed-up result cannot pass
+        started = time.perf_counter()
+        try:
+            sent = await op(client, text)
+        except CLIENT_ERRORS as exc:
+            errors.add(f"{type(exc).__name__}: {exc}")
+            continue
+        latencies.append(time.perf_counter() - started)
+        http_requests.append(sent)
+
+
+async def measure(
+    kind: str, url: str, concurrency: int, seconds: float, warmup: float
+) -> TaskMeasurement:
+    op = OPS[kind]
+    errors = ErrorLog()
+    connector = aiohttp.TCPConnector(limit=concurrency + 4)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    latencies: list[list[float]] = [[] for _ in range(concurrency)]
+    sent: list[list[int]] = [[] for _ in range(concurrency)]
+    started = time.perf_counter()
+    elapsed = 0.0
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        clients = [TaskClient(http, url) for _ in range(concurrency)]
+        try:
+            await asyncio.gather(*(c.open() for c in clients))
+        except CLIENT_ERRORS as exc:
+            errors.add(f"session setup: {type(exc).__name__}: {exc}")
+        else:
+            # Warm-up latencies are thrown away; its errors count.
+            scratch: list[float] = []
+            scratch_sent: list[int] = []
+            warm_deadline = time.perf_counter() + warmup
+            await asyncio.gather(
+                *(
+                    _drive(op, c, f"warm{i}", warm_deadline, errors, scratch, scratch_sent)
+                    for i, c in enumerate(clients)
+                )
+            )
+            started = time.perf_counter()
+            deadline = started + seconds
+            await asyncio.gather(
+                *(
+                    _drive(op, c, f"w{i}", deadline, errors, latencies[i], sent[i])
+                    for i, c in enumerate(clients)
+                )
+            )
+            # Operations in flight at the deadline still finish and count, so time runs on.
+            elapsed = time.perf_counter() - started
+        closed = await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
+        for outcome in closed:
+            if isinstance(outcome, BaseException):
+                errors.add(f"session close: {type(outcome).__name__}: {outcome}")
+    flat = [x for lat in latencies for x in lat]
+    return TaskMeasurement(
+        target=kind,
+        concurrency=concurrency,
+        requests=len(flat),
+        elapsed_s=elapsed,
+        latencies_s=flat,
+        errors=errors,
+        http_requests=sum(sum(s) for s in sent),
+    )
+
+
+async def run_throughput(args: argparse.Namespace, url: str) -> list[Summary]:
+    runs: dict[tuple[str, int], list[Measurement]] = {}
+    # Interleave (round -> measurement) so a noisy spell hits every measurement alike.
+    for rnd in range(1, args.rounds + 1):
+        for kind, c in THROUGHPUT_PLAN:
+            m = await measure(kind, url, c, args.seconds, args.warmup)
+            runs.setdefault((kind, c), []).append(m)
+            print(
+                f"round {rnd}/{args.rounds} {kind:<9} c={c:<3} {m.rps:9.1f}/s "
+                f"errors={m.errors.count}",
+                file=sys.stderr,
+                flush=True,
+            )
+    return [summarise(runs[key], "median") for key in THROUGHPUT_PLAN]
+
+
+# --------------------------------------------------------------------------------------------
+# Memory: part 3.
+# --------------------------------------------------------------------------------------------
+
+
+def rss_bytes(pid: int) -> int:
+    """VmRSS of `pid`; RuntimeError if the process is gone."""
+    try:
+        with open(f"/proc/{pid}/status", encoding="ascii", errors="replace") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except OSError as exc:
+        raise RuntimeError(f"cannot read /proc/{pid}/status: {exc}") from exc
+    raise RuntimeError(f"no VmRSS for pid {pid} (exited?)")
+
+
+def open_fds(pid: int) -> int | None:
+    try:
+        return len(os.listdir(f"/proc/{pid}/fd"))
+    except OSError:
+        return None
+
+
+def child_pids(pid: int) -> list[int]:
+    """Direct children of `pid`, from /proc/*/stat (bounded by the number of processes)."""
+    found: list[int] = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        # The comm field may contain spaces and parentheses; ppid is 2nd field after the last ')'.
+        fields = stat[stat.rfind(")") + 2 :].split()
+        if len(fields) > 1 and fields[1] == str(pid):
+            found.append(int(entry))
+    return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
+            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@dataclass
+class Level:
+    label: str
+    tasks: int
+    sessions: int
+    rss_bytes: int
+    fds: int | None = None
+    fill_s: float | None = None
+    added: int = 0  # tasks created by this level's fill
+    checked: int = 0
+    working: int = 0
+
+    @property
+    def rss_mib(self) -> float:
+        return self.rss_bytes / MIB
+
+
+@dataclass
+class MemoryResult:
+    fd_soft_limit: int
+    levels: list[Level] = field(default_factory=list)
+    errors: ErrorLog = field(default_factory=ErrorLog)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return self.errors.count == 0 and len(self.levels) > 1
+
+
+async def _fill(
+    clients: list[TaskClient], ids: list[list[str]], start: int, stop: int, errors: ErrorLog
+) -> None:
+    """Create tasks number start..stop-1; task k goes to session k // TASKS_PER_SESSION."""
+    numbers = iter(range(start, stop))  # shared by the workers: each number is taken once
+    deadline = time.perf_counter() + FILL_TIMEOUT_S
+
+    async def worker() -> None:
+        for k in numbers:
+            if time.perf_counter() > deadline:
+                errors.add(f"fill: not done within {FILL_TIMEOUT_S:g}s (at task {k} of {stop})")
+                return
+            if errors.count >= MAX_ERRORS_PER_MEASUREMENT:
+                return
+            slot = k // TASKS_PER_SESSION
+            try:
+                ids[slot].append(await clients[slot].create_task("slow", SLOW_ARGS))
+            except CLIENT_ERRORS as exc:
+                errors.add(f"create slow task: {type(exc).__name__}: {exc}")
+
+    await asyncio.gather(*(worker() for _ in range(FILL_CONCURRENCY)))
+
+
+async def _check_working(
+    clients: list[TaskClient], ids: list[list[str]], errors: ErrorLog
+) -> tuple[int, int]:
+    """tasks/get on a spread of tasks (first and last of each session); all must be working."""
+    picks: list[tuple[int, str]] = []
+    for slot, owned in enumerate(ids):
+        for task_id in dict.fromkeys((owned[0], owned[-1]) if owned else ()):
+            picks.append((slot, task_id))
+    step = max(1, math.ceil(len(picks) / CHECKS_PER_LEVEL))
+    picks = picks[::step]
+    working = 0
+    for slot, task_id in picks:
+        try:
+            status = await clients[slot].task_status(task_id)
+        except CLIENT_ERRORS as exc:
+            errors.add(f"tasks/get while in flight: {type(exc).__name__}: {exc}")
+            continue
+        if status == "working":
+            working += 1
+        else:
+            errors.add(f"task {task_id} is {status!r} while in flight, expected working")
+    return len(picks), working
+
+
+async def run_memory(pid: int, url: str, levels: list[int], result: MemoryResult) -> None:
+    await asyncio.sleep(SETTLE_S)
+    result.levels.append(Level("idle after start", 0, 0, rss_bytes(pid), open_fds(pid)))
+    connector = aiohttp.TCPConnector(limit=FILL_CONCURRENCY + 4)
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
+        clients: list[TaskClient] = []
+        ids: list[list[str]] = []
+        created = in_flight = 0
+        for target in levels:
+            wanted = math.ceil(target / TASKS_PER_SESSION)
+            fresh = [TaskClient(http, url) for _ in range(wanted - len(clients))]
+            try:
+                await asyncio.gather(*(c.open() for c in fresh))
+            except CLIENT_ERRORS as exc:
+                result.errors.add(f"session setup: {type(exc).__name__}: {exc}")
+                return
+            clients.extend(fresh)
+            ids.extend([] for _ in fresh)
+            started = time.perf_counter()
+            await _fill(clients, ids, created, target, result.errors)
+            fill_s = time.perf_counter() - started
+            created = target
+            before, in_flight = in_flight, sum(len(x) for x in ids)
+            await asyncio.sleep(SETTLE_S)  # let the runs reach their stdio children
+            level = Level(
+                f"{target:,} in flight",
+                in_flight,
+                len(clients),
+                rss_bytes(pid),
+                open_fds(pid),
+                fill_s,
+                in_flight - before,
+            )
+            level.checked, level.working = await _check_working(clients, ids, result.errors)
+            result.levels.append(level)
+            print(
+                f"memory: {in_flight} tasks in flight, RSS {level.rss_mib:.1f} MiB, "
+                f"errors={result.errors.count}",
+                file=sys.stderr,
+                flush=True,
+            )
+            if result.errors.count:
+                return
+
+
+def ensure_fd_limit(sessions: int) -> int:
+    """Raise the soft RLIMIT_NOFILE if low (the gateway inherits it); returns the soft limit."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    # Per session: a client connection or two, and three pipes to its stdio child.
+    needed = FD_HEADROOM + 8 * sessions
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        new = needed if hard == resource.RLIM_INFINITY else min(hard, needed)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (new, hard))
+        soft = new
+    return int(soft)
+
+
+# --------------------------------------------------------------------------------------------
+# Gateway subprocess: like passthrough.server(), but the pid is needed for /proc.
+# --------------------------------------------------------------------------------------------
+
+
+def gateway_config(port: int, db_path: Path, upstream_url: str, max_children: int) -> str:
+    # json.dumps yields quoted scalars that are also valid YAML, so odd tmp paths stay safe.
+    return (
+        f"listen: {{host: {HOST}, port: {port}}}\n"
+        f"store: {{path: {json.dumps(str(db_path))}}}\n"
+        "routes:\n"
+        "  - name: bench\n"
+        f"    upstream: {{transport: streamable_http, url: {json.dumps(upstream_url)}}}\n"
+        "    tasks: {default_ttl_ms: 600000}\n"
+        "  - name: demo\n"
+        "    upstream:\n"
+        "      transport: stdio\n"
+        "      command: [python, -m, gateway.demo]\n"
+        f"      max_children: {max_children}\n"
+        "sessions: {max_sessions: 5000}\n"
+    )
+
+
+@dataclass
+class Stopped:
+    seconds: float = 0.0
+    killed: bool = False
+    leftover_children: list[int] = field(default_factory=list)
+
+
+@contextmanager
+def gateway(
+    name: str, config: str, port: int, logdir: Path, stopped: Stopped
+) -> Iterator[subprocess.Popen[bytes]]:
+    cfg = logdir / f"{name}.yaml"
+    cfg.write_text(config)
+    log = logdir / f"{name}.log"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    argv = [sys.executable, "-m", "gateway", "--config", str(cfg)]
+    with log.open("wb") as out:
+        proc = subprocess.Popen(
+            argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+        )
+    children: list[int] = []
+    try:
+        wait_for_port(proc, port, log, name, GATEWAY_START_TIMEOUT_S)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            children = child_pids(proc.pid)
+            began = time.perf_counter()
+            proc.terminate()
+            try:
+                proc.wait(timeout=GATEWAY_STOP_TIMEOUT_S)
+            except subprocess.TimeoutExpired:
+                stopped.killed = True
+                proc.kill()
+                proc.wait(timeout=5)
+            stopped.seconds = time.perf_counter() - began
+        # Its stdio children should go with it; any that do not are ended here, by pid.
+        for _ in range(int(CHILD_EXIT_TIMEOUT_S / 0.1)):
+            if not any(_alive(c) for c in children):
+                break
+            time.sleep(0.1)
+        for c in children:
+            if _alive(c) and "gateway.demo" in _cmdline(c):
+                stopped.leftover_children.append(c)
+                try:
+                    os.kill(c, signal.SIGTERM)
+                except OSError:
+                    pass
+
+
+def log_tail(logdir: Path, name: str, lines: int = 15) -> str:
+    try:
+        text = (logdir / f"{name}.log").read_text(errors="replace")
+    except OSError:
+        return ""
+    return "\n".join(text.splitlines()[-lines:])
+
+
+# --------------------------------------------------------------------------------------------
+# Reporting
+# --------------------------------------------------------------------------------------------
+
+
+def _fmt_int(n: int | None) -> str:
+    return "-" if n is None else str(n)
+
+
+def report(
+    args: argparse.Namespace,
+    summaries: list[Summary],
+    memory: MemoryResult | None,
+    throughput_rss: int | None,
+    stops: dict[str, Stopped],
+) -> JsonObj:
+    rows: list[JsonObj] = []
+    key_rate: float | None = None
+    if summaries:
+        print(
+            f"\ngateway tasks: {args.seconds:g}s per round after {args.warmup:g}s warm-up; "
+            f"MEDIAN of {args.rounds} round(s) by rate, latencies from that round; "
+            f"{os.cpu_count()} CPU(s) shared by load generator, gateway and upstream"
+        )
+        header = (
+            f"{'measurement':<10} {'conc':>4} {'ops':>7} {'ops/s':>8} {'p50 ms':>8} "
+            f"{'p99 ms':>8} {'http/op':>7} {'errors':>6}  {'valid':<7} rounds ops/s"
+        )
+        print(header)
+        print("-" * len(header))
+        for s in summaries:
+            m = s.chosen
+            http = m.http_requests if isinstance(m, TaskMeasurement) else 0
+            per_op = http / m.requests if m.requests else math.nan
+            p50, p99 = m.percentile_ms(0.50), m.percentile_ms(0.99)
+            rounds = "/".join(f"{r:.0f}" for r in s.rounds_rps)
+            mark = "yes" if s.valid else "INVALID"
+            print(
+                f"{s.target:<10} {s.concurrency:>4} {m.requests:>7} {m.rps:>8.1f} {p50:>8.2f} "
+                f"{p99:>8.2f} {per_op:>7.1f} {s.errors:>6}  {mark:<7} {rounds}"
+            )
+            rows.append(
+                {
+                    "measurement": s.target,
+                    "concurrency": s.concurrency,
+                    "ops": m.requests,
+                    "ops_per_s": round(m.rps, 1),
+                    "p50_ms": round(p50, 3),
+                    "p99_ms": round(p99, 3),
+                    "http_requests_per_op": None if math.isnan(per_op) else round(per_op, 2),
+                    "errors": s.errors,
+                    "valid": s.valid,
+                    "rounds_ops_per_s": [round(r, 1) for r in s.rounds_rps],
+                }
+            )
+            if (s.target, s.concurrency) == ("create", KEY_CONCURRENCY) and s.valid:
+                key_rate = m.rps
+        print(
+            "  create    = tools/call echo with task:{} -> CreateTaskResult(status working)\n"
+            "  lifecycle = create + tasks/get polled back-to-back (pollInterval NOT slept: this\n"
+            "              measures the gateway) until completed + tasks/result, text checked;\n"
+            "              http/op is the HTTP requests per lifecycle (create + polls + result)"
+        )
+        verdict = (
+            "n/a (invalid)"
+            if key_rate is None
+            else ("PASS" if key_rate >= CREATE_TARGET_PER_S else "BELOW TARGET")
+        )
+        rate = "n/a" if key_rate is None else f"{key_rate:.0f}/s"
+        print(
+            f"KEY task creations @ c={KEY_CONCURRENCY} (median): {rate} "
+            f"(target >= {CREATE_TARGET_PER_S:.0f}/s) {verdict}"
+        )
+        if throughput_rss is not None:
+            print(f"gateway RSS after the throughput parts: {throughput_rss / MIB:.1f} MiB")
+
+    mem_json: JsonObj | None = None
+    key_mib: float | None = None
+    if memory is not None:
+        print(
+            f"\nresident memory: VmRSS of the gateway process (stdio children not counted), "
+            f"demo `slow` {json.dumps(SLOW_ARGS)}, {TASKS_PER_SESSION} tasks per session, "
+            f"RLIMIT_NOFILE soft {memory.fd_soft_limit}"
+        )
+        header = (
+            f"{'state':<18} {'tasks':>6} {'sessions':>8} {'RSS MiB':>8} {'fds':>5} "
+            f"{'fill s':>7} {'fill/s':>7}  tasks/get working"
+        )
+        print(header)
+        print("-" * len(header))
+        for lv in memory.levels:
+            fill = "-" if lv.fill_s is None else f"{lv.fill_s:.1f}"
+            rate = "-" if not lv.fill_s else f"{lv.added / lv.fill_s:.0f}"
+            check = "-" if lv.checked == 0 else f"{lv.working}/{lv.checked}"
+            print(
+                f"{lv.label:<18} {lv.tasks:>6} {lv.sessions:>8} {lv.rss_mib:>8.1f} "
+                f"{_fmt_int(lv.fds):>5} {fill:>7} {rate:>7}  {check}"
+            )
+            if lv.tasks == MEMORY_TARGET_TASKS and memory.valid:
+                key_mib = lv.rss_mib
+        stop = stops.get("memory")
+        if stop is not None:
+            print(
+                f"gateway stop (SIGTERM) took {stop.seconds:.1f}s"
+                + (" and needed SIGKILL" if stop.killed else "")
+                + (
+                    f"; {len(stop.leftover_children)} stdio child(ren) outlived it"
+                    if stop.leftover_children
+                    else "; its stdio children exited with it"
+                )
+            )
+        if not memory.valid:
+            print("memory numbers INVALID (errors or incomplete)")
+        if any(lv.tasks == MEMORY_TARGET_TASKS for lv in memory.levels) or key_mib is not None:
+            verdict = (
+                "n/a (invalid)"
+                if key_mib is None
+                else ("PASS" if key_mib < MEMORY_TARGET_MIB else "OVER TARGET")
+            )
+            shown = "n/a" if key_mib is None else f"{key_mib:.1f} MiB"
+            print(
+                f"KEY RSS with {MEMORY_TARGET_TASKS:,} tasks in flight: {shown} "
+                f"(target < {MEMORY_TARGET_MIB:.0f} MiB) {verdict}"
+            )
+        mem_json = {
+            "valid": memory.valid,
+            "errors": memory.errors.count,
+            "fd_soft_limit": memory.fd_soft_limit,
+            "levels": [
+                {
+                    "state": lv.label,
+                    "tasks": lv.tasks,
+                    "sessions": lv.sessions,
+                    "rss_mib": round(lv.rss_mib, 1),
+                    "fds": lv.fds,
+                    "fill_s": None if lv.fill_s is None else round(lv.fill_s, 2),
+                    "checked_working": [lv.working, lv.checked],
+                }
+                for lv in memory.levels
+            ],
+            "stop_s": None if stop is None else round(stop.seconds, 2),
+            "stop_killed": None if stop is None else stop.killed,
+            "leftover_children": None if stop is None else len(stop.leftover_children),
+        }
+
+    print("\nnumbers come from one shared machine: expect run-to-run noise of 10-20%")
+    for s in summaries:
+        if s.errors:
+            print(f"\nERRORS {s.target} c={s.concurrency}: {s.errors}", file=sys.stderr)
+            for sample in s.error_samples:
+                print(f"  {sample}", file=sys.stderr)
+    if memory is not None and memory.errors.count:
+        print(f"\nERRORS memory: {memory.errors.count}", file=sys.stderr)
+        for sample in memory.errors.samples[:MAX_ERROR_SAMPLES]:
+            print(f"  {sample}", file=sys.stderr)
+
+    valid = all(s.valid for s in summaries) and (memory is None or memory.valid)
+    return {
+        "bench": "tasks",
+        "seconds": args.seconds,
+        "rounds": args.rounds,
+        "pick": "median",
+        "results": rows,
+        "create_per_s_c32": None if key_rate is None else round(key_rate, 1),
+        "throughput_gateway_rss_mib": (
+            None if throughput_rss is None else round(throughput_rss / MIB, 1)
+        ),
+        "memory": mem_json,
+        "rss_mib_10000_in_flight": None if key_mib is None else round(key_mib, 1),
+        "valid": valid,
+    }
+
+
+# --------------------------------------------------------------------------------------------
+# Entry point
+# --------------------------------------------------------------------------------------------
+
+
+def _csv_levels(value: str) -> list[int]:
+    try:
+        nums = sorted({int(v) for v in value.split(",") if v.strip()})
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from exc
+    if not nums or any(n < 1 or n > 100_000 for n in nums):
+        raise argparse.ArgumentTypeError(f"task counts must be in 1..100000; got {value!r}")
+    return nums
+
+
+def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    p.add_argument("--seconds", type=float, default=5.0, help="measured time per round (5)")
+    p.add_argument("--warmup", type=float, default=1.0, help="warm-up time per round (1)")
+    p.add_argument("--rounds", type=int, default=3, help="rounds of parts 1-2; median shown (3)")
+    p.add_argument("--skip-memory", action="store_true", help="skip part 3 (memory)")
+    p.add_argument(
+        "--tasks-in-flight",
+        type=_csv_levels,
+        default=[1000, MEMORY_TARGET_TASKS],
+        help="comma-separated in-flight task counts for part 3 (1000,10000)",
+    )
+    p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
+    args = p.parse_args(argv)
+    if not 0 < args.seconds <= 600 or not 0 <= args.warmup <= 60 or not 1 <= args.rounds <= 20:
+        p.error("need 0 < --seconds <= 600, 0 <= --warmup <= 60, 1 <= --rounds <= 20")
+    return args
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse_args(argv)
+    levels: list[int] = args.tasks_in_flight
+    sessions_needed = math.ceil(levels[-1] / TASKS_PER_SESSION)
+    max_children = max(64, sessions_needed + 8)
+    summaries: list[Summary] = []
+    memory: MemoryResult | None = None
+    throughput_rss: int | None = None
+    stops: dict[str, Stopped] = {}
+    with tempfile.TemporaryDirectory(prefix="bench-tasks-") as tmp:
+        tmpdir = Path(tmp)
+        try:
+            with ExitStack() as stack:
+                up_port = free_port()
+                upstream_url = f"http://{HOST}:{up_port}/mcp"
+                upstream_argv = [
+                    sys.executable,
+                    str(PASSTHROUGH_FILE),
+                    "--serve-upstream",
+                    str(up_port),
+                ]
+                stack.enter_context(server("upstream", upstream_argv, up_port, tmpdir, 15))
+                port = free_port()
+                config = gateway_config(port, tmpdir / "gw1.db", upstream_url, max_children)
+                stops["throughput"] = Stopped()
+                proc = stack.enter_context(
+                    gateway("gateway-throughput", config, port, tmpdir, stops["throughput"])
+                )
+                url = f"http://{HOST}:{port}/bench/mcp"
+                summaries = asyncio.run(run_throughput(args, url))
+                if proc.poll() is None:
+                    throughput_rss = rss_bytes(proc.pid)
+            if not all(s.valid for s in summaries):
+                print(
+                    f"gateway log tail:\n{log_tail(tmpdir, 'gateway-throughput')}", file=sys.stderr
+                )
+
+            if not args.skip_memory:
+                # A fresh gateway and store, so that "idle after start" means just that.
+                memory = MemoryResult(fd_soft_limit=ensure_fd_limit(sessions_needed))
+                port = free_port()
+                config = gateway_config(port, tmpdir / "gw2.db", upstream_url, max_children)
+                stops["memory"] = Stopped()
+                with gateway("gateway-memory", config, port, tmpdir, stops["memory"]) as proc:
+                    url = f"http://{HOST}:{port}/demo/mcp"
+                    asyncio.run(run_memory(proc.pid, url, levels, memory))
+                    if proc.poll() is not None:
+                        memory.errors.add(f"gateway exited with {proc.returncode}")
+                if not memory.valid:
+                    print(
+                        f"gateway log tail:\n{log_tail(tmpdir, 'gateway-memory')}", file=sys.stderr
+                    )
+        except RuntimeError as exc:
+            print(f"server failed: {exc}", file=sys.stderr)
+            return 2
+
+    summary = report(args, summaries, memory, throughput_rss, stops)
+    if args.json:
+        print(json.dumps(summary, separators=(",", ":")))
+    return 0 if summary["valid"] else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
