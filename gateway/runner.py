@@ -113,10 +113,15 @@ class TaskRunner:
         """
         params = jsonrpc.param(request, "task") or {}
         requested = params.get("ttl")
-        if requested is not None and (
-            not isinstance(requested, int) or isinstance(requested, bool) or requested < 0
-        ):
-            raise TaskError("params.task.ttl must be a non-negative integer of milliseconds")
+        if requested is not None:
+            # The schema types ttl as a number; milliseconds below one mean nothing.
+            if (
+                not isinstance(requested, int | float)
+                or isinstance(requested, bool)
+                or requested < 0
+            ):
+                raise TaskError("params.task.ttl must be a non-negative number of milliseconds")
+            requested = int(requested)
         now = self._clock()
         name = jsonrpc.param(request, "name")
         task = Task(

@@ -66,8 +66,12 @@ class Session:
         self.protocol_version = "2025-03-26"
         self.last_seen = time.monotonic()
         self._http = http
+        # Event ids must never repeat within a session, and a session outlives a restart of
+        # the gateway: a random prefix per incarnation keeps old Last-Event-IDs from naming
+        # new streams.
+        self._stream_prefix = secrets.token_hex(3)
         self._stream_keys = itertools.count(1)
-        self.standalone = EventStream("0", http.replay_buffer_events)
+        self.standalone = EventStream(f"{self._stream_prefix}0", http.replay_buffer_events)
         self._streams: collections.OrderedDict[str, EventStream] = collections.OrderedDict()
         self._inflight: dict[jsonrpc.RequestId, InFlight] = {}
         self._by_client_id: dict[jsonrpc.RequestId, jsonrpc.RequestId] = {}
@@ -95,7 +99,8 @@ class Session:
     # -- streams
 
     def new_stream(self) -> EventStream:
-        stream = EventStream(str(next(self._stream_keys)), self._http.replay_buffer_events)
+        key = f"{self._stream_prefix}{next(self._stream_keys)}"
+        stream = EventStream(key, self._http.replay_buffer_events)
         self._streams[stream.key] = stream
         while len(self._streams) > _KEPT_STREAMS:
             oldest = next(iter(self._streams.values()))
@@ -105,7 +110,7 @@ class Session:
         return stream
 
     def stream(self, key: str) -> EventStream | None:
-        return self.standalone if key == "0" else self._streams.get(key)
+        return self.standalone if key == self.standalone.key else self._streams.get(key)
 
     # -- client -> upstream
 

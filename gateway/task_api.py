@@ -132,18 +132,19 @@ class TaskApi:
 
     def _make_cursor(self, last: Task, owner: str) -> str:
         micros = (last.created_at - _EPOCH) // _MICROSECOND
-        position = [micros, last.task_id, int(self._clock().timestamp())]
+        position = [micros, last.task_id, int(self._clock().timestamp() * 1000)]
         payload = base64.urlsafe_b64encode(json.dumps(position).encode())
         return f"{payload.decode()}.{self._sign(payload, owner)}"
 
     def _read_cursor(self, cursor: object, owner: str, policy: TaskPolicy) -> tuple[datetime, str]:
-        if not isinstance(cursor, str) or cursor.count(".") != 1:
+        if not isinstance(cursor, str) or not cursor.isascii() or cursor.count(".") != 1:
             raise TaskError("Invalid cursor")
         payload, signature = cursor.split(".")
         if not hmac.compare_digest(signature, self._sign(payload.encode(), owner)):
             raise TaskError("Invalid cursor")
-        micros, task_id, issued = json.loads(base64.urlsafe_b64decode(payload))
-        if self._clock().timestamp() - issued > policy.cursor_max_age_seconds:
+        micros, task_id, issued_ms = json.loads(base64.urlsafe_b64decode(payload))
+        age = self._clock().timestamp() - issued_ms / 1000
+        if age > policy.cursor_max_age_seconds:
             raise TaskError("Invalid cursor: it has expired; list again from the start")
         return _EPOCH + micros * _MICROSECOND, task_id
 

@@ -433,6 +433,7 @@ async def test_cancel_marks_the_task_cancelled_before_answering_and_it_stays_can
     assert again.value.error.code == INVALID_PARAMS
     assert "already in terminal status 'cancelled'" in again.value.error.message
     assert result.value.error.code == INTERNAL_ERROR
+    assert result.value.error.message == "The task was cancelled by request."
     # notifications/cancelled went upstream for the call the task was waiting on.
     upstream_call = next(m for m in hooks.received if m.get("method") == "tools/call")
     cancels = [m for m in hooks.received if m.get("method") == "notifications/cancelled"]
@@ -457,6 +458,8 @@ async def test_progress_and_status_notifications_reach_the_client_after_create(
                 assert not done.is_set(), "progress after the task was terminal"
                 progress.append(note.params)
             elif isinstance(note, types.TaskStatusNotification):
+                # SHOULD NOT carry related-task meta: the task id is in the params.
+                assert note.params.meta is None or RELATED not in note.params.meta.model_dump()
                 statuses.append(note.params.status)
                 if note.params.status == "completed":
                     done.set()
@@ -467,8 +470,10 @@ async def test_progress_and_status_notifications_reach_the_client_after_create(
         )
         async with asyncio.timeout(5):
             await done.wait()
-    # The token the client sent "remains valid throughout the task lifetime".
+    # The token the client sent "remains valid throughout the task lifetime", and every
+    # notification related to a task MUST carry the related-task meta.
     assert [p.progressToken for p in progress] == ["p-7"] * 3
+    assert all(p.meta is not None and RELATED in p.meta.model_dump() for p in progress)
     assert [p.progress for p in progress] == [1, 2, 3]
     assert statuses[-1] == "completed"
 
@@ -555,6 +560,9 @@ async def test_restart_keeps_finished_tasks_fails_running_ones_and_the_session_c
             2,
         )
         done_id, running_id = done["result"]["task"]["taskId"], running["result"]["task"]["taskId"]
+        listen = {"Accept": "text/event-stream", "Mcp-Session-Id": session_id}
+        async with http.get(url, headers=listen) as stream:
+            old_event_id = (await stream.content.readline()).decode().removeprefix("id: ").strip()
         assert (await rpc(http, url, session_id, "tasks/result", {"taskId": done_id}, 3))["result"]
     await first.close()  # the gateway process goes away with a task running
 
@@ -566,6 +574,14 @@ async def test_restart_keeps_finished_tasks_fails_running_ones_and_the_session_c
             kept = await rpc(http, url, session_id, "tasks/result", {"taskId": done_id}, 4)
             interrupted = await rpc(http, url, session_id, "tasks/get", {"taskId": running_id}, 5)
             replay = await rpc(http, url, session_id, "tasks/result", {"taskId": running_id}, 6)
+            # Event ids never repeat within a session, across restarts too (transports MUST).
+            resume = {
+                "Accept": "text/event-stream",
+                "Mcp-Session-Id": session_id,
+                "Last-Event-ID": old_event_id,
+            }
+            async with http.get(url, headers=resume) as resumed:
+                assert resumed.status == 400
             fresh = await rpc(
                 http,
                 url,
@@ -645,3 +661,106 @@ async def test_cancellation_sends_a_status_notification(start_gateway: StartGate
         await client.experimental.cancel_task(created.task.taskId)
         async with asyncio.timeout(5):
             await cancelled.wait()
+
+
+async def test_another_sessions_task_answers_exactly_like_an_unknown_one(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route())
+    async with mcp_client(f"{base}/t/mcp") as owner, mcp_client(f"{base}/t/mcp") as stranger:
+        created = await owner.experimental.call_tool_as_task("slow", {"seconds": 30, "steps": 1})
+        task_id = created.task.taskId
+        errors = []
+        for probe in (
+            stranger.experimental.get_task(task_id),
+            stranger.experimental.get_task_result(task_id, types.CallToolResult),
+            stranger.experimental.cancel_task(task_id),
+        ):
+            with pytest.raises(McpError) as raised:
+                await probe
+            errors.append((raised.value.error.code, raised.value.error.message))
+        assert task_id not in [t.taskId for t in (await stranger.experimental.list_tasks()).tasks]
+        assert (await owner.experimental.get_task(task_id)).status == "working"
+        await owner.experimental.cancel_task(task_id)
+    assert errors == [(INVALID_PARAMS, "Failed to retrieve task: Task not found")] * 3
+
+
+async def test_default_ttl_applies_when_none_is_requested_and_fractional_ttls_are_accepted(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway(route(default_ttl_ms=12_345))}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        plain = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "echo", "arguments": {"text": "a"}, "task": {}},
+        )
+        decimal = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "echo", "arguments": {"text": "b"}, "task": {"ttl": 5000.0}},
+            2,
+        )
+        negative = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "echo", "arguments": {"text": "c"}, "task": {"ttl": -1}},
+            3,
+        )
+    assert plain["result"]["task"]["ttl"] == 12_345
+    assert decimal["result"]["task"]["ttl"] == 5000
+    assert negative["error"]["code"] == INVALID_PARAMS
+
+
+async def test_related_task_meta_on_task_requests_is_ignored_and_absent_from_answers(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway(route())}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        created = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "slow", "arguments": {"seconds": 30, "steps": 1}, "task": {}},
+        )
+        task_id = created["result"]["task"]["taskId"]
+        decoy = {"_meta": {RELATED: {"taskId": "some-other-task"}}}
+        # The taskId parameter MUST be the source of truth; the meta MUST be ignored.
+        got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id, **decoy}, 2)
+        listed = await rpc(http, url, session_id, "tasks/list", {}, 3)
+        cancelled = await rpc(
+            http, url, session_id, "tasks/cancel", {"taskId": task_id, **decoy}, 4
+        )
+    assert got["result"]["taskId"] == task_id and cancelled["result"]["status"] == "cancelled"
+    for answer in (got, listed, cancelled):  # SHOULD NOT carry related-task meta
+        assert RELATED not in answer["result"].get("_meta", {})
+
+
+async def test_malformed_forged_and_stale_cursors_get_minus_32602(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route(list_page_size=1, cursor_max_age_seconds=0.05))
+    async with mcp_client(f"{base}/t/mcp") as client:
+        for i in range(2):
+            await client.experimental.call_tool_as_task("echo", {"text": str(i)})
+        cursor = (await client.experimental.list_tasks()).nextCursor
+        assert cursor is not None
+        codes = []
+        for bad in ("a.é", "no-dot", cursor + "x", "eyJ9." + cursor.split(".")[1]):
+            with pytest.raises(McpError) as raised:
+                await client.experimental.list_tasks(bad)
+            codes.append(raised.value.error.code)
+        await asyncio.sleep(0.1)  # older than cursor_max_age_seconds
+        with pytest.raises(McpError) as stale:
+            await client.experimental.list_tasks(cursor)
+    assert codes == [INVALID_PARAMS] * 4
+    assert stale.value.error.code == INVALID_PARAMS and "expired" in stale.value.error.message
