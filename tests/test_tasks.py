@@ -764,3 +764,26 @@ async def test_malformed_forged_and_stale_cursors_get_minus_32602(
             await client.experimental.list_tasks(cursor)
     assert codes == [INVALID_PARAMS] * 4
     assert stale.value.error.code == INVALID_PARAMS and "expired" in stale.value.error.message
+
+
+async def test_tasks_get_on_a_running_task_is_plain_json(start_gateway: StartGateway) -> None:
+    url = f"{await start_gateway(route())}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        created = await rpc(
+            http,
+            url,
+            session_id,
+            "tools/call",
+            {"name": "slow", "arguments": {"seconds": 30, "steps": 1}, "task": {}},
+        )
+        get = {
+            "jsonrpc": "2.0",
+            "id": 2,
+            "method": "tasks/get",
+            "params": {"taskId": created["result"]["task"]["taskId"]},
+        }
+        # "servers SHOULD NOT upgrade to an SSE stream in response to a tasks/get request"
+        async with http.post(url, json=get, headers=headers(session_id)) as resp:
+            assert resp.content_type == "application/json"
+            assert (await resp.json())["result"]["status"] == "working"
