@@ -105,6 +105,7 @@ class TaskPolicy(_Section):
     max_ttl_ms: int = Field(86_400_000, gt=0)
     poll_interval_ms: int = Field(1000, gt=0)
     time_limit_seconds: float | None = Field(3600.0, gt=0)
+    input_timeout_seconds: float | None = Field(600.0, gt=0)
     immediate_response: str | None = None
     list_page_size: int = Field(50, ge=1, le=1000)
     cursor_max_age_seconds: float = Field(3600.0, gt=0)

@@ -150,6 +150,11 @@ def with_param(message: _WithParams, key: str, value: Any) -> _WithParams:
     )
 
 
+def with_meta(message: _WithParams, key: str, value: Any) -> _WithParams:
+    """The message with one `_meta` entry added to its params."""
+    return with_param(message, "_meta", {**(param(message, "_meta") or {}), key: value})
+
+
 def without_param(message: _WithParams, key: str) -> _WithParams:
     params = {k: v for k, v in (message.params or {}).items() if k != key}
     return cast(_WithParams, message.model_copy(update={"params": params}))

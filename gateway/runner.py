@@ -38,6 +38,7 @@ log = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "The task was cancelled by request."
 INTERRUPTED_MESSAGE = "interrupted: gateway restarted"
+INPUT_MESSAGE = "waiting for the client's answer: call tasks/result to receive the request"
 
 
 class TaskHost(Protocol):
@@ -54,15 +55,19 @@ class TaskHost(Protocol):
         task: Task,
         request: jsonrpc.Request,
         on_progress: Callable[[jsonrpc.JsonObject], None],
+        on_input: Callable[[bool], None],
     ) -> jsonrpc.Request: ...
 
     def end_task_call(self, upstream_id: jsonrpc.RequestId) -> bool: ...
+
+    def withdraw_questions(self, task_id: str, reason: str) -> None: ...
 
     def task_status(self, task: Task) -> None: ...
 
 
 @dataclass(slots=True)
 class _Running:
+    task_id: str
     run: asyncio.Task[None]
     host: TaskHost
     upstream_id: jsonrpc.RequestId
@@ -141,9 +146,10 @@ class TaskRunner:
             task,
             jsonrpc.without_param(request, "task"),
             lambda params: self._on_progress(task.task_id, params),
+            lambda waiting: self._on_input(task.task_id, waiting, host),
         )
         run = self._tasks.spawn(self._run(task, host, outgoing, policy), name="task run")
-        self._running[task.task_id] = _Running(run, host, outgoing.id)
+        self._running[task.task_id] = _Running(task.task_id, run, host, outgoing.id)
         return task
 
     async def _run(
@@ -189,12 +195,20 @@ class TaskRunner:
         if message is not None:
             self._tasks.spawn(self._record_progress(task_id, message), name="task progress")
 
-    async def _record_progress(self, task_id: str, message: str) -> None:
-        current = await self._store.get_task(task_id)
-        if current is None or current.status.terminal:
-            return
-        updated = await self._store.update_task(task_id, current.status, message, self._clock())
+    def _on_input(self, task_id: str, waiting: bool, host: TaskHost) -> None:
+        self._tasks.spawn(self._record_input(task_id, waiting, host), name="task input")
+
+    async def _record_input(self, task_id: str, waiting: bool, host: TaskHost) -> None:
+        if waiting:
+            status, message = TaskStatus.INPUT_REQUIRED, INPUT_MESSAGE
+        else:
+            status, message = TaskStatus.WORKING, None
+        updated = await self._store.update_task(task_id, status, message, self._clock())
         if updated is not None:
+            self._changed(updated, host)
+
+    async def _record_progress(self, task_id: str, message: str) -> None:
+        if await self._store.note_task(task_id, message, self._clock()) is not None:
             self._notifier.task_changed(task_id)
 
     def _changed(self, task: Task, host: TaskHost | None) -> None:
@@ -225,6 +239,7 @@ class TaskRunner:
         return done
 
     async def _stop(self, running: _Running, reason: str) -> None:
+        running.host.withdraw_questions(running.task_id, reason)
         running.run.cancel()
         cancelled = jsonrpc.Notification(
             jsonrpc="2.0",

@@ -22,7 +22,7 @@ import secrets
 import time
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from . import jsonrpc
 from .aio import TaskSet
@@ -51,6 +51,23 @@ class InFlight:
     relay: asyncio.Task[None] | None = None
     task_id: str | None = None
     on_progress: Callable[[jsonrpc.JsonObject], None] | None = None
+    #: Told True when the task starts waiting for the client's input, False when it no longer is.
+    on_input: Callable[[bool], None] | None = None
+
+
+@dataclass(slots=True)
+class Question:
+    """A server request a task waits on (elicitation, sampling, roots): input_required."""
+
+    down_id: int
+    up_id: jsonrpc.RequestId
+    task_id: str
+    method: str
+    event: str
+    stream: EventStream
+    seq: int
+    on_input: Callable[[bool], None] | None
+    timer: asyncio.Task[None] | None = None
 
 
 class Session:
@@ -78,6 +95,7 @@ class Session:
         self._down_ids = itertools.count(1)
         self._server_requests: dict[jsonrpc.RequestId, tuple[jsonrpc.RequestId, EventStream]] = {}
         self._result_streams: dict[str, EventStream] = {}
+        self._questions: dict[int, Question] = {}
         self._task_calls = 0
         self._ended = False
         self._tasks = TaskSet(f"session {self.tag}")
@@ -173,18 +191,25 @@ class Session:
         task: Task,
         request: jsonrpc.Request,
         on_progress: Callable[[jsonrpc.JsonObject], None],
+        on_input: Callable[[bool], None],
     ) -> jsonrpc.Request:
         """Register a task's upstream call; returns it under its upstream id and token."""
         outgoing = self._outgoing(request, task.progress_token)
         self._inflight[outgoing.id] = InFlight(
-            task.progress_token, None, task_id=task.task_id, on_progress=on_progress
+            task.progress_token,
+            None,
+            task_id=task.task_id,
+            on_progress=on_progress,
+            on_input=on_input,
         )
         self._task_calls += 1
         return outgoing
 
     def end_task_call(self, upstream_id: jsonrpc.RequestId) -> bool:
         """Forget a finished task call; True when an ended session now needs its upstream closed."""
-        self._inflight.pop(upstream_id, None)
+        call = self._inflight.pop(upstream_id, None)
+        if call is not None and call.task_id is not None:
+            self.withdraw_questions(call.task_id, "the task's call ended")
         self._task_calls -= 1
         return self._ended and self._task_calls == 0
 
@@ -197,9 +222,25 @@ class Session:
             self.standalone.push(jsonrpc.dump(note))
 
     def open_result_stream(self, task_id: str) -> EventStream:
-        """The stream of a tasks/result call: the task's progress goes there while it is open."""
+        """The stream of a tasks/result call: the task's progress and questions go there.
+
+        A question is delivered again on it unless the client can still be reading it where
+        it went: on a tasks/result stream that a connection still reads, or on the GET stream
+        once it was written there.
+        """
         stream = self.new_stream()
         self._result_streams[task_id] = stream
+        for question in self._questions.values():
+            if question.task_id != task_id:
+                continue
+            if question.stream is self.standalone:
+                lost = self.standalone.sent < question.seq
+            else:
+                lost = not question.stream.attached
+            if lost:
+                stream.push(question.event)
+                question.stream, question.seq = stream, stream.pushed
+                self._server_requests[question.down_id] = (question.up_id, stream)
         return stream
 
     def close_result_stream(self, task_id: str, stream: EventStream) -> None:
@@ -233,7 +274,10 @@ class Session:
         if pending is None:
             log.info("session %s: dropped an answer to unknown server request", self.tag)
             return
+        question = self._questions.pop(message.id, None) if isinstance(message.id, int) else None
         await self.upstream.notify(jsonrpc.with_id(message, pending[0]))
+        if question is not None:
+            self._settled(question)
 
     # -- upstream -> client
 
@@ -249,9 +293,13 @@ class Session:
     def on_server_message(
         self, message: jsonrpc.Message, related: jsonrpc.RequestId | None
     ) -> None:
+        call = self._related_call(related)
         if isinstance(message, jsonrpc.Request):
-            stream = self._stream_for(related)
             down_id = next(self._down_ids)
+            if call is not None and call.task_id is not None:
+                self._ask(call, call.task_id, message, down_id)
+                return
+            stream = self._call_stream(call) if call is not None else self.standalone
             self._server_requests[down_id] = (message.id, stream)
             self._push(stream, jsonrpc.with_id(message, down_id))
             return
@@ -264,11 +312,7 @@ class Session:
                 return  # progress after the answer, or for a token we never issued
             note = jsonrpc.with_param(message, "progressToken", call.client_token)
             if call.task_id is not None:
-                meta = {
-                    **(jsonrpc.param(note, "_meta") or {}),
-                    RELATED_TASK: {"taskId": call.task_id},
-                }
-                note = jsonrpc.with_param(note, "_meta", meta)
+                note = _related(note, call.task_id)
                 if call.on_progress is not None:
                     call.on_progress(message.params or {})
             self._push(self._call_stream(call), note)
@@ -279,16 +323,97 @@ class Session:
                 if up_id == jsonrpc.param(message, "requestId"):
                     del self._server_requests[asked_id]
                     self._push(stream, jsonrpc.with_param(message, "requestId", asked_id))
+                    question = (
+                        self._questions.pop(asked_id, None) if isinstance(asked_id, int) else None
+                    )
+                    if question is not None:
+                        self._settled(question)
             return
-        self._push(self._stream_for(related), message)
+        if call is None:
+            self._push(self.standalone, message)
+        elif call.task_id is not None:
+            self._push(self._call_stream(call), _related(message, call.task_id))
+        else:
+            self._push(self._call_stream(call), message)
 
-    def _stream_for(self, related: jsonrpc.RequestId | None) -> EventStream:
-        call = self._inflight.get(related) if related is not None else None
-        if call is None and related is None and len(self._inflight) == 1:
+    def _related_call(self, related: jsonrpc.RequestId | None) -> InFlight | None:
+        if related is not None:
+            return self._inflight.get(related)
+        if len(self._inflight) == 1:
             # stdio and HTTP+SSE do not say which request a message belongs to; with a single
             # call in flight it can only be that one, and its stream is where clients look.
-            call = next(iter(self._inflight.values()))
-        return self._call_stream(call) if call is not None else self.standalone
+            return next(iter(self._inflight.values()))
+        return None
+
+    # -- input_required: server requests a task waits on
+
+    def _ask(self, call: InFlight, task_id: str, request: jsonrpc.Request, down_id: int) -> None:
+        event = jsonrpc.dump(_related(jsonrpc.with_id(request, down_id), task_id))
+        stream = self._call_stream(call)
+        stream.push(event)
+        question = Question(
+            down_id,
+            request.id,
+            task_id,
+            request.method,
+            event,
+            stream,
+            stream.pushed,
+            call.on_input,
+        )
+        first = not any(q.task_id == task_id for q in self._questions.values())
+        self._questions[down_id] = question
+        self._server_requests[down_id] = (request.id, stream)
+        limit = self.route.policy.input_timeout_seconds
+        if self._ended:
+            limit = 0  # nobody can answer any more: give the upstream its default answer now
+        if limit is not None:
+            question.timer = self._tasks.spawn(self._unanswered(question, limit), "question timer")
+        if first and question.on_input is not None:
+            question.on_input(True)
+
+    async def _unanswered(self, question: Question, after: float) -> None:
+        await asyncio.sleep(after)
+        if self._questions.pop(question.down_id, None) is None:
+            return
+        self._server_requests.pop(question.down_id, None)
+        reason = (
+            f"the client did not answer {question.method} within {after:g} s "
+            "(tasks.input_timeout_seconds)"
+        )
+        # Elicitation has a way to say "nobody answered": the user dismissed the dialog.
+        answer: Answer = (
+            jsonrpc.Response(jsonrpc="2.0", id=question.up_id, result={"action": "cancel"})
+            if question.method == "elicitation/create"
+            else jsonrpc.error_response(question.up_id, INTERNAL_ERROR, reason)
+        )
+        self._withdraw(question, reason)
+        try:
+            await self.upstream.notify(answer)
+        except GatewayError as exc:
+            log.info("session %s: could not answer an expired question: %s", self.tag, exc.message)
+        self._settled(question)
+
+    def withdraw_questions(self, task_id: str, reason: str) -> None:
+        """The task no longer waits (its call ended or it was cancelled): tell the client."""
+        for question in [q for q in self._questions.values() if q.task_id == task_id]:
+            del self._questions[question.down_id]
+            self._server_requests.pop(question.down_id, None)
+            if question.timer is not None:
+                question.timer.cancel()
+            self._withdraw(question, reason)
+
+    def _withdraw(self, question: Question, reason: str) -> None:
+        params = {"requestId": question.down_id, "reason": reason}
+        note = jsonrpc.Notification(jsonrpc="2.0", method="notifications/cancelled", params=params)
+        self._push(question.stream, _related(note, question.task_id))
+
+    def _settled(self, question: Question) -> None:
+        if question.timer is not None and question.timer is not asyncio.current_task():
+            question.timer.cancel()
+        waiting = any(q.task_id == question.task_id for q in self._questions.values())
+        if not waiting and question.on_input is not None:
+            question.on_input(False)
 
     def _call_stream(self, call: InFlight) -> EventStream:
         if call.stream is not None and not call.stream.closed:
@@ -313,3 +438,11 @@ class Session:
             stream.close()
         if self._task_calls == 0:
             await self.upstream.close()
+
+
+_Related = TypeVar("_Related", jsonrpc.Request, jsonrpc.Notification)
+
+
+def _related(message: _Related, task_id: str) -> _Related:
+    """The message with `_meta["io.modelcontextprotocol/related-task"]` (spec: MUST)."""
+    return jsonrpc.with_meta(message, RELATED_TASK, {"taskId": task_id})

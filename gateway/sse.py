@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import logging
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 
 from aiohttp import web
 
@@ -42,6 +43,8 @@ class EventStream:
         #: The upstream framed this answer as SSE, so the client gets SSE too.
         self.sse = False
         self._cut_at: int | None = None
+        #: A connection is reading this stream now.
+        self.attached = False
 
     def push(self, data: str) -> None:
         """Append one event (a serialised JSON-RPC message)."""
@@ -92,7 +95,7 @@ class EventStream:
     def event_id(self, seq: int) -> str:
         return f"{self.key}:{seq}"
 
-    async def follow(self, after: int, idle: float) -> AsyncIterator[tuple[int, str] | None]:
+    async def follow(self, after: int, idle: float) -> AsyncGenerator[tuple[int, str] | None, None]:
         """Events after `after`, then new ones as they come; None after `idle` quiet seconds.
 
         Ends when the stream is closed and drained, or when another reader takes over.
@@ -100,6 +103,17 @@ class EventStream:
         self._reader += 1
         me = self._reader
         self._wake()  # a previous reader sees it was replaced and ends
+        self.attached = True
+        try:
+            async for item in self._follow(me, after, idle):
+                yield item
+        finally:
+            if self._reader == me:
+                self.attached = False
+
+    async def _follow(
+        self, me: int, after: int, idle: float
+    ) -> AsyncIterator[tuple[int, str] | None]:
         while self._reader == me:
             cut = self._cut_at
             pending = [e for e in self._events if e[0] > after and (cut is None or e[0] <= cut)]
@@ -150,12 +164,15 @@ async def serve(
         if prime:
             # The priming event: an id the client can resume from before any message came.
             await response.write(encode(stream.event_id(after), "", config.sse_retry_ms))
-        async for item in stream.follow(after, config.keepalive_seconds):
-            if item is None:
-                await response.write(KEEPALIVE)
-            else:
-                seq, data = item
-                await response.write(encode(stream.event_id(seq), data))
+        # aclosing: the reader is detached the moment the connection goes, not at some
+        # later garbage collection, so `attached` is true only while someone reads.
+        async with contextlib.aclosing(stream.follow(after, config.keepalive_seconds)) as events:
+            async for item in events:
+                if item is None:
+                    await response.write(KEEPALIVE)
+                else:
+                    seq, data = item
+                    await response.write(encode(stream.event_id(seq), data))
     except ConnectionResetError:
         # The client went away; the stream stays resumable with Last-Event-ID.
         log.debug("client left SSE stream %s", stream.key)

@@ -125,6 +125,12 @@ class TaskStore(Protocol):
         Raises: ValueError if `status` is terminal (that is `finish_task`'s job).
         """
 
+    async def note_task(self, task_id: str, status_message: str, now: datetime) -> Task | None:
+        """Set a running task's statusMessage, leaving its status as it is; None if terminal.
+
+        Progress uses this: a message must never move a task back from input_required.
+        """
+
     async def finish_task(
         self,
         task_id: str,
@@ -213,6 +219,20 @@ class SqliteTaskStore:
             return next(iter(moved), None)
 
         return await self._write(update)
+
+    async def note_task(self, task_id: str, status_message: str, now: datetime) -> Task | None:
+        running = [s for s in TaskStatus if not s.terminal]
+        marks = ",".join("?" * len(running))
+        sql = (
+            "UPDATE tasks SET status_message = ?, updated_at = ?"
+            f" WHERE task_id = ? AND status IN ({marks}) RETURNING {_COLUMNS}"
+        )
+
+        async def note(db: aiosqlite.Connection) -> Task | None:
+            rows = await db.execute_fetchall(sql, (status_message, _us(now), task_id, *running))
+            return next((_task(row) for row in rows), None)
+
+        return await self._write(note)
 
     async def finish_task(
         self,
