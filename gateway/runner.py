@@ -55,7 +55,7 @@ class TaskHost(Protocol):
         task: Task,
         request: jsonrpc.Request,
         on_progress: Callable[[jsonrpc.JsonObject], None],
-        on_input: Callable[[bool], None],
+        on_input: Callable[[bool], asyncio.Task[None]],
     ) -> jsonrpc.Request: ...
 
     def end_task_call(self, upstream_id: jsonrpc.RequestId) -> bool: ...
@@ -195,8 +195,8 @@ class TaskRunner:
         if message is not None:
             self._tasks.spawn(self._record_progress(task_id, message), name="task progress")
 
-    def _on_input(self, task_id: str, waiting: bool, host: TaskHost) -> None:
-        self._tasks.spawn(self._record_input(task_id, waiting, host), name="task input")
+    def _on_input(self, task_id: str, waiting: bool, host: TaskHost) -> asyncio.Task[None]:
+        return self._tasks.spawn(self._record_input(task_id, waiting, host), name="task input")
 
     async def _record_input(self, task_id: str, waiting: bool, host: TaskHost) -> None:
         if waiting:

@@ -51,8 +51,9 @@ class InFlight:
     relay: asyncio.Task[None] | None = None
     task_id: str | None = None
     on_progress: Callable[[jsonrpc.JsonObject], None] | None = None
-    #: Told True when the task starts waiting for the client's input, False when it no longer is.
-    on_input: Callable[[bool], None] | None = None
+    #: Told True when the task starts waiting for the client's input, False when it no longer
+    #: is; returns the status write, which a question's delivery waits for.
+    on_input: Callable[[bool], asyncio.Task[None]] | None = None
 
 
 @dataclass(slots=True)
@@ -64,9 +65,10 @@ class Question:
     task_id: str
     method: str
     event: str
-    stream: EventStream
-    seq: int
-    on_input: Callable[[bool], None] | None
+    on_input: Callable[[bool], asyncio.Task[None]] | None
+    #: Where and as which event it was last delivered; None until it was.
+    stream: EventStream | None = None
+    seq: int = 0
     timer: asyncio.Task[None] | None = None
 
 
@@ -96,6 +98,7 @@ class Session:
         self._server_requests: dict[jsonrpc.RequestId, tuple[jsonrpc.RequestId, EventStream]] = {}
         self._result_streams: dict[str, EventStream] = {}
         self._questions: dict[int, Question] = {}
+        self._status_writes: dict[str, asyncio.Task[None]] = {}
         self._task_calls = 0
         self._ended = False
         self._tasks = TaskSet(f"session {self.tag}")
@@ -191,7 +194,7 @@ class Session:
         task: Task,
         request: jsonrpc.Request,
         on_progress: Callable[[jsonrpc.JsonObject], None],
-        on_input: Callable[[bool], None],
+        on_input: Callable[[bool], asyncio.Task[None]],
     ) -> jsonrpc.Request:
         """Register a task's upstream call; returns it under its upstream id and token."""
         outgoing = self._outgoing(request, task.progress_token)
@@ -231,8 +234,8 @@ class Session:
         stream = self.new_stream()
         self._result_streams[task_id] = stream
         for question in self._questions.values():
-            if question.task_id != task_id:
-                continue
+            if question.task_id != task_id or question.stream is None:
+                continue  # not delivered yet: its delivery will pick this stream
             if question.stream is self.standalone:
                 lost = self.standalone.sent < question.seq
             else:
@@ -349,28 +352,31 @@ class Session:
 
     def _ask(self, call: InFlight, task_id: str, request: jsonrpc.Request, down_id: int) -> None:
         event = jsonrpc.dump(_related(jsonrpc.with_id(request, down_id), task_id))
-        stream = self._call_stream(call)
-        stream.push(event)
-        question = Question(
-            down_id,
-            request.id,
-            task_id,
-            request.method,
-            event,
-            stream,
-            stream.pushed,
-            call.on_input,
-        )
+        question = Question(down_id, request.id, task_id, request.method, event, call.on_input)
         first = not any(q.task_id == task_id for q in self._questions.values())
         self._questions[down_id] = question
-        self._server_requests[down_id] = (request.id, stream)
+        self._server_requests[down_id] = (request.id, self.standalone)
+        if first and call.on_input is not None:
+            self._status_writes[task_id] = call.on_input(True)
         limit = self.route.policy.input_timeout_seconds
         if self._ended:
             limit = 0  # nobody can answer any more: give the upstream its default answer now
         if limit is not None:
             question.timer = self._tasks.spawn(self._unanswered(question, limit), "question timer")
-        if first and question.on_input is not None:
-            question.on_input(True)
+        self._tasks.spawn(self._post(call, question), "question delivery")
+
+    async def _post(self, call: InFlight, question: Question) -> None:
+        # A client must never hold a question while tasks/get still says `working`: deliver
+        # only once the input_required status is committed.
+        write = self._status_writes.get(question.task_id)
+        if write is not None:
+            await asyncio.shield(write)
+        if question.down_id not in self._questions:
+            return  # answered by a timeout or withdrawn meanwhile
+        stream = self._call_stream(call)
+        stream.push(question.event)
+        question.stream, question.seq = stream, stream.pushed
+        self._server_requests[question.down_id] = (question.up_id, stream)
 
     async def _unanswered(self, question: Question, after: float) -> None:
         await asyncio.sleep(after)
@@ -404,6 +410,8 @@ class Session:
             self._withdraw(question, reason)
 
     def _withdraw(self, question: Question, reason: str) -> None:
+        if question.stream is None:
+            return  # never delivered: nothing to withdraw
         params = {"requestId": question.down_id, "reason": reason}
         note = jsonrpc.Notification(jsonrpc="2.0", method="notifications/cancelled", params=params)
         self._push(question.stream, _related(note, question.task_id))
@@ -412,8 +420,10 @@ class Session:
         if question.timer is not None and question.timer is not asyncio.current_task():
             question.timer.cancel()
         waiting = any(q.task_id == question.task_id for q in self._questions.values())
-        if not waiting and question.on_input is not None:
-            question.on_input(False)
+        if not waiting:
+            self._status_writes.pop(question.task_id, None)
+            if question.on_input is not None:
+                question.on_input(False)
 
     def _call_stream(self, call: InFlight) -> EventStream:
         if call.stream is not None and not call.stream.closed:

@@ -17,11 +17,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from gateway.demo import serve_stdio  # noqa: E402
 from gateway.legacy_server import (  # noqa: E402
     DEMO_TOOLS,
+    NAME_SCHEMA,
     PROTOCOL_VERSIONS,
     Message,
     NoArgs,
     Tool,
     ToolContext,
+    text_result,
 )
 
 
@@ -33,6 +35,15 @@ async def _typed_crash(ctx: ToolContext, args: NoArgs) -> Message:
     await crash(ctx, args)
 
 
+async def ask_twice(ctx: ToolContext, args: NoArgs) -> Message:
+    """Two questions at once: the task waits on both before it can go on."""
+    first, second = await asyncio.gather(
+        ctx.elicit("First name?", NAME_SCHEMA), ctx.elicit("Last name?", NAME_SCHEMA)
+    )
+    names = [a["content"]["name"] if a.get("action") == "accept" else "?" for a in (first, second)]
+    return text_result(" ".join(names))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only-version")
@@ -41,7 +52,11 @@ def main() -> None:
     if args.pid_dir:
         (Path(args.pid_dir) / str(os.getpid())).touch()
     versions = (args.only_version,) if args.only_version else PROTOCOL_VERSIONS
-    tools = (*DEMO_TOOLS, Tool("crash", "Exits the process mid-call.", NoArgs, _typed_crash))
+    tools = (
+        *DEMO_TOOLS,
+        Tool("crash", "Exits the process mid-call.", NoArgs, _typed_crash),
+        Tool("ask_twice", "Asks two questions at once.", NoArgs, ask_twice),
+    )
     asyncio.run(serve_stdio(tools, versions))
 
 
