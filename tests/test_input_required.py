@@ -180,10 +180,11 @@ async def test_poll_first_then_tasks_result_receives_the_question(
         task_id = created["result"]["task"]["taskId"]
         # The TS SDK pattern: poll tasks/get; on input_required, call tasks/result.
         async with asyncio.timeout(10):
-            while (await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, 2))["result"][
-                "status"
-            ] != "input_required":
-                await asyncio.sleep(0.02)
+            status = ""
+            while status != "input_required":
+                await asyncio.sleep(0.02)  # polling is exactly what this client pattern does
+                got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, 2)
+                status = got["result"]["status"]
         message = {
             "jsonrpc": "2.0",
             "id": 3,
@@ -358,3 +359,62 @@ async def answer(
 
 
 _ = ClientSession  # the SDK client type, used through Recorder.client
+
+
+async def test_sdk_client_answers_two_questions_of_one_task(start_gateway: StartGateway) -> None:
+    base = await start_gateway(route(KIDS))
+    recorder = Recorder()
+    async with recorder.client(f"{base}/t/mcp") as client:
+        created = await client.experimental.call_tool_as_task("ask_twice", {})
+        result = await client.experimental.get_task_result(
+            created.task.taskId, types.CallToolResult
+        )
+    task_id = created.task.taskId
+    assert recorder.related == [task_id, task_id]
+    assert text(result) == f"{task_id} {task_id}"
+
+
+async def test_sdk_client_declining_and_refusing_reach_the_upstream(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route(DEMO))
+
+    async def decline(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="decline")
+
+    async def refuse(ctx: Any, params: types.CreateMessageRequestParams) -> types.ErrorData:
+        return types.ErrorData(code=-1, message="user rejected sampling")
+
+    async with mcp_client(
+        f"{base}/t/mcp", elicitation_callback=decline, sampling_callback=refuse
+    ) as client:
+        asked = await client.experimental.call_tool_as_task("ask", {})
+        declined = await client.experimental.get_task_result(
+            asked.task.taskId, types.CallToolResult
+        )
+        sampled = await client.experimental.call_tool_as_task("sample", {"prompt": "x"})
+        with pytest.raises(Exception) as refused:
+            await client.experimental.get_task_result(sampled.task.taskId, types.CallToolResult)
+        sampled_task = await client.experimental.get_task(sampled.task.taskId)
+    assert text(declined) == "No answer (decline)"
+    assert "user rejected sampling" in str(refused.value)
+    assert sampled_task.status == "failed"
+
+
+async def test_sdk_client_that_answers_too_late_leaves_the_default_answer_standing(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route(DEMO, input_timeout_seconds=0.2))
+
+    async def slow_human(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        # mcp 1.30 runs this inline in its receive loop, so it cannot see the withdrawal;
+        # its answer arrives after the gateway already answered the upstream for it.
+        await asyncio.sleep(1)
+        return types.ElicitResult(action="accept", content={"name": "too late"})
+
+    async with mcp_client(f"{base}/t/mcp", elicitation_callback=slow_human) as client:
+        created = await client.experimental.call_tool_as_task("ask", {})
+        result = await client.experimental.get_task_result(
+            created.task.taskId, types.CallToolResult
+        )
+    assert text(result) == "No answer (cancel)"
