@@ -28,24 +28,31 @@ from aiohttp import web
 
 from . import middleware
 from .config import Settings
-from .keys import RUNNER, SESSIONS, SETTINGS, STORE, TASK_API, UPSTREAMS
+from .keys import ROUTES, RUNNER, SESSIONS, SETTINGS, STORE, TASK_API
 from .models import utcnow
 from .notifier import Notifier
 from .registry import SessionRegistry
+from .route import Route
 from .routes import add_routes
 from .runner import TaskRunner
 from .store import open_store
 from .task_api import TaskApi
-from .upstream import UpstreamRoute
 
 
 def create_app(settings: Settings) -> web.Application:
     app = web.Application(
         middlewares=[middleware.errors, middleware.check_origin],
-        # The endpoint enforces http.max_body_bytes itself, with a JSON-RPC error body.
-        client_max_size=settings.http.max_body_bytes + 1,
+        # The endpoint enforces each route's limits.max_body_bytes itself, with a JSON-RPC
+        # error body; aiohttp's own cap only has to stay out of its way.
+        client_max_size=max(
+            [settings.limits.max_body_bytes]
+            + [r.limits.max_body_bytes or 0 for r in settings.routes]
+        )
+        + 1,
     )
     app[SETTINGS] = settings
+    # Built here, not at start-up, so a bad key file stops the gateway before it listens.
+    app[ROUTES] = {route.name: Route(settings, route) for route in settings.routes}
     add_routes(app, settings)
     app.cleanup_ctx.append(_components)
     return app
@@ -61,7 +68,6 @@ async def _components(app: web.Application) -> AsyncIterator[None]:
     app[STORE] = store
     app[RUNNER] = runner
     app[TASK_API] = TaskApi(store, runner, notifier, await store.secret(), clock=utcnow)
-    app[UPSTREAMS] = {route.name: UpstreamRoute(route) for route in settings.routes}
     app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
     app[SESSIONS].start_reaper()
     try:
@@ -69,6 +75,6 @@ async def _components(app: web.Application) -> AsyncIterator[None]:
     finally:
         await runner.close()
         await app[SESSIONS].close()
-        for upstream in app[UPSTREAMS].values():
-            await upstream.close()
+        for route in app[ROUTES].values():
+            await route.close()
         await store.close()

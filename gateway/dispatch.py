@@ -74,8 +74,14 @@ def tasks_offered(policy: TaskPolicy, protocol_version: str | None) -> bool:
     return policy.enabled and protocol_version is not None and protocol_version >= TASKS_SINCE
 
 
-def decide(message: jsonrpc.Message, policy: TaskPolicy, protocol_version: str | None) -> Decision:
-    """`protocol_version` is the session's, or None for a message that came without one."""
+def decide(
+    message: jsonrpc.Message,
+    policy: TaskPolicy,
+    protocol_version: str | None,
+    lists_tasks: bool = True,
+) -> Decision:
+    """`protocol_version` is the session's, or None for a message that came without one;
+    `lists_tasks` is False where callers cannot be identified and tasks/list is not offered."""
     if not isinstance(message, jsonrpc.Request):
         return Deliver(message)
     if message.method == "initialize":
@@ -94,6 +100,13 @@ def decide(message: jsonrpc.Message, policy: TaskPolicy, protocol_version: str |
             # Without the tasks capability the spec says: process normally, ignore `task`.
             return Forward(jsonrpc.without_param(message, "task"))
         return Forward(message)
+    if message.method == "tasks/list" and not lists_tasks:
+        return Reject(
+            message,
+            METHOD_NOT_FOUND,
+            "tasks/list is not offered without authentication: callers cannot be told apart "
+            "(auth.list_tasks_without_auth opts in)",
+        )
     if message.method in TASK_METHODS:
         return TaskApi(message)
     if message.method == "tools/list":

@@ -9,7 +9,9 @@
     │   ├── ForbiddenOrigin           (-32600, 403) Origin not on the allow-list
     │   ├── NotAcceptable             (-32600, 406) Accept header lacks what we answer with
     │   ├── UnsupportedMediaType      (-32600, 415) Content-Type is not application/json
-    │   ├── PayloadTooLarge           (-32600, 413) body over http.max_body_bytes
+    │   ├── PayloadTooLarge           (-32600, 413) body over limits.max_body_bytes
+    │   ├── Unauthorized              (-32600, 401) missing or invalid credentials
+    │   ├── LimitExceeded             (-32600, 429) a per-principal limit (rate, sessions)
     │   └── CapacityExceeded          (-32603, 503) a configured cap (sessions, children) is reached
     └── UpstreamError                 the upstream could not give an answer (plane a)
         ├── UpstreamUnavailable       connection refused/reset, child died, stream ended early
@@ -33,16 +35,22 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+#: JSON-RPC's range for implementation-defined server errors starts here.
+SERVER_ERROR = -32000
 
 
 class GatewayError(Exception):
     code = INTERNAL_ERROR
     http_status = 500
 
-    def __init__(self, message: str, data: Any = None) -> None:
+    def __init__(
+        self, message: str, data: Any = None, headers: dict[str, str] | None = None
+    ) -> None:
         super().__init__(message)
         self.message = message
         self.data = data
+        #: HTTP headers the response must carry (WWW-Authenticate, Retry-After).
+        self.headers = headers or {}
 
 
 class HttpRequestError(GatewayError):
@@ -82,6 +90,14 @@ class PayloadTooLarge(HttpRequestError):
     http_status = 413
 
 
+class Unauthorized(HttpRequestError):
+    http_status = 401
+
+
+class LimitExceeded(HttpRequestError):
+    http_status = 429
+
+
 class CapacityExceeded(HttpRequestError):
     code = INTERNAL_ERROR
     http_status = 503
@@ -111,3 +127,9 @@ class TaskError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class TaskLimitReached(TaskError):
+    """The caller already has as many live tasks as limits.active_tasks_per_principal allows."""
+
+    code = SERVER_ERROR

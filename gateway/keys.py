@@ -6,14 +6,14 @@ from aiohttp import web
 
 from .config import Settings
 from .registry import SessionRegistry
+from .route import Route
 from .runner import TaskRunner
 from .store import TaskStore
 from .task_api import TaskApi
-from .upstream import UpstreamRoute
 
 SETTINGS = web.AppKey("settings", Settings)
 SESSIONS = web.AppKey("sessions", SessionRegistry)
-UPSTREAMS = web.AppKey("upstreams", dict[str, UpstreamRoute])
+ROUTES = web.AppKey("routes", dict[str, Route])
 STORE = web.AppKey("store", TaskStore)
 RUNNER = web.AppKey("runner", TaskRunner)
 TASK_API = web.AppKey("task_api", TaskApi)

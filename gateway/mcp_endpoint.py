@@ -9,24 +9,30 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from dataclasses import dataclass
 
 from aiohttp import web
 
 from . import dispatch, jsonrpc, rewrite, sse
+from .audit import audit
+from .auth import AuthError
 from .config import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig, TaskPolicy
 from .errors import (
     INTERNAL_ERROR,
     InvalidRequest,
+    LimitExceeded,
     NotAcceptable,
     PayloadTooLarge,
     SessionRequired,
     TaskError,
+    Unauthorized,
     UnsupportedMediaType,
     UpstreamError,
 )
-from .keys import RUNNER, SESSIONS, SETTINGS, TASK_API, UPSTREAMS
+from .keys import ROUTES, RUNNER, SESSIONS, SETTINGS, TASK_API
+from .route import Route
 from .session import Rewriter, Session
-from .upstream import Answer, UpstreamRoute
+from .upstream import Answer
 
 log = logging.getLogger(__name__)
 
@@ -53,24 +59,78 @@ def _check_version(request: web.Request) -> None:
         )
 
 
-async def _session(request: web.Request, route: UpstreamRoute) -> Session:
+@dataclass(frozen=True, slots=True)
+class _Caller:
+    principal: str | None
+    #: Whom the per-principal limits count: the principal, else the client's address (or,
+    #: for requests in a session, the session: several anonymous clients share addresses).
+    key: str
+
+
+def _admit(request: web.Request, route: Route) -> _Caller:
+    """Authenticate and rate-limit one request, before anything else is done for it.
+
+    Raises:
+        Unauthorized: missing or invalid credentials (401, WWW-Authenticate: Bearer).
+        LimitExceeded: over the caller's request rate (429, Retry-After).
+    """
+    try:
+        principal = route.authenticator.authenticate(request.headers.get("Authorization"))
+    except AuthError as exc:
+        audit("auth_failed", route=route.name, reason=exc.reason, remote=request.remote)
+        raise Unauthorized(
+            f"Unauthorized: {exc.reason}",
+            headers={"WWW-Authenticate": _challenge(exc.reason)},
+        ) from None
+    if principal is not None:
+        caller = _Caller(principal.name, f"principal:{principal.name}")
+    else:
+        session_id = request.headers.get(SESSION_HEADER)
+        key = f"session:{session_id}" if session_id else f"address:{request.remote}"
+        caller = _Caller(None, key)
+    try:
+        route.rate.check(caller.key)
+    except LimitExceeded:
+        audit("rate_limited", route=route.name, principal=caller.principal)
+        raise
+    return caller
+
+
+def _challenge(reason: str) -> str:
+    # RFC 6750: the scheme, then why the token was refused (reasons hold no credentials).
+    return f'Bearer realm="mcp-task-gateway", error="invalid_token", error_description="{reason}"'
+
+
+async def _session(request: web.Request, route: Route, caller: _Caller) -> Session:
     session_id = request.headers.get(SESSION_HEADER)
     if not session_id:
         raise SessionRequired("Bad Request: missing MCP-Session-Id header; initialize first")
     _check_version(request)
-    return await request.app[SESSIONS].get(session_id, route)
+    session = await request.app[SESSIONS].get(
+        session_id, route, caller.principal, _limit_key(request, caller)
+    )
+    for name in route.upstream.config.forward_headers:
+        value = request.headers.get(name)
+        if value is not None:
+            session.forwarded[name] = value
+    return session
+
+
+def _limit_key(request: web.Request, caller: _Caller) -> str:
+    """Sessions are counted per principal, or per client address without authentication."""
+    return caller.key if caller.principal else f"address:{request.remote}"
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(
             f"request body of {request.content_length} bytes exceeds the "
-            f"limit of {limit} bytes (http.max_body_bytes)"
+            f"limit of {limit} bytes (limits.max_body_bytes)"
         )
     body = await request.content.read(limit + 1)
     if len(body) > limit:
         raise PayloadTooLarge(
-            f"request body exceeds the limit of {limit} bytes (http.max_body_bytes)"
+            f"request body exceeds the limit of {limit} bytes (limits.max_body_bytes)"
         )
     return body
 
@@ -83,8 +143,9 @@ def _json(
 
 
 async def post(route_name: str, request: web.Request) -> web.StreamResponse:
-    route = request.app[UPSTREAMS][route_name]
+    route = request.app[ROUTES][route_name]
     http = request.app[SETTINGS].http
+    caller = _admit(request, route)
     ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
         raise UnsupportedMediaType(
@@ -95,17 +156,17 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
             "Not Acceptable: the Accept header must list both application/json "
             "and text/event-stream"
         )
-    message = jsonrpc.parse(await _read_body(request, http.max_body_bytes))
+    message = jsonrpc.parse(await _read_body(request, route.limits.max_body_bytes))
     policy = route.policy
     if not request.headers.get(SESSION_HEADER):
         first = dispatch.decide(message, policy, None)
         if isinstance(first, dispatch.Initialize):
-            return await _initialize(request, route, first.request)
+            return await _initialize(request, route, first.request, caller)
         if isinstance(first, dispatch.Reject):
             return _json(jsonrpc.error_response(first.request.id, first.code, first.message))
 
-    session = await _session(request, route)
-    decision = dispatch.decide(message, policy, session.protocol_version)
+    session = await _session(request, route, caller)
+    decision = dispatch.decide(message, policy, session.protocol_version, route.lists_tasks)
     if isinstance(decision, dispatch.Initialize):
         raise InvalidRequest(
             "initialize must be sent without MCP-Session-Id: it opens a new session"
@@ -125,7 +186,9 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
         return web.Response(status=202)
     if isinstance(decision, dispatch.RunAsTask):
         try:
-            task = await request.app[RUNNER].submit(session, route.name, decision.request, policy)
+            task = await request.app[RUNNER].submit(
+                session, route.name, decision.request, policy, route.limits
+            )
         except TaskError as exc:
             return _json(jsonrpc.error_response(decision.request.id, exc.code, exc.message))
         return _json(rewrite.create_task_result(decision.request.id, task.wire(), policy))
@@ -151,10 +214,14 @@ def _rewriter(which: dispatch.Rewrite | None, policy: TaskPolicy) -> Rewriter | 
 
 
 async def _initialize(
-    request: web.Request, route: UpstreamRoute, init: jsonrpc.Request
+    request: web.Request, route: Route, init: jsonrpc.Request, caller: _Caller
 ) -> web.Response:
     sessions = request.app[SESSIONS]
-    session = sessions.create(route)
+    session = sessions.create(route, caller.principal, _limit_key(request, caller))
+    for name in route.upstream.config.forward_headers:
+        value = request.headers.get(name)
+        if value is not None:
+            session.forwarded[name] = value
     try:
         answer = await session.upstream.initialize(init)
     except UpstreamError as exc:
@@ -170,7 +237,7 @@ async def _initialize(
     session.protocol_version = rewrite.negotiate_version(init)
     offer = dispatch.tasks_offered(route.policy, session.protocol_version)
     result = rewrite.initialize_result(
-        jsonrpc.with_id(answer, init.id), session.protocol_version, offer
+        jsonrpc.with_id(answer, init.id), session.protocol_version, offer, route.lists_tasks
     )
     await sessions.opened(session, init)
     log.info(
@@ -205,11 +272,12 @@ async def _answer(
 
 
 async def get(route_name: str, request: web.Request) -> web.StreamResponse:
-    route = request.app[UPSTREAMS][route_name]
+    route = request.app[ROUTES][route_name]
     http = request.app[SETTINGS].http
+    caller = _admit(request, route)
     if not _accepts(request, "text/event-stream"):
         raise NotAcceptable("Not Acceptable: the Accept header must list text/event-stream")
-    session = await _session(request, route)
+    session = await _session(request, route, caller)
     last_event_id = request.headers.get("Last-Event-ID")
     if last_event_id is None:
         stream = session.standalone
@@ -226,8 +294,8 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
 
 
 async def delete(route_name: str, request: web.Request) -> web.Response:
-    route = request.app[UPSTREAMS][route_name]
-    session = await _session(request, route)
+    route = request.app[ROUTES][route_name]
+    session = await _session(request, route, _admit(request, route))
     await request.app[SESSIONS].end(session)
     log.info("route %s: session %s ended by the client", route.name, session.tag)
     return web.Response(status=200)

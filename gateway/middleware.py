@@ -40,7 +40,10 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
             log.warning("%s %s: %s", request.method, request.path, exc.message)
         body = jsonrpc.error_response(None, exc.code, exc.message, exc.data)
         return web.Response(
-            text=jsonrpc.dump(body), status=exc.http_status, content_type="application/json"
+            text=jsonrpc.dump(body),
+            status=exc.http_status,
+            content_type="application/json",
+            headers=exc.headers,
         )
 
 

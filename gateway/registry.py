@@ -8,6 +8,7 @@ its id carries on: the session is rebuilt on first use and the upstream handshak
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
 import secrets
 import time
@@ -15,11 +16,11 @@ import time
 from . import jsonrpc
 from .aio import TaskSet
 from .config import HttpConfig, SessionsConfig
-from .errors import CapacityExceeded, SessionNotFound
+from .errors import CapacityExceeded, LimitExceeded, SessionNotFound
 from .models import SessionRecord, utcnow
+from .route import Route
 from .session import Session
 from .store import TaskStore
-from .upstream import UpstreamRoute
 
 log = logging.getLogger(__name__)
 
@@ -30,46 +31,68 @@ class SessionRegistry:
         self._http = http
         self._store = store
         self._sessions: dict[str, Session] = {}
+        self._per_caller: collections.Counter[str] = collections.Counter()
         self._tasks = TaskSet("sessions")
 
     def __len__(self) -> int:
         return len(self._sessions)
 
-    def _admit(self, session_id: str, route: UpstreamRoute) -> Session:
+    def _admit(self, session_id: str, route: Route, principal: str | None, caller: str) -> Session:
         if len(self._sessions) >= self._config.max_sessions:
             raise CapacityExceeded(
                 f"the gateway already holds its maximum of {self._config.max_sessions} sessions "
                 "(sessions.max_sessions)"
             )
-        session = Session(session_id, route, self._http)
+        cap = route.limits.sessions_per_principal
+        if cap is not None and self._per_caller[caller] >= cap:
+            raise LimitExceeded(
+                f"Too many sessions: this caller already has {cap} "
+                "(limits.sessions_per_principal); end one with DELETE first"
+            )
+        session = Session(session_id, route, self._http, principal)
         session.persist = self._store.save_session
+        session.caller = caller
         self._sessions[session_id] = session
+        self._per_caller[caller] += 1
         return session
 
-    def create(self, route: UpstreamRoute) -> Session:
-        return self._admit(secrets.token_urlsafe(32), route)
+    def create(self, route: Route, principal: str | None, caller: str) -> Session:
+        """A new session for `principal`; `caller` is who the per-principal limits count."""
+        return self._admit(secrets.token_urlsafe(32), route, principal, caller)
+
+    def _forget(self, session: Session) -> bool:
+        if self._sessions.pop(session.id, None) is None:
+            return False
+        self._per_caller[session.caller] -= 1
+        if not self._per_caller[session.caller]:
+            del self._per_caller[session.caller]
+        return True
 
     async def opened(self, session: Session, initialize: jsonrpc.Request) -> None:
         """The upstream accepted the handshake: record the session durably."""
         session.record = SessionRecord(
             session_id=session.id,
             route=session.route.name,
+            principal=session.principal,
             protocol_version=session.protocol_version,
             initialize=initialize.model_dump(exclude_unset=True),
             created_at=utcnow(),
         )
         await self._store.save_session(session.record)
 
-    async def get(self, session_id: str, route: UpstreamRoute) -> Session:
+    async def get(
+        self, session_id: str, route: Route, principal: str | None, caller: str
+    ) -> Session:
         """The live session, or one rebuilt from its record after a restart.
 
         Raises:
-            SessionNotFound: unknown or ended id, or another route's session.
+            SessionNotFound: unknown or ended id, another route's session, or another
+                principal's: all answered alike, so session ids cannot be probed.
         """
         session = self._sessions.get(session_id)
         if session is None:
-            session = await self._restore(session_id, route)
-        if session is None or session.route is not route:
+            session = await self._restore(session_id, route, principal, caller)
+        if session is None or session.route is not route or session.principal != principal:
             raise SessionNotFound(
                 "Session not found: it ended, expired or never existed; "
                 "send a new initialize without MCP-Session-Id"
@@ -77,14 +100,16 @@ class SessionRegistry:
         session.last_seen = time.monotonic()
         return session
 
-    async def _restore(self, session_id: str, route: UpstreamRoute) -> Session | None:
+    async def _restore(
+        self, session_id: str, route: Route, principal: str | None, caller: str
+    ) -> Session | None:
         record = await self._store.get_session(session_id)
-        if record is None or record.route != route.name:
+        if record is None or record.route != route.name or record.principal != principal:
             return None
         session = self._sessions.get(session_id)  # another request restored it meanwhile
         if session is not None:
             return session
-        session = self._admit(session_id, route)
+        session = self._admit(session_id, route, principal, caller)
         session.record = record
         session.protocol_version = record.protocol_version
         initialized = record.initialized
@@ -96,7 +121,7 @@ class SessionRegistry:
         return session
 
     async def end(self, session: Session) -> None:
-        if self._sessions.pop(session.id, None) is not None:
+        if self._forget(session):
             await self._store.delete_session(session.id)
             await session.close()
 
@@ -118,5 +143,5 @@ class SessionRegistry:
         """Gateway shutdown: sessions stay recorded, so clients carry on after a restart."""
         await self._tasks.close()
         for session in list(self._sessions.values()):
-            self._sessions.pop(session.id, None)
+            self._forget(session)
             await session.close()

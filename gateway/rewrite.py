@@ -26,7 +26,7 @@ def negotiate_version(initialize: jsonrpc.Request) -> str:
 
 
 def initialize_result(
-    upstream: jsonrpc.Response, downstream_version: str, offer_tasks: bool
+    upstream: jsonrpc.Response, downstream_version: str, offer_tasks: bool, offer_list: bool
 ) -> jsonrpc.Response:
     """The upstream's InitializeResult under the version negotiated with the client.
 
@@ -37,7 +37,10 @@ def initialize_result(
     result = {**upstream.result, "protocolVersion": downstream_version}
     capabilities = dict(result.get("capabilities") or {})
     if offer_tasks:
-        capabilities["tasks"] = TASKS_CAPABILITY
+        tasks = dict(TASKS_CAPABILITY)
+        if not offer_list:
+            del tasks["list"]
+        capabilities["tasks"] = tasks
     else:
         capabilities.pop("tasks", None)
     result["capabilities"] = capabilities

@@ -27,8 +27,9 @@ from typing import Any, Protocol
 
 from . import jsonrpc
 from .aio import TaskSet
-from .config import TaskPolicy
-from .errors import INTERNAL_ERROR, GatewayError, TaskError
+from .audit import audit
+from .config import Limits, TaskPolicy
+from .errors import INTERNAL_ERROR, GatewayError, TaskError, TaskLimitReached
 from .models import Outcome, Task, TaskStatus, status_for
 from .notifier import Notifier
 from .store import TaskStore
@@ -109,12 +110,18 @@ class TaskRunner:
         return len(self._running)
 
     async def submit(
-        self, host: TaskHost, route: str, request: jsonrpc.Request, policy: TaskPolicy
+        self,
+        host: TaskHost,
+        route: str,
+        request: jsonrpc.Request,
+        policy: TaskPolicy,
+        limits: Limits,
     ) -> Task:
         """Record a task durably and start its upstream call.
 
         Raises:
-            TaskError: params.task.ttl is not a non-negative integer.
+            TaskError: params.task.ttl is not a non-negative number, or the caller already
+                has limits.active_tasks_per_principal tasks running.
         """
         params = jsonrpc.param(request, "task") or {}
         requested = params.get("ttl")
@@ -137,11 +144,17 @@ class TaskRunner:
             status=TaskStatus.WORKING,
             created_at=now,
             updated_at=now,
-            ttl_ms=policy.ttl(requested),
+            ttl_ms=min(policy.ttl(requested), limits.max_ttl_ms or policy.max_ttl_ms),
             poll_interval_ms=policy.poll_interval_ms,
             progress_token=jsonrpc.progress_token(request),
         )
-        await self._store.create_task(task)
+        cap = limits.active_tasks_per_principal
+        if not await self._store.create_task(task, max_active=cap):
+            audit("task_limit", owner_kind=host.owner.split(":")[0], limit=cap)
+            raise TaskLimitReached(
+                f"Too many active tasks: {cap} are working or waiting for input "
+                "(limits.active_tasks_per_principal); wait for one to end or cancel one"
+            )
         outgoing = host.start_task_call(
             task,
             jsonrpc.without_param(request, "task"),

@@ -30,8 +30,9 @@ from .config import HttpConfig
 from .errors import INTERNAL_ERROR, GatewayError
 from .models import SessionRecord, Task
 from .rewrite import RELATED_TASK
+from .route import Route
 from .sse import EventStream
-from .upstream import Answer, UpstreamClient, UpstreamRoute
+from .upstream import Answer, UpstreamClient
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +74,16 @@ class Question:
 
 
 class Session:
-    def __init__(self, session_id: str, route: UpstreamRoute, http: HttpConfig) -> None:
+    def __init__(
+        self, session_id: str, route: Route, http: HttpConfig, principal: str | None = None
+    ) -> None:
         self.id = session_id
+        #: Who opened it (None without authentication); only they can use it.
+        self.principal = principal
+        #: The latest values of the client headers this route forwards upstream.
+        self.forwarded: dict[str, str] = {}
+        #: Whom the per-principal limits count this session against.
+        self.caller = principal or ""
         #: What survives a restart; set once the upstream accepted the handshake.
         self.record: SessionRecord | None = None
         #: Writes `record` to the store (set by the registry).
@@ -102,12 +111,16 @@ class Session:
         self._task_calls = 0
         self._ended = False
         self._tasks = TaskSet(f"session {self.tag}")
-        self.upstream = UpstreamClient(route.transport, route.config, self)
+        self.upstream = UpstreamClient(
+            lambda sink: route.upstream.transport(sink, lambda: self.forwarded),
+            route.upstream.config,
+            self,
+        )
 
     @property
     def owner(self) -> str:
-        """Whom this session's tasks belong to (the session itself until identities exist)."""
-        return self.id
+        """Whom this session's tasks belong to: its principal, or without one the session."""
+        return f"principal:{self.principal}" if self.principal else f"session:{self.id}"
 
     @property
     def busy(self) -> bool:
@@ -278,9 +291,11 @@ class Session:
             log.info("session %s: dropped an answer to unknown server request", self.tag)
             return
         question = self._questions.pop(message.id, None) if isinstance(message.id, int) else None
-        await self.upstream.notify(jsonrpc.with_id(message, pending[0]))
         if question is not None:
+            # Queue the move back to `working` before the upstream has the answer: the store
+            # writes in order, so the task cannot show its final status before `working`.
             self._settled(question)
+        await self.upstream.notify(jsonrpc.with_id(message, pending[0]))
 
     # -- upstream -> client
 
@@ -394,11 +409,11 @@ class Session:
             else jsonrpc.error_response(question.up_id, INTERNAL_ERROR, reason)
         )
         self._withdraw(question, reason)
+        self._settled(question)  # before the upstream has the answer, as in deliver()
         try:
             await self.upstream.notify(answer)
         except GatewayError as exc:
             log.info("session %s: could not answer an expired question: %s", self.tag, exc.message)
-        self._settled(question)
 
     def withdraw_questions(self, task_id: str, reason: str) -> None:
         """The task no longer waits (its call ended or it was cancelled): tell the client."""

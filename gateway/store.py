@@ -107,7 +107,9 @@ def _json(value: Any) -> str | None:
 class TaskStore(Protocol):
     """Durable tasks, their outcomes and sessions. Each write is committed before it returns."""
 
-    async def create_task(self, task: Task) -> None: ...
+    async def create_task(self, task: Task, max_active: int | None = None) -> bool:
+        """Insert a task, durable on return. With `max_active`, only while its owner has fewer
+        live tasks than that, checked in the same transaction; False if refused."""
 
     async def get_task(self, task_id: str) -> Task | None:
         """Any owner's task, expired or not: callers decide what they may see."""
@@ -146,6 +148,9 @@ class TaskStore(Protocol):
 
     async def get_outcome(self, task_id: str) -> Outcome | None: ...
 
+    async def count_active(self, owner: str) -> int:
+        """How many of the owner's tasks are not terminal (for the active-task limit)."""
+
     async def delete_expired(self, now: datetime) -> list[str]:
         """Deletes tasks (and outcomes) whose expiry is at or before `now`; returns their ids."""
 
@@ -181,7 +186,7 @@ class SqliteTaskStore:
         self._tasks = TaskSet("task store")
         self._writer = self._tasks.spawn(self._write_loop(), name="task-store-writer")
 
-    async def create_task(self, task: Task) -> None:
+    async def create_task(self, task: Task, max_active: int | None = None) -> bool:
         expires = task.expires_at
         row = (
             *(task.task_id, task.owner, task.route, task.tool, task.status, task.status_message),
@@ -190,7 +195,20 @@ class SqliteTaskStore:
             None if expires is None else _us(expires),
         )
         sql = f"INSERT INTO tasks ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-        await self._write(lambda db: db.execute(sql, row))
+        running = [s for s in TaskStatus if not s.terminal]
+        marks = ",".join("?" * len(running))
+        count = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND status IN ({marks})"
+
+        async def create(db: aiosqlite.Connection) -> bool:
+            # The single writer makes check-then-insert atomic: no batch can slip past the cap.
+            if max_active is not None:
+                (active,) = next(iter(await db.execute_fetchall(count, (task.owner, *running))))
+                if active >= max_active:
+                    return False
+            await db.execute(sql, row)
+            return True
+
+        return await self._write(create)
 
     async def get_task(self, task_id: str) -> Task | None:
         sql = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ?"
@@ -253,6 +271,14 @@ class SqliteTaskStore:
             return next(iter(moved), None)
 
         return await self._write(finish)
+
+    async def count_active(self, owner: str) -> int:
+        running = [s for s in TaskStatus if not s.terminal]
+        marks = ",".join("?" * len(running))
+        rows = await self._read(
+            f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND status IN ({marks})", owner, *running
+        )
+        return int(next(iter(rows))[0])
 
     async def get_outcome(self, task_id: str) -> Outcome | None:
         rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = ?", task_id)

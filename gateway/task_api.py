@@ -18,6 +18,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from . import jsonrpc, rewrite
+from .audit import audit
 from .config import TaskPolicy
 from .errors import INTERNAL_ERROR, TaskError
 from .models import Task
@@ -72,7 +73,13 @@ class TaskApi:
         if not isinstance(task_id, str):
             raise TaskError("params.taskId must be a string")
         task = await self._store.get_task(task_id)
-        if task is None or task.owner != session.owner:
+        if task is not None and task.owner != session.owner:
+            # Answered exactly like an unknown id; only the audit trail knows the difference.
+            audit(
+                "task_access_denied", principal=session.principal, task_id=task_id, route=task.route
+            )
+            task = None
+        if task is None:
             raise TaskError(NOT_FOUND)
         if task.expired(self._clock()):
             raise TaskError(EXPIRED)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import subprocess
 import sys
 from pathlib import Path
@@ -10,7 +11,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gateway.config import ConfigError, Settings, load_settings, parse_settings
+from gateway.config import ConfigError, Settings, load_settings, parse_settings, route_limits
 
 from .conftest import ROOT
 
@@ -126,3 +127,31 @@ def test_cli_exits_nonzero_naming_the_key_before_listening(tmp_path: Path) -> No
     assert run.returncode == 2
     assert f"{bad}: routes[0].upstrem: unknown key" in run.stderr
     assert "Running on" not in run.stderr
+
+
+def test_route_limits_override_the_global_ones_and_null_inherits() -> None:
+    upstream = {"transport": "sse", "url": "http://127.0.0.1:9/sse"}
+    settings = parse_settings(
+        {
+            "limits": {"burst": 5, "sessions_per_principal": None},
+            "routes": [
+                {"name": "a", "upstream": upstream, "limits": {"requests_per_second": 7}},
+                {"name": "b", "upstream": upstream, "limits": {"requests_per_second": None}},
+            ],
+        },
+        "f.yaml",
+        env={},
+    )
+    a, b = (route_limits(settings, route) for route in settings.routes)
+    assert (a.requests_per_second, a.burst, a.sessions_per_principal) == (7, 5, None)
+    assert b.requests_per_second == 100  # null on a route inherits; it never lifts a limit
+
+
+def test_secrets_named_by_env_are_resolved_at_load_and_a_missing_one_names_the_key() -> None:
+    keys = {"mode": "api_keys", "api_keys": [{"principal": "bob", "key_env": "BOB_KEY"}]}
+    loaded = parse_settings({"auth": keys}, "f.yaml", env={"BOB_KEY": "k"})
+    assert loaded.auth.api_keys[0].digest == hashlib.sha256(b"k").digest()
+    with pytest.raises(
+        ConfigError, match=r"f.yaml: auth.api_keys\[0\]: environment variable BOB_KEY"
+    ):
+        parse_settings({"auth": keys}, "f.yaml", env={})

@@ -223,7 +223,7 @@ async def test_not_a_json_rpc_message_gets_invalid_request(endpoint: str) -> Non
 async def test_body_over_the_configured_size_gets_413_and_the_session_lives_on(
     start_gateway: StartGateway,
 ) -> None:
-    url = f"{await start_gateway(http={'max_body_bytes': 2048})}/demo/mcp"
+    url = f"{await start_gateway(limits={'max_body_bytes': 2048})}/demo/mcp"
     async with aiohttp.ClientSession() as http:
         session_id = await open_session(http, url)
         huge = {

@@ -273,7 +273,7 @@ async def test_failing_write_fails_only_its_caller_and_the_batch_commits(tmp_pat
 
     results = await asyncio.gather(*(store.create_task(t) for t in batch), return_exceptions=True)
 
-    assert results[0] is None and results[2] is None
+    assert results[0] is True and results[2] is True
     assert isinstance(results[1], sqlite3.IntegrityError)
     assert store.commits == commits + 1
     assert [t.task_id for t in await store.list_tasks("alice", None, 10, T0)] == ["a", "b", "taken"]
@@ -300,3 +300,16 @@ async def test_a_schema_newer_than_the_code_is_refused(tmp_path: Path) -> None:
 
     with pytest.raises(RuntimeError):
         await open_store(path)
+
+
+async def test_create_task_refuses_beyond_the_owners_active_limit_atomically(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(tmp_path / "gateway.db")
+    tasks = [make_task(f"t{i}") for i in range(5)]
+    # All in one batch: the cap must hold even when the writes commit together.
+    created = await asyncio.gather(*(store.create_task(t, max_active=3) for t in tasks))
+    await store.finish_task("t0", TaskStatus.COMPLETED, None, None, T0)
+    after_one_ended = await store.create_task(make_task("late"), max_active=3)
+    await store.close()
+    assert created.count(True) == 3 and after_one_ended is True

@@ -6,7 +6,6 @@ Each test names the rule of the 2025-11-25 tasks spec it checks.
 from __future__ import annotations
 
 import asyncio
-import time
 from typing import Any
 
 import aiohttp
@@ -26,7 +25,9 @@ RELATED = "io.modelcontextprotocol/related-task"
 
 
 def route(upstream: dict[str, Any] | None = None, **tasks: Any) -> list[dict[str, Any]]:
-    return [{"name": "t", "upstream": upstream or DEMO, "tasks": tasks}]
+    # These tests run without authentication, where tasks/list is offered only on opt-in.
+    auth = {"list_tasks_without_auth": True}
+    return [{"name": "t", "upstream": upstream or DEMO, "tasks": tasks, "auth": auth}]
 
 
 async def wait_terminal(client: ClientSession, task_id: str) -> types.GetTaskResult:
@@ -155,16 +156,14 @@ async def test_task_call_returns_a_working_task_at_once_and_the_result_later(
     args = {"seconds": 1, "steps": 2} if kind == "stdio" else {"steps": 10}
     base = await start_gateway(route(upstream))
     async with mcp_client(f"{base}/t/mcp") as client:
-        started = time.monotonic()
         created = await client.experimental.call_tool_as_task("slow", args, ttl=120_000)
-        answered_in = time.monotonic() - started
         task = created.task
-        # Tasks MUST begin in the `working` status; createdAt, lastUpdatedAt and the actual
-        # ttl are in every task response.
+        # Tasks MUST begin in the `working` status (which also shows the answer came before
+        # the upstream call ended); createdAt, lastUpdatedAt and the actual ttl are in every
+        # task response.
         assert task.status == "working" and task.ttl == 120_000
         assert task.createdAt is not None and task.lastUpdatedAt is not None
         assert task.pollInterval == 1000 and len(task.taskId) >= 22
-        assert answered_in < 0.5  # the upstream call itself takes about a second
         final = await wait_terminal(client, task.taskId)
         result = await client.experimental.get_task_result(task.taskId, types.CallToolResult)
     assert final.status == "completed"

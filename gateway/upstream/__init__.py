@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
+
 import aiohttp
 
 from ..config import RouteConfig
@@ -15,16 +17,16 @@ __all__ = ["Answer", "UpstreamClient", "UpstreamRoute"]
 
 
 class UpstreamRoute:
-    """What a route's sessions share: its settings, an HTTP connection pool or the child cap."""
+    """What a route's sessions share upstream: an HTTP connection pool or the child cap."""
 
     def __init__(self, route: RouteConfig) -> None:
         self.config = route.upstream
         self.name = route.name
-        self.policy = route.tasks
         self.slots = ChildSlots(route.name, route.upstream.max_children)
         self._http: aiohttp.ClientSession | None = None
 
-    def transport(self, sink: Sink) -> Transport:
+    def transport(self, sink: Sink, forwarded: Callable[[], Mapping[str, str]]) -> Transport:
+        """A transport for one session; `forwarded` gives the client headers the route copies."""
         cfg = self.config
         if cfg.transport == "stdio":
             return StdioTransport(sink, cfg, self.slots)
@@ -37,8 +39,8 @@ class UpstreamRoute:
                 connector=aiohttp.TCPConnector(limit=0),
             )
         if cfg.transport == "sse":
-            return SseTransport(sink, cfg, self._http)
-        return StreamableHttpTransport(sink, cfg, self._http)
+            return SseTransport(sink, cfg, self._http, forwarded)
+        return StreamableHttpTransport(sink, cfg, self._http, forwarded)
 
     async def close(self) -> None:
         if self._http is not None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -23,11 +24,18 @@ log = logging.getLogger(__name__)
 
 
 class SseTransport(Transport):
-    def __init__(self, sink: Sink, config: UpstreamConfig, http: aiohttp.ClientSession) -> None:
+    def __init__(
+        self,
+        sink: Sink,
+        config: UpstreamConfig,
+        http: aiohttp.ClientSession,
+        forwarded: Callable[[], Mapping[str, str]],
+    ) -> None:
         super().__init__(sink)
         assert config.url is not None
         self._url = config.url
-        self._headers = dict(config.headers)
+        self._static = dict(config.headers)
+        self._forwarded = forwarded
         self._connect_timeout = config.connect_timeout_seconds
         self._http = http
         self._endpoint: str | None = None
@@ -49,7 +57,7 @@ class SseTransport(Transport):
         reason = "the upstream closed its SSE stream"
         try:
             async with self._http.get(
-                self._url, headers={**self._headers, "Accept": "text/event-stream"}
+                self._url, headers={**self._headers(), "Accept": "text/event-stream"}
             ) as resp:
                 if resp.status != 200:
                     raise UpstreamUnavailable(f"the SSE upstream answered HTTP {resp.status}")
@@ -70,6 +78,9 @@ class SseTransport(Transport):
         elif not self._closing:
             self.sink.on_lost(reason)
 
+    def _headers(self) -> dict[str, str]:
+        return {**self._forwarded(), **self._static}
+
     def _resolve(self, endpoint: str) -> str:
         url = urljoin(self._url, endpoint.strip())
         # Posting our messages anywhere else would leak them to a host the operator never named.
@@ -84,7 +95,7 @@ class SseTransport(Transport):
             async with self._http.post(
                 self._endpoint,
                 data=jsonrpc.dump(message),
-                headers={**self._headers, "Content-Type": "application/json"},
+                headers={**self._headers(), "Content-Type": "application/json"},
             ) as resp:
                 if resp.status >= 300:
                     raise UpstreamUnavailable(

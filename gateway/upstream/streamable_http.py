@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable, Mapping
 
 import aiohttp
 
@@ -37,11 +38,18 @@ class UpstreamSessionExpired(UpstreamUnavailable):
 class StreamableHttpTransport(Transport):
     answers_inline = True
 
-    def __init__(self, sink: Sink, config: UpstreamConfig, http: aiohttp.ClientSession) -> None:
+    def __init__(
+        self,
+        sink: Sink,
+        config: UpstreamConfig,
+        http: aiohttp.ClientSession,
+        forwarded: Callable[[], Mapping[str, str]],
+    ) -> None:
         super().__init__(sink)
         assert config.url is not None
         self._url = config.url
         self._static_headers = dict(config.headers)
+        self._forwarded = forwarded
         self._http = http
         self._session_id: str | None = None
         self._version: str | None = None
@@ -49,7 +57,7 @@ class StreamableHttpTransport(Transport):
         self._listener: asyncio.Task[None] | None = None
 
     def _headers(self, accept: str) -> dict[str, str]:
-        headers = {**self._static_headers, "Accept": accept}
+        headers = {**self._forwarded(), **self._static_headers, "Accept": accept}
         if self._session_id is not None:
             headers["Mcp-Session-Id"] = self._session_id
         if self._version is not None:

@@ -457,6 +457,8 @@ def gateway_config(port: int, db_path: Path, upstream_url: str) -> str:
         "    upstream:\n"
         "      transport: streamable_http\n"
         f"      url: {json.dumps(upstream_url)}\n"
+        # The benchmark measures the gateway's own cost: no abuse limits in the way.
+        "limits: {requests_per_second: null, sessions_per_principal: null}\n"
     )
 
 

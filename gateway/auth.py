@@ -1,0 +1,251 @@
+"""Who is calling: the HTTP Authorization header checked against one `AuthConfig`.
+
+An `Authenticator` is built once per config. It reads key files then, so a bad file stops
+start-up instead of failing every request. `authenticate()` runs on every request. An API
+key is hashed once and compared in constant time with every configured digest. A JWT is
+verified by PyJWT with the configured algorithms only. Failures raise `AuthError`, whose
+reason is safe to log and to return because it never contains the credential.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import re
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Literal
+
+import jwt
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from jwt.types import JWKDict, Options
+from pydantic import BaseModel, ConfigDict
+
+from .config import AuthConfig, JwtConfig
+
+# RFC 6750's credentials are ASCII. Refusing anything else (and whitespace) here means the
+# token always encodes, and non-ASCII letters cannot case-fold into "Bearer".
+_BEARER = re.compile(r"Bearer +([\x21-\x7e]+)", re.IGNORECASE | re.ASCII)
+
+# RFC 7518 §3.2: an HS256 key MUST be at least as long as the hash output. PyJWT would only
+# warn about a shorter one, and it would warn on every request.
+_MIN_HS256_SECRET_BYTES = 32
+
+# The first entry that matches wins. InvalidSignatureError is a subclass of DecodeError.
+_REASONS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
+    (jwt.ExpiredSignatureError, "token expired"),
+    (jwt.ImmatureSignatureError, "token not yet valid"),
+    (jwt.InvalidAudienceError, "wrong audience"),
+    (jwt.InvalidIssuerError, "wrong issuer"),
+    (jwt.InvalidSignatureError, "invalid signature"),
+    (jwt.InvalidAlgorithmError, "algorithm not allowed"),
+    (jwt.DecodeError, "malformed token"),
+)
+
+
+class Principal(BaseModel):
+    """An authenticated caller, and how it proved who it is."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    name: str
+    method: Literal["api_key", "jwt"]
+
+
+class AuthError(Exception):
+    """Missing or invalid credentials. `reason` is safe to log and to show the client: it
+    never contains the credential."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class Authenticator:
+    """Checks bearer credentials against one `AuthConfig`. Build it once and call it per request."""
+
+    def __init__(self, config: AuthConfig) -> None:
+        """Read the keys the config names, so no request waits on a file.
+
+        Raises:
+            ValueError: a key file is missing or unusable, or the HS256 secret is too short;
+                the message names the config key and the file.
+        """
+        self._mode = config.mode
+        # Principals are built here, so a request for a known key allocates nothing.
+        self._api_keys = tuple(
+            (key.digest, Principal(name=key.principal, method="api_key")) for key in config.api_keys
+        )
+        self._jwt: _JwtVerifier | None = None
+        if config.mode == "jwt":
+            assert config.jwt is not None  # AuthConfig's validator guarantees it
+            self._jwt = _JwtVerifier(config.jwt)
+
+    @property
+    def required(self) -> bool:
+        return self._mode != "none"
+
+    def authenticate(self, authorization: str | None) -> Principal | None:
+        """Return the caller named by the Authorization header value, or None in mode "none".
+
+        Raises:
+            AuthError: the credentials are missing or were not accepted.
+        """
+        if self._mode == "none":
+            return None
+        token = _bearer_token(authorization)
+        if self._jwt is not None:
+            return Principal(name=self._jwt.verify(token), method="jwt")
+        return self._match_api_key(token)
+
+    def _match_api_key(self, token: str) -> Principal:
+        digest = hashlib.sha256(token.encode()).digest()
+        found: Principal | None = None
+        for key_digest, principal in self._api_keys:
+            # No early exit, so the time taken does not reveal which key matched.
+            if hmac.compare_digest(digest, key_digest) and found is None:
+                found = principal
+        if found is None:
+            raise AuthError("unknown API key")
+        return found
+
+
+class _JwtVerifier:
+    """The JWT half of `Authenticator`: the key, or key set, that verifies tokens."""
+
+    def __init__(self, config: JwtConfig) -> None:
+        self._config = config
+        self._algorithms = list(config.algorithms)
+        self._options: Options = {
+            "require": ["exp", config.principal_claim],
+            # Without an audience PyJWT would refuse every token that has an `aud`; check it
+            # only when one is configured.
+            "verify_aud": config.audience is not None,
+        }
+        self._key: str | jwt.PyJWK | None = None  # HS256 secret or PEM key: used for every token
+        self._by_kid: dict[str, jwt.PyJWK] = {}
+        self._sole: jwt.PyJWK | None = None  # the JWKS key that kid-less tokens may use
+        if "HS256" in config.algorithms:  # config forbids mixing it with RS256/ES256
+            if len(config.secret.encode()) < _MIN_HS256_SECRET_BYTES:
+                raise ValueError(
+                    f"jwt.secret_env: the HS256 secret in {config.secret_env} must be at least "
+                    f"{_MIN_HS256_SECRET_BYTES} bytes (RFC 7518 §3.2)"
+                )
+            self._key = config.secret
+        elif config.public_key_file is not None:
+            self._key = _load_pem(config.public_key_file, self._algorithms)
+        else:
+            assert config.jwks_file is not None  # JwtConfig's validator guarantees one of them
+            keys = _load_jwks(config.jwks_file, self._algorithms)
+            self._by_kid = {key.key_id: key for key in keys if key.key_id is not None}
+            self._sole = keys[0] if len(keys) == 1 else None
+
+    def verify(self, token: str) -> str:
+        """Return the principal claim of a valid token.
+
+        Raises:
+            AuthError: the token is malformed, not valid now, or not signed by our key.
+        """
+        claim = self._config.principal_claim
+        try:
+            key = self._key if self._key is not None else self._key_from_set(token)
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=self._algorithms,
+                options=self._options,
+                audience=self._config.audience,
+                issuer=self._config.issuer,
+                leeway=self._config.leeway_seconds,
+            )
+        except jwt.MissingRequiredClaimError as exc:
+            raise AuthError(f"token is missing claim {exc.claim}") from None
+        except jwt.PyJWTError as exc:
+            # `from None`: PyJWT's messages may quote decoded parts of the token.
+            reason = next((r for kind, r in _REASONS if isinstance(exc, kind)), "invalid token")
+            raise AuthError(reason) from None
+        name = claims[claim]
+        if not isinstance(name, str) or not name:
+            raise AuthError(f"claim {claim} must be a non-empty string")
+        return name
+
+    def _key_from_set(self, token: str) -> jwt.PyJWK:
+        kid = jwt.get_unverified_header(token).get("kid")
+        if kid is None:
+            if self._sole is None:
+                raise AuthError("token has no key id")
+            return self._sole
+        key = self._by_kid.get(kid)
+        if key is None:
+            raise AuthError("unknown key id")
+        return key
+
+
+def _bearer_token(authorization: str | None) -> str:
+    if authorization is None or not authorization.strip():
+        raise AuthError("missing bearer token")
+    match = _BEARER.fullmatch(authorization.strip())
+    if match is None:
+        raise AuthError("expected Authorization: Bearer <token>")
+    return match.group(1)
+
+
+def _read(path: str, config_key: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{config_key}: cannot read {path}: {exc.strerror}") from None
+
+
+def _load_pem(path: str, algorithms: Sequence[str]) -> jwt.PyJWK:
+    where = f"jwt.public_key_file: {path}"
+    data = _read(path, "jwt.public_key_file")
+    try:
+        public_key = load_pem_public_key(data)
+    except (ValueError, UnsupportedAlgorithm):
+        raise ValueError(f"{where}: not a PEM public key") from None
+    jwk: JWKDict
+    if isinstance(public_key, RSAPublicKey):
+        jwk = RSAAlgorithm.to_jwk(public_key, as_dict=True)
+    elif isinstance(public_key, EllipticCurvePublicKey):
+        jwk = ECAlgorithm.to_jwk(public_key, as_dict=True)
+    else:
+        raise ValueError(f"{where}: neither an RSA nor an EC public key")
+    # As a PyJWK the key is bound to one algorithm (by type and curve), so PyJWT refuses a
+    # token whose header names another one. That refusal stops algorithm confusion.
+    key = jwt.PyJWK(jwk)
+    if key.algorithm_name not in algorithms:
+        raise ValueError(f"{where}: a {key.algorithm_name} key, but algorithms are {algorithms}")
+    return _checked(key, where)
+
+
+def _load_jwks(path: str, algorithms: Sequence[str]) -> list[jwt.PyJWK]:
+    where = f"jwt.jwks_file: {path}"
+    text = _read(path, "jwt.jwks_file")
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("the top level must be an object with `keys`")
+        key_set = jwt.PyJWKSet.from_dict(data)
+    except (ValueError, jwt.PyJWTError) as exc:
+        raise ValueError(f"{where}: not a JWK set: {exc}") from None
+    # Issuers often publish keys for several algorithms. Keep those we may verify with.
+    keys = [key for key in key_set if key.algorithm_name in algorithms]
+    if not keys:
+        raise ValueError(f"{where}: no key for the algorithms {algorithms}")
+    return [_checked(key, where) for key in keys]
+
+
+def _checked(key: jwt.PyJWK, where: str) -> jwt.PyJWK:
+    # A private key cannot verify a signature. A short key would make PyJWT warn on every request.
+    if not isinstance(key.key, RSAPublicKey | EllipticCurvePublicKey):
+        raise ValueError(f"{where}: holds a private key; give only the public key")
+    too_short = key.Algorithm.check_key_length(key.key)
+    if too_short:
+        raise ValueError(f"{where}: {too_short}")
+    return key

@@ -1,0 +1,29 @@
+"""Route: what every request to one configured route shares at run time.
+
+Its settings slice (task policy, limits), its authenticator and rate limiter, and its
+upstream (a connection pool or the stdio child cap). Built once per route at start-up.
+"""
+
+from __future__ import annotations
+
+from .auth import Authenticator
+from .config import RouteConfig, Settings, route_auth, route_limits
+from .limits import RateLimiter
+from .upstream import UpstreamRoute
+
+
+class Route:
+    def __init__(self, settings: Settings, config: RouteConfig) -> None:
+        self.name = config.name
+        self.policy = config.tasks
+        self.limits = route_limits(settings, config)
+        auth = route_auth(settings, config)
+        self.authenticator = Authenticator(auth)
+        #: Without authentication callers cannot be told apart: tasks/list is offered only
+        #: when the operator opts in (the spec's SHOULD NOT otherwise).
+        self.lists_tasks = self.authenticator.required or auth.list_tasks_without_auth
+        self.rate = RateLimiter(self.limits.requests_per_second, self.limits.burst)
+        self.upstream = UpstreamRoute(config)
+
+    async def close(self) -> None:
+        await self.upstream.close()
