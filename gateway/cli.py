@@ -3,14 +3,23 @@
 from __future__ import annotations
 
 import argparse
+import ipaddress
 import logging
+import socket
 import sys
 
 from aiohttp import web
 
 from . import __version__
 from .app import create_app
-from .config import ConfigError, load_settings
+from .config import ConfigError, load_settings, route_auth
+
+
+def _resolve(host: str) -> str:
+    try:
+        return socket.gethostbyname(host) if host else "0.0.0.0"
+    except OSError:
+        return "0.0.0.0"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -40,12 +49,25 @@ def main(argv: list[str] | None = None) -> None:
         settings = settings.model_copy(
             update={"listen": settings.listen.model_copy(update=overrides)}
         )
+    try:
+        app = create_app(settings)
+    except ValueError as exc:  # a key file named by the auth settings is missing or unusable
+        print(f"mcp-task-gateway: configuration error:\n{args.config}: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    open_routes = [r.name for r in settings.routes if route_auth(settings, r).mode == "none"]
+    if open_routes and not ipaddress.ip_address(_resolve(settings.listen.host)).is_loopback:
+        logging.getLogger("gateway").warning(
+            "listening on %s with no authentication on route(s) %s: anyone who can reach the "
+            "port can call their tools; configure auth (see README, Security)",
+            settings.listen.host,
+            ", ".join(open_routes),
+        )
     for route in settings.routes:
         logging.getLogger("gateway").info(
             "route %s at %s -> %s upstream", route.name, route.http_path, route.upstream.transport
         )
     web.run_app(
-        create_app(settings),
+        app,
         host=settings.listen.host,
         port=settings.listen.port,
         access_log=None,

@@ -98,7 +98,8 @@ def _admit(request: web.Request, route: Route) -> _Caller:
 
 def _challenge(reason: str) -> str:
     # RFC 6750: the scheme, then why the token was refused (reasons hold no credentials).
-    return f'Bearer realm="mcp-task-gateway", error="invalid_token", error_description="{reason}"'
+    quoted = reason.replace("\\", "/").replace('"', "'")
+    return f'Bearer realm="mcp-task-gateway", error="invalid_token", error_description="{quoted}"'
 
 
 async def _session(request: web.Request, route: Route, caller: _Caller) -> Session:

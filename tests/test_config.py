@@ -155,3 +155,20 @@ def test_secrets_named_by_env_are_resolved_at_load_and_a_missing_one_names_the_k
         ConfigError, match=r"f.yaml: auth.api_keys\[0\]: environment variable BOB_KEY"
     ):
         parse_settings({"auth": keys}, "f.yaml", env={})
+
+
+def test_cli_names_a_missing_key_file_and_exits_before_listening(tmp_path: Path) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        "auth:\n  mode: jwt\n  jwt: {algorithms: [RS256], public_key_file: /nonexistent/key.pem}\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+    )
+    assert run.returncode == 2
+    assert "/nonexistent/key.pem" in run.stderr and "public_key_file" in run.stderr
+    assert "Running on" not in run.stderr
