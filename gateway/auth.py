@@ -48,6 +48,10 @@ _REASONS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
 )
 
 
+#: The reason for a request that carried no credentials at all (it gets a bare challenge).
+MISSING_TOKEN = "missing bearer token"
+
+
 class Principal(BaseModel):
     """An authenticated caller, and how it proved who it is."""
 
@@ -188,7 +192,7 @@ class _JwtVerifier:
 
 def _bearer_token(authorization: str | None) -> str:
     if authorization is None or not authorization.strip():
-        raise AuthError("missing bearer token")
+        raise AuthError(MISSING_TOKEN)
     match = _BEARER.fullmatch(authorization.strip())
     if match is None:
         raise AuthError("expected Authorization: Bearer <token>")

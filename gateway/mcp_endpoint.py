@@ -15,14 +15,14 @@ from aiohttp import web
 
 from . import dispatch, jsonrpc, rewrite, sse
 from .audit import audit
-from .auth import AuthError
+from .auth import MISSING_TOKEN, AuthError
 from .config import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig, TaskPolicy
 from .errors import (
     INTERNAL_ERROR,
     InvalidRequest,
-    LimitExceeded,
     NotAcceptable,
     PayloadTooLarge,
+    SessionNotFound,
     SessionRequired,
     TaskError,
     Unauthorized,
@@ -62,21 +62,26 @@ def _check_version(request: web.Request) -> None:
 @dataclass(frozen=True, slots=True)
 class _Caller:
     principal: str | None
-    #: Whom the per-principal limits count: the principal, else the client's address (or,
-    #: for requests in a session, the session: several anonymous clients share addresses).
+    #: Whom the per-principal limits count: the principal, or without one the client address.
     key: str
 
 
 def _admit(request: web.Request, route: Route) -> _Caller:
     """Authenticate and rate-limit one request, before anything else is done for it.
 
+    Failed authentications are rate-limited per client address, so guessing credentials or
+    flooding the audit log stops at the burst. Anonymous requests in a session are limited
+    per session once the session is known (see `_session`), the rest per address.
+
     Raises:
         Unauthorized: missing or invalid credentials (401, WWW-Authenticate: Bearer).
         LimitExceeded: over the caller's request rate (429, Retry-After).
     """
+    address = f"address:{request.remote}"
     try:
         principal = route.authenticator.authenticate(request.headers.get("Authorization"))
     except AuthError as exc:
+        route.rate.check(address)
         audit("auth_failed", route=route.name, reason=exc.reason, remote=request.remote)
         raise Unauthorized(
             f"Unauthorized: {exc.reason}",
@@ -84,20 +89,18 @@ def _admit(request: web.Request, route: Route) -> _Caller:
         ) from None
     if principal is not None:
         caller = _Caller(principal.name, f"principal:{principal.name}")
-    else:
-        session_id = request.headers.get(SESSION_HEADER)
-        key = f"session:{session_id}" if session_id else f"address:{request.remote}"
-        caller = _Caller(None, key)
-    try:
         route.rate.check(caller.key)
-    except LimitExceeded:
-        audit("rate_limited", route=route.name, principal=caller.principal)
-        raise
-    return caller
+        return caller
+    if not request.headers.get(SESSION_HEADER):
+        route.rate.check(address)
+    return _Caller(None, address)
 
 
 def _challenge(reason: str) -> str:
-    # RFC 6750: the scheme, then why the token was refused (reasons hold no credentials).
+    # RFC 6750 section 3.1: no error code when the request carried no credentials at all;
+    # otherwise why the token was refused (reasons never hold credentials).
+    if reason == MISSING_TOKEN:
+        return 'Bearer realm="mcp-task-gateway"'
     quoted = reason.replace("\\", "/").replace('"', "'")
     return f'Bearer realm="mcp-task-gateway", error="invalid_token", error_description="{quoted}"'
 
@@ -107,19 +110,19 @@ async def _session(request: web.Request, route: Route, caller: _Caller) -> Sessi
     if not session_id:
         raise SessionRequired("Bad Request: missing MCP-Session-Id header; initialize first")
     _check_version(request)
-    session = await request.app[SESSIONS].get(
-        session_id, route, caller.principal, _limit_key(request, caller)
-    )
+    try:
+        session = await request.app[SESSIONS].get(session_id, route, caller.principal, caller.key)
+    except SessionNotFound:
+        if caller.principal is None:
+            route.rate.check(caller.key)  # made-up session ids buy no fresh rate bucket
+        raise
+    if caller.principal is None:
+        route.rate.check(f"session:{session.id}")
     for name in route.upstream.config.forward_headers:
         value = request.headers.get(name)
         if value is not None:
             session.forwarded[name] = value
     return session
-
-
-def _limit_key(request: web.Request, caller: _Caller) -> str:
-    """Sessions are counted per principal, or per client address without authentication."""
-    return caller.key if caller.principal else f"address:{request.remote}"
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
@@ -218,7 +221,7 @@ async def _initialize(
     request: web.Request, route: Route, init: jsonrpc.Request, caller: _Caller
 ) -> web.Response:
     sessions = request.app[SESSIONS]
-    session = sessions.create(route, caller.principal, _limit_key(request, caller))
+    session = sessions.create(route, caller.principal, caller.key)
     for name in route.upstream.config.forward_headers:
         value = request.headers.get(name)
         if value is not None:

@@ -49,6 +49,9 @@ class TaskHost(Protocol):
     def owner(self) -> str: ...
 
     @property
+    def principal(self) -> str | None: ...
+
+    @property
     def upstream(self) -> UpstreamClient: ...
 
     def start_task_call(
@@ -150,7 +153,7 @@ class TaskRunner:
         )
         cap = limits.active_tasks_per_principal
         if not await self._store.create_task(task, max_active=cap):
-            audit("task_limit", owner_kind=host.owner.split(":")[0], limit=cap)
+            audit("task_limit", route=route, principal=host.principal, limit=cap)
             raise TaskLimitReached(
                 f"Too many active tasks: {cap} are working or waiting for input "
                 "(limits.active_tasks_per_principal); wait for one to end or cancel one"

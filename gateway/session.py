@@ -120,7 +120,11 @@ class Session:
     @property
     def owner(self) -> str:
         """Whom this session's tasks belong to: its principal, or without one the session."""
-        return f"principal:{self.principal}" if self.principal else f"session:{self.id}"
+        # The route is part of it: a principal is a name one route's authenticator vouches
+        # for, and an API key's "alice" on one route is not a token's "alice" on another.
+        if self.principal:
+            return f"principal:{self.route.name}:{self.principal}"
+        return f"session:{self.id}"
 
     @property
     def busy(self) -> bool:
@@ -250,7 +254,8 @@ class Session:
             if question.task_id != task_id or question.stream is None:
                 continue  # not delivered yet: its delivery will pick this stream
             if question.stream is self.standalone:
-                lost = self.standalone.sent < question.seq
+                # Only if the GET stream has not handed it out: it moves, it is not copied.
+                lost = self.standalone.retract(question.seq)
             else:
                 lost = not question.stream.attached
             if lost:

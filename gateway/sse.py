@@ -75,6 +75,15 @@ class EventStream:
         self._cut_at = self._next - 1
         self._wake()
 
+    def retract(self, seq: int) -> bool:
+        """Take back event `seq` if no connection was handed it yet; True if taken back."""
+        if seq <= self.sent:
+            return False
+        kept = [e for e in self._events if e[0] != seq]
+        taken = len(kept) != len(self._events)
+        self._events = collections.deque(kept, maxlen=self._events.maxlen)
+        return taken
+
     def first_event(self) -> str | None:
         return self._events[0][1] if self._events else None
 
@@ -116,17 +125,20 @@ class EventStream:
     ) -> AsyncIterator[tuple[int, str] | None]:
         while self._reader == me:
             cut = self._cut_at
-            pending = [e for e in self._events if e[0] > after and (cut is None or e[0] <= cut)]
-            for seq, data in pending:
-                yield seq, data
-                after = self.sent = seq
+            item = next(
+                (e for e in self._events if e[0] > after and (cut is None or e[0] <= cut)), None
+            )
+            if item is not None:
+                # Marked as handed out before it is written: from here on it cannot be
+                # retracted to go to another stream instead (never delivered twice).
+                after = self.sent = item[0]
+                yield item
+                continue
             if cut is not None:
                 self._cut_at = None
                 return
             if self.closed:
                 return
-            if pending:
-                continue
             try:
                 async with asyncio.timeout(idle):
                     await self.wait_changed()

@@ -231,23 +231,75 @@ async def test_request_rate_limit_trips_with_429_and_retry_after_then_recovers(
 ) -> None:
     url = f"{await start_gateway(auth_routes, limits={'requests_per_second': 2, 'burst': 3})}"
     url += "/keys/mcp"
-    alice = {"Authorization": f"Bearer {ALICE_KEY}"}
+    # Requests that fail right after admission are cheap, so no token refills in between.
+    junk = b"not json"
+    alice = headers(Authorization=f"Bearer {ALICE_KEY}")
     async with aiohttp.ClientSession() as http:
         statuses = []
         for _ in range(4):
-            async with http.post(url, json=INIT, headers=headers(**alice)) as resp:
+            async with http.post(url, data=junk, headers=alice) as resp:
                 statuses.append(resp.status)
                 retry_after = resp.headers.get("Retry-After")
         # Bob has his own bucket.
-        async with http.post(
-            url, json=INIT, headers=headers(Authorization=f"Bearer {BOB_KEY}")
-        ) as b:
-            assert b.status == 200
+        bob = headers(Authorization=f"Bearer {BOB_KEY}")
+        async with http.post(url, data=junk, headers=bob) as b:
+            assert b.status == 400
         await asyncio.sleep(0.6)  # more than one token's worth at 2 per second
-        async with http.post(url, json=INIT, headers=headers(**alice)) as again:
+        async with http.post(url, data=junk, headers=alice) as again:
             recovered = again.status
-    assert statuses == [200, 200, 200, 429] and retry_after == "1"
-    assert recovered == 200
+    assert statuses == [400, 400, 400, 429] and retry_after == "1"
+    assert recovered == 400
+
+
+async def test_failed_logins_and_made_up_session_ids_are_rate_limited_per_address(
+    start_gateway: StartGateway, auth_routes: list[dict[str, Any]]
+) -> None:
+    limits = {"requests_per_second": 0.5, "burst": 3}
+    base = await start_gateway([*auth_routes, {"name": "open", "upstream": DEMO}], limits=limits)
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    async with aiohttp.ClientSession() as http:
+        guesses = []
+        for n in range(4):
+            bad = headers(Authorization=f"Bearer guess-{n}")
+            async with http.post(f"{base}/keys/mcp", json=ping, headers=bad) as resp:
+                guesses.append(resp.status)
+        made_up = []
+        for n in range(4):
+            async with http.post(
+                f"{base}/open/mcp", json=ping, headers=headers(f"made-up-{n}")
+            ) as resp:
+                made_up.append(resp.status)
+    assert guesses == [401, 401, 401, 429]
+    assert made_up == [404, 404, 404, 429]
+
+
+async def test_the_same_name_on_two_routes_is_two_principals(
+    start_gateway: StartGateway, auth_routes: list[dict[str, Any]]
+) -> None:
+    base = await start_gateway(auth_routes)
+    async with (
+        client_as(f"{base}/keys/mcp", ALICE_KEY) as by_key,
+        client_as(f"{base}/jwt/mcp", token("alice")) as by_token,
+    ):
+        created = await by_key.experimental.call_tool_as_task("echo", {"text": "x"})
+        answer = await refusal(by_token.experimental.get_task(created.task.taskId))
+        listed = (await by_token.experimental.list_tasks()).tasks
+    assert answer == NOT_FOUND and listed == []
+
+
+async def test_a_request_without_credentials_gets_a_bare_bearer_challenge(
+    start_gateway: StartGateway, auth_routes: list[dict[str, Any]]
+) -> None:
+    url = f"{await start_gateway(auth_routes)}/keys/mcp"
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json=INIT, headers=headers()) as missing:
+            bare = missing.headers["WWW-Authenticate"]
+        bad = headers(Authorization="Bearer wrong")
+        async with http.post(url, json=INIT, headers=bad) as wrong:
+            detailed = wrong.headers["WWW-Authenticate"]
+    # RFC 6750 3.1: no error code when the request had no authentication information.
+    assert bare == 'Bearer realm="mcp-task-gateway"'
+    assert 'error="invalid_token"' in detailed and "wrong" not in detailed
 
 
 async def test_active_task_limit_trips_and_recovers_when_a_task_ends(
