@@ -44,14 +44,14 @@ class SessionRegistry:
                 "(sessions.max_sessions)"
             )
         cap = route.limits.sessions_per_principal
-        if cap is not None and self._per_caller[caller] >= cap:
+        if cap is not None and self._per_caller[f"{route.name}:{caller}"] >= cap:
             raise LimitExceeded(
                 f"Too many sessions: this caller already has {cap} "
                 "(limits.sessions_per_principal); end one with DELETE first"
             )
         session = Session(session_id, route, self._http, principal)
         session.persist = self._store.save_session
-        session.caller = caller
+        session.caller = caller = f"{route.name}:{caller}"  # counted per route, like tasks
         self._sessions[session_id] = session
         self._per_caller[caller] += 1
         return session
