@@ -28,7 +28,8 @@ from aiohttp import web
 
 from . import middleware
 from .config import Settings
-from .keys import ROUTES, RUNNER, SESSIONS, SETTINGS, STORE, TASK_API
+from .keys import METRICS, ROUTES, RUNNER, SESSIONS, SETTINGS, STORE, TASK_API
+from .metrics import Metrics
 from .models import utcnow
 from .notifier import Notifier
 from .registry import SessionRegistry
@@ -41,7 +42,7 @@ from .task_api import TaskApi
 
 def create_app(settings: Settings) -> web.Application:
     app = web.Application(
-        middlewares=[middleware.errors, middleware.check_origin],
+        middlewares=[middleware.observe, middleware.errors, middleware.check_origin],
         # The endpoint enforces each route's limits.max_body_bytes itself, with a JSON-RPC
         # error body; aiohttp's own cap only has to stay out of its way.
         client_max_size=max(
@@ -51,6 +52,7 @@ def create_app(settings: Settings) -> web.Application:
         + 1,
     )
     app[SETTINGS] = settings
+    app[METRICS] = Metrics([route.name for route in settings.routes])
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.
     app[ROUTES] = {route.name: Route(settings, route) for route in settings.routes}
     add_routes(app, settings)

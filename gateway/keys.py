@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from .config import Settings
+from .metrics import Metrics
 from .registry import SessionRegistry
 from .route import Route
 from .runner import TaskRunner
@@ -17,3 +18,4 @@ ROUTES = web.AppKey("routes", dict[str, Route])
 STORE = web.AppKey("store", TaskStore)
 RUNNER = web.AppKey("runner", TaskRunner)
 TASK_API = web.AppKey("task_api", TaskApi)
+METRICS = web.AppKey("metrics", Metrics)

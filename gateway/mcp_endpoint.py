@@ -30,6 +30,8 @@ from .errors import (
     UpstreamError,
 )
 from .keys import ROUTES, RUNNER, SESSIONS, SETTINGS, TASK_API
+from .middleware import METHOD as METHOD_KEY
+from .middleware import ROUTE as ROUTE_KEY
 from .route import Route
 from .session import Rewriter, Session
 from .upstream import Answer
@@ -96,6 +98,12 @@ def _admit(request: web.Request, route: Route) -> _Caller:
     return _Caller(None, address)
 
 
+def _method_label(message: jsonrpc.Message) -> str:
+    if isinstance(message, jsonrpc.Request):
+        return message.method
+    return "notification" if isinstance(message, jsonrpc.Notification) else "response"
+
+
 def _challenge(reason: str) -> str:
     # RFC 6750 section 3.1: no error code when the request carried no credentials at all;
     # otherwise why the token was refused (reasons never hold credentials).
@@ -148,6 +156,7 @@ def _json(
 
 async def post(route_name: str, request: web.Request) -> web.StreamResponse:
     route = request.app[ROUTES][route_name]
+    request[ROUTE_KEY] = route_name
     http = request.app[SETTINGS].http
     caller = _admit(request, route)
     ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
@@ -161,6 +170,7 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
             "and text/event-stream"
         )
     message = jsonrpc.parse(await _read_body(request, route.limits.max_body_bytes))
+    request[METHOD_KEY] = _method_label(message)
     policy = route.policy
     if not request.headers.get(SESSION_HEADER):
         first = dispatch.decide(message, policy, None)
@@ -277,6 +287,7 @@ async def _answer(
 
 async def get(route_name: str, request: web.Request) -> web.StreamResponse:
     route = request.app[ROUTES][route_name]
+    request[ROUTE_KEY] = route_name
     http = request.app[SETTINGS].http
     caller = _admit(request, route)
     if not _accepts(request, "text/event-stream"):
@@ -299,6 +310,7 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
 
 async def delete(route_name: str, request: web.Request) -> web.Response:
     route = request.app[ROUTES][route_name]
+    request[ROUTE_KEY] = route_name
     session = await _session(request, route, _admit(request, route))
     await request.app[SESSIONS].end(session)
     log.info("route %s: session %s ended by the client", route.name, session.tag)

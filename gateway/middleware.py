@@ -1,15 +1,17 @@
-"""Request middlewares: Origin validation and the one place exceptions become responses."""
+"""Request middlewares: metrics, Origin validation, and the one place exceptions become
+responses."""
 
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
 from . import jsonrpc
 from .errors import ForbiddenOrigin, GatewayError
-from .keys import SETTINGS
+from .keys import METRICS, SETTINGS
 
 log = logging.getLogger(__name__)
 
@@ -57,3 +59,27 @@ async def check_origin(request: web.Request, handler: Handler) -> web.StreamResp
     ):
         raise ForbiddenOrigin(f"Forbidden: Origin {origin!r} is not allowed (http.allowed_origins)")
     return await handler(request)
+
+
+#: Where handlers note which route and MCP method a request was, for the metrics.
+ROUTE = web.RequestKey("route", str)
+METHOD = web.RequestKey("method", str)
+
+
+@web.middleware
+async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Count and time every request; outermost, so it sees the status errors became."""
+    started = time.perf_counter()
+    status = 500
+    try:
+        response = await handler(request)
+        status = response.status
+        return response
+    finally:
+        route = request.get(ROUTE)
+        if route is not None:
+            metrics = request.app[METRICS]
+            method = metrics.method(request.get(METHOD, request.method))
+            outcome = "ok" if status < 400 else ("rejected" if status < 500 else "error")
+            metrics.requests.labels(route, method, outcome).inc()
+            metrics.request_seconds.labels(route, method).observe(time.perf_counter() - started)

@@ -8,6 +8,7 @@ from aiohttp import web
 
 from . import mcp_endpoint
 from .config import Settings
+from .keys import METRICS
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -21,3 +22,4 @@ def add_routes(app: web.Application, settings: Settings) -> None:
         resource.add_route("GET", partial(mcp_endpoint.get, route.name))
         resource.add_route("DELETE", partial(mcp_endpoint.delete, route.name))
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/metrics", app[METRICS].handler)

@@ -1,0 +1,152 @@
+"""Prometheus metrics on a per-app registry, with bounded label values.
+
+Labels only ever hold values from closed sets: route names from the configuration, JSON-RPC
+methods from a fixed list, tool names the upstream listed (capped per route), task statuses,
+and short outcome words. Anything else is counted as `other`. Never a task id, a session id
+or a principal: those would make every series unique and the registry grow without bound.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from aiohttp import web
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+PREFIX = "mcp_gateway"
+
+#: Client-facing methods with a label of their own; the rest are "other".
+METHODS = frozenset(
+    {
+        "initialize", "ping", "tools/list", "tools/call", "tasks/get", "tasks/result",
+        "tasks/list", "tasks/cancel", "resources/list", "resources/read",
+        "resources/templates/list", "resources/subscribe", "resources/unsubscribe",
+        "prompts/list", "prompts/get", "completion/complete", "logging/setLevel",
+        "notification", "response", "GET", "DELETE",
+    }
+)  # fmt: skip
+_MAX_TOOLS_PER_ROUTE = 200
+# Seconds: fast JSON-RPC answers up to tool calls that take many minutes.
+_LATENCY = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
+_STORE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
+
+
+class Metrics:
+    def __init__(self, routes: list[str]) -> None:
+        self.registry = CollectorRegistry(auto_describe=True)
+        self._routes = frozenset(routes)
+        self._tools: dict[str, set[str]] = {route: set() for route in routes}
+        r = self.registry
+        p = PREFIX
+        self.requests = Counter(
+            f"{p}_requests", "Client HTTP requests by route, MCP method and outcome.",
+            ["route", "method", "outcome"], registry=r,
+        )
+        self.request_seconds = Histogram(
+            f"{p}_request_duration_seconds", "Time to answer client requests (to the first byte "
+            "of a stream).", ["route", "method"], buckets=_LATENCY, registry=r,
+        )
+        self.upstream_requests = Counter(
+            f"{p}_upstream_requests", "Requests to upstreams by route, tool and outcome "
+            "(ok, jsonrpc_error, timeout, connection, protocol).",
+            ["route", "tool", "outcome"], registry=r,
+        )
+        self.upstream_seconds = Histogram(
+            f"{p}_upstream_request_duration_seconds", "Upstream request latency.",
+            ["route", "tool"], buckets=_LATENCY, registry=r,
+        )
+        self.tasks_created = Counter(
+            f"{p}_tasks_created", "Tasks created.", ["route"], registry=r
+        )
+        self.tasks_finished = Counter(
+            f"{p}_tasks_finished", "Tasks that reached a terminal status.",
+            ["route", "status"], registry=r,
+        )
+        self.tasks_active = Gauge(
+            f"{p}_tasks_active", "Tasks now working or input_required in this process.",
+            ["route", "status"], registry=r,
+        )
+        self.task_seconds = Histogram(
+            f"{p}_task_duration_seconds", "Time from creation to the terminal status.",
+            ["route", "status"], buckets=_LATENCY, registry=r,
+        )
+        self.tasks_expired = Counter(
+            f"{p}_tasks_expired", "Tasks deleted by the sweeper after their ttl.", registry=r
+        )
+        self.input_waits = Counter(
+            f"{p}_input_required", "Times a task moved to input_required.", ["route"], registry=r
+        )
+        self.input_wait_seconds = Histogram(
+            f"{p}_input_required_duration_seconds", "How long tasks waited for client input.",
+            ["route"], buckets=_LATENCY, registry=r,
+        )
+        self.result_waiters = Gauge(
+            f"{p}_task_result_waiters", "tasks/result requests waiting for a task to end.",
+            ["route"], registry=r,
+        )
+        self.sessions = Gauge(
+            f"{p}_sessions_active", "Live client sessions.", ["route"], registry=r
+        )
+        self.children = Gauge(
+            f"{p}_stdio_children", "Running stdio upstream processes.", ["route"], registry=r
+        )
+        self.auth_failures = Counter(
+            f"{p}_auth_failures", "Refused credentials.", ["route"], registry=r
+        )
+        self.limited = Counter(
+            f"{p}_limited_requests", "Requests refused by a limit (requests, sessions, "
+            "active_tasks).", ["route", "limit"], registry=r,
+        )
+        self.store_seconds = Histogram(
+            f"{p}_store_operation_duration_seconds", "Task store operation latency.",
+            ["operation"], buckets=_STORE, registry=r,
+        )
+        for route in routes:  # every series exists from the start, so dashboards show zeros
+            self.tasks_created.labels(route)
+            self.auth_failures.labels(route)
+            self.sessions.labels(route).set(0)
+            self.children.labels(route).set(0)
+            self.result_waiters.labels(route).set(0)
+            self.input_waits.labels(route)
+            for status in ("working", "input_required"):
+                self.tasks_active.labels(route, status).set(0)
+            for status in ("completed", "failed", "cancelled"):
+                self.tasks_finished.labels(route, status)
+            for limit in ("requests", "sessions", "active_tasks"):
+                self.limited.labels(route, limit)
+
+    def route(self, name: str) -> str:
+        return name if name in self._routes else "other"
+
+    @staticmethod
+    def method(name: str) -> str:
+        return name if name in METHODS else "other"
+
+    def learn_tools(self, route: str, names: list[str]) -> None:
+        """Tool names an upstream listed become label values (up to a cap per route)."""
+        known = self._tools.get(route)
+        if known is not None:
+            for name in names:
+                if len(known) >= _MAX_TOOLS_PER_ROUTE:
+                    break
+                known.add(name)
+
+    def tool(self, route: str, name: object) -> str:
+        known = self._tools.get(route, set())
+        return name if isinstance(name, str) and name in known else "other"
+
+    @contextmanager
+    def timed_store(self, operation: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            self.store_seconds.labels(operation).observe(time.perf_counter() - started)
+
+    async def handler(self, request: web.Request) -> web.Response:
+        return web.Response(
+            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
+        )
