@@ -23,6 +23,7 @@ stops: runs first (their tasks are failed as interrupted at the next start), the
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from functools import partial
 
 from aiohttp import web
 
@@ -52,9 +53,9 @@ def create_app(settings: Settings) -> web.Application:
         + 1,
     )
     app[SETTINGS] = settings
-    app[METRICS] = Metrics([route.name for route in settings.routes])
+    metrics = app[METRICS] = Metrics([route.name for route in settings.routes])
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.
-    app[ROUTES] = {route.name: Route(settings, route) for route in settings.routes}
+    app[ROUTES] = {route.name: Route(settings, route, metrics) for route in settings.routes}
     add_routes(app, settings)
     app.cleanup_ctx.append(_components)
     return app
@@ -62,15 +63,18 @@ def create_app(settings: Settings) -> web.Application:
 
 async def _components(app: web.Application) -> AsyncIterator[None]:
     settings = app[SETTINGS]
-    store = await open_store(settings.store.path)
+    metrics = app[METRICS]
+    store = await open_store(settings.store.path, on_timing=metrics.observe_store)
     notifier = Notifier()
-    runner = TaskRunner(store, notifier, clock=utcnow)
+    runner = TaskRunner(store, notifier, metrics, clock=utcnow)
     await runner.recover()
     runner.start_sweeper(settings.store.sweep_interval_seconds)
     app[STORE] = store
     app[RUNNER] = runner
     app[TASK_API] = TaskApi(store, runner, notifier, await store.secret(), clock=utcnow)
     app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
+    for name in app[ROUTES]:
+        metrics.sessions.labels(name).set_function(partial(app[SESSIONS].count, name))
     app[SESSIONS].start_reaper()
     try:
         yield

@@ -16,10 +16,11 @@ from aiohttp import web
 from . import dispatch, jsonrpc, rewrite, sse
 from .audit import audit
 from .auth import MISSING_TOKEN, AuthError
-from .config import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig, TaskPolicy
+from .config import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig
 from .errors import (
     INTERNAL_ERROR,
     InvalidRequest,
+    LimitExceeded,
     NotAcceptable,
     PayloadTooLarge,
     SessionNotFound,
@@ -83,7 +84,8 @@ def _admit(request: web.Request, route: Route) -> _Caller:
     try:
         principal = route.authenticator.authenticate(request.headers.get("Authorization"))
     except AuthError as exc:
-        route.rate.check(address)
+        _check_rate(route, address)
+        route.metrics.auth_failures.labels(route.name).inc()
         audit("auth_failed", route=route.name, reason=exc.reason, remote=request.remote)
         raise Unauthorized(
             f"Unauthorized: {exc.reason}",
@@ -91,11 +93,19 @@ def _admit(request: web.Request, route: Route) -> _Caller:
         ) from None
     if principal is not None:
         caller = _Caller(principal.name, f"principal:{principal.name}")
-        route.rate.check(caller.key)
+        _check_rate(route, caller.key)
         return caller
     if not request.headers.get(SESSION_HEADER):
-        route.rate.check(address)
+        _check_rate(route, address)
     return _Caller(None, address)
+
+
+def _check_rate(route: Route, key: str) -> None:
+    try:
+        route.rate.check(key)
+    except LimitExceeded:
+        route.metrics.limited.labels(route.name, "requests").inc()
+        raise
 
 
 def _method_label(message: jsonrpc.Message) -> str:
@@ -122,10 +132,10 @@ async def _session(request: web.Request, route: Route, caller: _Caller) -> Sessi
         session = await request.app[SESSIONS].get(session_id, route, caller.principal, caller.key)
     except SessionNotFound:
         if caller.principal is None:
-            route.rate.check(caller.key)  # made-up session ids buy no fresh rate bucket
+            _check_rate(route, caller.key)  # made-up session ids buy no fresh rate bucket
         raise
     if caller.principal is None:
-        route.rate.check(f"session:{session.id}")
+        _check_rate(route, f"session:{session.id}")
     for name in route.upstream.config.forward_headers:
         value = request.headers.get(name)
         if value is not None:
@@ -211,15 +221,17 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
         if isinstance(answer, sse.EventStream):
             return await _answer(request, http, answer)
         return _json(answer)
-    rewriter = _rewriter(decision.rewrite, policy)
+    rewriter = _rewriter(decision.rewrite, route)
     return await _answer(request, http, session.forward(decision.request, rewriter))
 
 
-def _rewriter(which: dispatch.Rewrite | None, policy: TaskPolicy) -> Rewriter | None:
+def _rewriter(which: dispatch.Rewrite | None, route: Route) -> Rewriter | None:
+    policy = route.policy
     if which is dispatch.Rewrite.TOOLS_LIST:
 
         def tools_list(answer: Answer) -> Answer:
             if isinstance(answer, jsonrpc.Response):
+                route.metrics.learn_tools(route.name, rewrite.tool_names(answer))
                 return rewrite.tools_list(answer, policy)
             return answer
 

@@ -8,13 +8,12 @@ or a principal: those would make every series unique and the registry grow witho
 
 from __future__ import annotations
 
-import time
-from collections.abc import Iterator
-from contextlib import contextmanager
-
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from . import jsonrpc
+from .errors import UpstreamProtocolError, UpstreamTimeout
 
 PREFIX = "mcp_gateway"
 
@@ -42,36 +41,51 @@ class Metrics:
         r = self.registry
         p = PREFIX
         self.requests = Counter(
-            f"{p}_requests", "Client HTTP requests by route, MCP method and outcome.",
-            ["route", "method", "outcome"], registry=r,
+            f"{p}_requests",
+            "Client HTTP requests by route, MCP method and outcome.",
+            ["route", "method", "outcome"],
+            registry=r,
         )
         self.request_seconds = Histogram(
-            f"{p}_request_duration_seconds", "Time to answer client requests (to the first byte "
-            "of a stream).", ["route", "method"], buckets=_LATENCY, registry=r,
+            f"{p}_request_duration_seconds",
+            "Time to answer client requests (to the first byte of a stream).",
+            ["route", "method"],
+            buckets=_LATENCY,
+            registry=r,
         )
         self.upstream_requests = Counter(
-            f"{p}_upstream_requests", "Requests to upstreams by route, tool and outcome "
+            f"{p}_upstream_requests",
+            "Requests to upstreams by route, tool and outcome "
             "(ok, jsonrpc_error, timeout, connection, protocol).",
-            ["route", "tool", "outcome"], registry=r,
+            ["route", "tool", "outcome"],
+            registry=r,
         )
         self.upstream_seconds = Histogram(
-            f"{p}_upstream_request_duration_seconds", "Upstream request latency.",
-            ["route", "tool"], buckets=_LATENCY, registry=r,
+            f"{p}_upstream_request_duration_seconds",
+            "Upstream request latency.",
+            ["route", "tool"],
+            buckets=_LATENCY,
+            registry=r,
         )
-        self.tasks_created = Counter(
-            f"{p}_tasks_created", "Tasks created.", ["route"], registry=r
-        )
+        self.tasks_created = Counter(f"{p}_tasks_created", "Tasks created.", ["route"], registry=r)
         self.tasks_finished = Counter(
-            f"{p}_tasks_finished", "Tasks that reached a terminal status.",
-            ["route", "status"], registry=r,
+            f"{p}_tasks_finished",
+            "Tasks that reached a terminal status.",
+            ["route", "status"],
+            registry=r,
         )
         self.tasks_active = Gauge(
-            f"{p}_tasks_active", "Tasks now working or input_required in this process.",
-            ["route", "status"], registry=r,
+            f"{p}_tasks_active",
+            "Tasks now working or input_required in this process.",
+            ["route", "status"],
+            registry=r,
         )
         self.task_seconds = Histogram(
-            f"{p}_task_duration_seconds", "Time from creation to the terminal status.",
-            ["route", "status"], buckets=_LATENCY, registry=r,
+            f"{p}_task_duration_seconds",
+            "Time from creation to the terminal status.",
+            ["route", "status"],
+            buckets=_LATENCY,
+            registry=r,
         )
         self.tasks_expired = Counter(
             f"{p}_tasks_expired", "Tasks deleted by the sweeper after their ttl.", registry=r
@@ -80,12 +94,17 @@ class Metrics:
             f"{p}_input_required", "Times a task moved to input_required.", ["route"], registry=r
         )
         self.input_wait_seconds = Histogram(
-            f"{p}_input_required_duration_seconds", "How long tasks waited for client input.",
-            ["route"], buckets=_LATENCY, registry=r,
+            f"{p}_input_required_duration_seconds",
+            "How long tasks waited for client input.",
+            ["route"],
+            buckets=_LATENCY,
+            registry=r,
         )
         self.result_waiters = Gauge(
-            f"{p}_task_result_waiters", "tasks/result requests waiting for a task to end.",
-            ["route"], registry=r,
+            f"{p}_task_result_waiters",
+            "tasks/result requests waiting for a task to end.",
+            ["route"],
+            registry=r,
         )
         self.sessions = Gauge(
             f"{p}_sessions_active", "Live client sessions.", ["route"], registry=r
@@ -97,12 +116,17 @@ class Metrics:
             f"{p}_auth_failures", "Refused credentials.", ["route"], registry=r
         )
         self.limited = Counter(
-            f"{p}_limited_requests", "Requests refused by a limit (requests, sessions, "
-            "active_tasks).", ["route", "limit"], registry=r,
+            f"{p}_limited_requests",
+            "Requests refused by a limit (requests, sessions, active_tasks).",
+            ["route", "limit"],
+            registry=r,
         )
         self.store_seconds = Histogram(
-            f"{p}_store_operation_duration_seconds", "Task store operation latency.",
-            ["operation"], buckets=_STORE, registry=r,
+            f"{p}_store_operation_duration_seconds",
+            "Task store operation latency.",
+            ["operation"],
+            buckets=_STORE,
+            registry=r,
         )
         for route in routes:  # every series exists from the start, so dashboards show zeros
             self.tasks_created.labels(route)
@@ -138,15 +162,30 @@ class Metrics:
         known = self._tools.get(route, set())
         return name if isinstance(name, str) and name in known else "other"
 
-    @contextmanager
-    def timed_store(self, operation: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            self.store_seconds.labels(operation).observe(time.perf_counter() - started)
+    def observe_store(self, operation: str, seconds: float) -> None:
+        self.store_seconds.labels(operation).observe(seconds)
+
+    def upstream_call(self, route: str, tool: object, outcome: str, seconds: float) -> None:
+        name = self.tool(route, tool)
+        self.upstream_requests.labels(route, name, outcome).inc()
+        self.upstream_seconds.labels(route, name).observe(seconds)
 
     async def handler(self, request: web.Request) -> web.Response:
         return web.Response(
             body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
         )
+
+
+def call_outcome(answer: jsonrpc.Message | None, error: BaseException | None = None) -> str:
+    """One word for how an upstream call ended, for the `outcome` label."""
+    if isinstance(error, TimeoutError | UpstreamTimeout):
+        return "timeout"
+    if isinstance(error, UpstreamProtocolError):
+        return "protocol"
+    if error is not None:
+        return "connection"
+    if isinstance(answer, jsonrpc.ErrorResponse):
+        return "jsonrpc_error"
+    if isinstance(answer, jsonrpc.Response) and answer.result.get("isError") is True:
+        return "tool_error"
+    return "ok"

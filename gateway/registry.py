@@ -15,6 +15,7 @@ import time
 
 from . import jsonrpc
 from .aio import TaskSet
+from .audit import audit
 from .config import HttpConfig, SessionsConfig
 from .errors import CapacityExceeded, LimitExceeded, SessionNotFound
 from .models import SessionRecord, utcnow
@@ -37,6 +38,9 @@ class SessionRegistry:
     def __len__(self) -> int:
         return len(self._sessions)
 
+    def count(self, route: str) -> int:
+        return sum(1 for s in self._sessions.values() if s.route.name == route)
+
     def _admit(self, session_id: str, route: Route, principal: str | None, caller: str) -> Session:
         if len(self._sessions) >= self._config.max_sessions:
             raise CapacityExceeded(
@@ -45,6 +49,7 @@ class SessionRegistry:
             )
         cap = route.limits.sessions_per_principal
         if cap is not None and self._per_caller[f"{route.name}:{caller}"] >= cap:
+            route.metrics.limited.labels(route.name, "sessions").inc()
             raise LimitExceeded(
                 f"Too many sessions: this caller already has {cap} "
                 "(limits.sessions_per_principal); end one with DELETE first"
@@ -70,6 +75,12 @@ class SessionRegistry:
 
     async def opened(self, session: Session, initialize: jsonrpc.Request) -> None:
         """The upstream accepted the handshake: record the session durably."""
+        audit(
+            "session_created",
+            route=session.route.name,
+            principal=session.principal,
+            protocol_version=session.protocol_version,
+        )
         session.record = SessionRecord(
             session_id=session.id,
             route=session.route.name,
@@ -120,8 +131,11 @@ class SessionRegistry:
         log.info("route %s: session %s restored from the store", route.name, session.tag)
         return session
 
-    async def end(self, session: Session) -> None:
+    async def end(self, session: Session, why: str = "deleted") -> None:
         if self._forget(session):
+            audit(
+                "session_ended", route=session.route.name, principal=session.principal, reason=why
+            )
             await self._store.delete_session(session.id)
             await session.close()
 
@@ -137,7 +151,7 @@ class SessionRegistry:
                 if session.busy:
                     continue
                 log.info("session %s idle for %.0f s: ended", session.tag, idle)
-                await self.end(session)
+                await self.end(session, "idle")
 
     async def close(self) -> None:
         """Gateway shutdown: sessions stay recorded, so clients carry on after a restart."""

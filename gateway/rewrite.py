@@ -47,6 +47,13 @@ def initialize_result(
     return upstream.model_copy(update={"result": result})
 
 
+def tool_names(answer: jsonrpc.Response) -> list[str]:
+    tools = answer.result.get("tools")
+    if not isinstance(tools, list):
+        return []
+    return [t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)]
+
+
 def tools_list(answer: jsonrpc.Response, policy: TaskPolicy) -> jsonrpc.Response:
     """Every listed tool gets `execution.taskSupport` from the route's policy."""
     tools = answer.result.get("tools")

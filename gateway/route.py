@@ -9,12 +9,14 @@ from __future__ import annotations
 from .auth import Authenticator
 from .config import RouteConfig, Settings, route_auth, route_limits
 from .limits import RateLimiter
+from .metrics import Metrics
 from .upstream import UpstreamRoute
 
 
 class Route:
-    def __init__(self, settings: Settings, config: RouteConfig) -> None:
+    def __init__(self, settings: Settings, config: RouteConfig, metrics: Metrics) -> None:
         self.name = config.name
+        self.metrics = metrics
         self.policy = config.tasks
         self.limits = route_limits(settings, config)
         auth = route_auth(settings, config)
@@ -24,6 +26,8 @@ class Route:
         self.lists_tasks = self.authenticator.required or auth.list_tasks_without_auth
         self.rate = RateLimiter(self.limits.requests_per_second, self.limits.burst)
         self.upstream = UpstreamRoute(config)
+        metrics.learn_tools(config.name, list(config.tasks.tools))
+        metrics.children.labels(config.name).set_function(lambda: self.upstream.slots.running)
 
     async def close(self) -> None:
         await self.upstream.close()

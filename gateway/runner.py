@@ -20,6 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import secrets
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
@@ -30,6 +31,7 @@ from .aio import TaskSet
 from .audit import audit
 from .config import Limits, TaskPolicy
 from .errors import INTERNAL_ERROR, GatewayError, TaskError, TaskLimitReached
+from .metrics import Metrics, call_outcome
 from .models import Outcome, Task, TaskStatus, status_for
 from .notifier import Notifier
 from .store import TaskStore
@@ -98,11 +100,16 @@ class TaskRunner:
         self,
         store: TaskStore,
         notifier: Notifier,
+        metrics: Metrics,
         clock: Callable[[], datetime],
         new_id: Callable[[], str] = new_task_id,
     ) -> None:
         self._store = store
         self._notifier = notifier
+        self._metrics = metrics
+        #: Status and since-when (monotonic) of every live task this process runs: what the
+        #: tasks_active gauge and the input_required wait histogram are computed from.
+        self._live: dict[str, tuple[str, TaskStatus, float]] = {}
         self._clock = clock
         self._new_id = new_id
         self._tasks = TaskSet("task runner")
@@ -153,6 +160,7 @@ class TaskRunner:
         )
         cap = limits.active_tasks_per_principal
         if not await self._store.create_task(task, max_active=cap):
+            self._metrics.limited.labels(route, "active_tasks").inc()
             audit("task_limit", route=route, principal=host.principal, limit=cap)
             raise TaskLimitReached(
                 f"Too many active tasks: {cap} are working or waiting for input "
@@ -164,6 +172,16 @@ class TaskRunner:
             lambda params: self._on_progress(task.task_id, params),
             lambda waiting: self._on_input(task.task_id, waiting, host),
         )
+        self._metrics.tasks_created.labels(route).inc()
+        self._account(task)
+        audit(
+            "task_created",
+            route=route,
+            principal=host.principal,
+            task_id=task.task_id,
+            tool=task.tool,
+            ttl_ms=task.ttl_ms,
+        )
         run = self._tasks.spawn(self._run(task, host, outgoing, policy), name="task run")
         self._running[task.task_id] = _Running(task.task_id, run, host, outgoing.id)
         return task
@@ -173,9 +191,15 @@ class TaskRunner:
     ) -> None:
         outcome: Outcome | None = None
         close_upstream = False
+        started = time.perf_counter()
         try:
-            async with asyncio.timeout(policy.time_limit_seconds):
-                answer = await host.upstream.call(outgoing, bounded=False)
+            try:
+                async with asyncio.timeout(policy.time_limit_seconds):
+                    answer = await host.upstream.call(outgoing, bounded=False)
+            except (TimeoutError, GatewayError) as exc:
+                self._upstream_metrics(task, None, exc, started)
+                raise
+            self._upstream_metrics(task, answer, None, started)
             if isinstance(answer, jsonrpc.Response):
                 outcome = Outcome(kind="result", body=answer.result)
             else:
@@ -206,6 +230,37 @@ class TaskRunner:
             if close_upstream:
                 await host.upstream.close()
 
+    def _upstream_metrics(
+        self,
+        task: Task,
+        answer: jsonrpc.Message | None,
+        error: BaseException | None,
+        started: float,
+    ) -> None:
+        outcome = call_outcome(answer, error)
+        seconds = time.perf_counter() - started
+        self._metrics.upstream_call(task.route, task.tool, outcome, seconds)
+
+    def _account(self, task: Task) -> None:
+        """Keep the active-task gauge and the input_required wait times true to `task`."""
+        metrics, now = self._metrics, time.monotonic()
+        previous = self._live.pop(task.task_id, None)
+        if previous is not None:
+            route, status, since = previous
+            metrics.tasks_active.labels(route, status.value).dec()
+            if status is TaskStatus.INPUT_REQUIRED:
+                metrics.input_wait_seconds.labels(route).observe(now - since)
+        if task.status.terminal:
+            if previous is not None:  # a task of this process: it ends here
+                metrics.tasks_finished.labels(task.route, task.status.value).inc()
+                lifetime = (task.updated_at - task.created_at).total_seconds()
+                metrics.task_seconds.labels(task.route, task.status.value).observe(lifetime)
+            return
+        metrics.tasks_active.labels(task.route, task.status.value).inc()
+        if task.status is TaskStatus.INPUT_REQUIRED:
+            metrics.input_waits.labels(task.route).inc()
+        self._live[task.task_id] = (task.route, task.status, now)
+
     def _on_progress(self, task_id: str, params: jsonrpc.JsonObject) -> None:
         message = progress_message(params)
         if message is not None:
@@ -228,6 +283,14 @@ class TaskRunner:
             self._notifier.task_changed(task_id)
 
     def _changed(self, task: Task, host: TaskHost | None) -> None:
+        self._account(task)
+        audit(
+            "task_status_changed",
+            route=task.route,
+            task_id=task.task_id,
+            status=task.status.value,
+            principal=host.principal if host else None,
+        )
         self._notifier.task_changed(task.task_id)
         if host is not None:
             host.task_status(task)
@@ -249,6 +312,12 @@ class TaskRunner:
             status = latest.status if latest is not None else task.status
             raise TaskError(f"Cannot cancel task: already in terminal status '{status}'")
         running = self._running.get(task.task_id)
+        audit(
+            "task_cancelled",
+            route=task.route,
+            task_id=task.task_id,
+            principal=running.host.principal if running else None,
+        )
         self._changed(done, running.host if running else None)
         if running is not None:
             await self._stop(running, "the task was cancelled")
@@ -281,6 +350,11 @@ class TaskRunner:
             running = self._running.pop(task_id, None)
             if running is not None:
                 await self._stop(running, "the task expired")
+            live = self._live.pop(task_id, None)
+            if live is not None:
+                self._metrics.tasks_active.labels(live[0], live[1].value).dec()
+            self._metrics.tasks_expired.inc()
+            audit("task_expired", task_id=task_id)
             self._notifier.task_changed(task_id)
 
     def start_sweeper(self, interval: float) -> None:

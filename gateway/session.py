@@ -28,6 +28,7 @@ from . import jsonrpc
 from .aio import TaskSet
 from .config import HttpConfig
 from .errors import INTERNAL_ERROR, GatewayError
+from .metrics import call_outcome
 from .models import SessionRecord, Task
 from .rewrite import RELATED_TASK
 from .route import Route
@@ -185,8 +186,17 @@ class Session:
         # Every relayed request ends in exactly one answer on its stream (or, when the client
         # cancelled it, in none), whatever fails on the way.
         answer: Answer
+        tool_call = outgoing.method == "tools/call"
+        started = time.perf_counter()
         try:
-            answer = await self.upstream.call(outgoing)
+            try:
+                answer = await self.upstream.call(outgoing)
+            except GatewayError as exc:
+                if tool_call:
+                    self._observe_call(outgoing, None, exc, started)
+                raise
+            if tool_call:
+                self._observe_call(outgoing, answer, None, started)
             if rewrite is not None:
                 answer = rewrite(answer)
         except GatewayError as exc:  # the upstream failed, or a cap refused to replace it
@@ -203,6 +213,19 @@ class Session:
                 del self._by_client_id[client_id]
         stream.push(jsonrpc.dump(jsonrpc.with_id(answer, client_id)))
         stream.close()
+
+    def _observe_call(
+        self,
+        request: jsonrpc.Request,
+        answer: Answer | None,
+        error: BaseException | None,
+        started: float,
+    ) -> None:
+        seconds = time.perf_counter() - started
+        tool = jsonrpc.param(request, "name")
+        self.route.metrics.upstream_call(
+            self.route.name, tool, call_outcome(answer, error), seconds
+        )
 
     # -- task calls (driven by the runner)
 

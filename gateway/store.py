@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
+import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -176,9 +177,15 @@ class _Write:
 class SqliteTaskStore:
     """`TaskStore` on one SQLite file. `commits` counts COMMITs, to make batching visible."""
 
-    def __init__(self, writer: aiosqlite.Connection, reader: aiosqlite.Connection) -> None:
+    def __init__(
+        self,
+        writer: aiosqlite.Connection,
+        reader: aiosqlite.Connection,
+        on_timing: Callable[[str, float], None] | None = None,
+    ) -> None:
         self._db = writer
         self._reader = reader
+        self._on_timing = on_timing
         self.commits = 0
         self._queue: list[_Write] = []
         self._wake = asyncio.Event()
@@ -343,7 +350,11 @@ class SqliteTaskStore:
             await self._reader.close()
 
     async def _read(self, sql: str, *params: Any) -> Iterable[sqlite3.Row]:
-        return await self._reader.execute_fetchall(sql, params)
+        started = time.perf_counter()
+        rows = await self._reader.execute_fetchall(sql, params)
+        if self._on_timing is not None:
+            self._on_timing("read", time.perf_counter() - started)
+        return rows
 
     async def _write(self, run: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
         if self._closing:
@@ -371,6 +382,7 @@ class SqliteTaskStore:
         # Optimistic first: the whole batch in one transaction, no savepoints (each is a
         # round trip to SQLite's thread). Only if a write fails is the batch rolled back and
         # replayed with a savepoint per write, so that failure stays its caller's alone.
+        started = time.perf_counter()
         try:
             try:
                 settled = await self._transaction(batch, isolate=False)
@@ -383,6 +395,8 @@ class SqliteTaskStore:
             _fail(batch, RuntimeError("the task store is closed"))
             raise
         self.commits += 1
+        if self._on_timing is not None:
+            self._on_timing("commit", time.perf_counter() - started)
         for write, value, error in settled:
             if write.future.done():  # the caller was cancelled; its write stands regardless
                 continue
@@ -484,8 +498,13 @@ async def _migrate(db: aiosqlite.Connection) -> None:
         )
 
 
-async def open_store(path: str | Path) -> SqliteTaskStore:
-    """Opens (creating if need be) the database file and brings its schema up to date."""
+async def open_store(
+    path: str | Path, on_timing: Callable[[str, float], None] | None = None
+) -> SqliteTaskStore:
+    """Opens (creating if need be) the database file and brings its schema up to date.
+
+    `on_timing(operation, seconds)` hears how long each read and each commit took.
+    """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     writer = await _connect(path)
@@ -496,4 +515,4 @@ async def open_store(path: str | Path) -> SqliteTaskStore:
     except BaseException:
         await writer.close()
         raise
-    return SqliteTaskStore(writer, reader)
+    return SqliteTaskStore(writer, reader, on_timing)

@@ -97,6 +97,8 @@ class TaskApi:
     async def _wait(
         self, session: Session, request_id: jsonrpc.RequestId, task_id: str, stream: EventStream
     ) -> None:
+        waiters = session.route.metrics.result_waiters.labels(session.route.name)
+        waiters.inc()
         try:
             while True:
                 await self._notifier.wait_task(task_id, _BACKSTOP_SECONDS)
@@ -108,10 +110,16 @@ class TaskApi:
                     stream.push(jsonrpc.dump(await self._final(request_id, task_id)))
                     return
         finally:
+            waiters.dec()
             session.close_result_stream(task_id, stream)
 
     async def _final(self, request_id: jsonrpc.RequestId, task_id: str) -> Answer:
         outcome = await self._store.get_outcome(task_id)
+        audit(
+            "task_result_retrieved",
+            task_id=task_id,
+            kind=outcome.kind if outcome is not None else None,
+        )
         if outcome is None:
             return jsonrpc.error_response(
                 request_id, INTERNAL_ERROR, "the task ended without a stored result"
