@@ -66,7 +66,9 @@ async def _components(app: web.Application) -> AsyncIterator[None]:
     metrics = app[METRICS]
     store = await open_store(settings.store.path, on_timing=metrics.observe_store)
     notifier = Notifier()
-    runner = TaskRunner(store, notifier, metrics, clock=utcnow)
+    runner = TaskRunner(
+        store, notifier, metrics, clock=utcnow, audit_arguments=settings.audit.include_arguments
+    )
     await runner.recover()
     runner.start_sweeper(settings.store.sweep_interval_seconds)
     app[STORE] = store
@@ -76,11 +78,27 @@ async def _components(app: web.Application) -> AsyncIterator[None]:
     for name in app[ROUTES]:
         metrics.sessions.labels(name).set_function(partial(app[SESSIONS].count, name))
     app[SESSIONS].start_reaper()
+    metrics_site = await _metrics_listener(settings, metrics)
     try:
         yield
     finally:
+        if metrics_site is not None:
+            await metrics_site.cleanup()
         await runner.close()
         await app[SESSIONS].close()
         for route in app[ROUTES].values():
             await route.close()
         await store.close()
+
+
+async def _metrics_listener(settings: Settings, metrics: Metrics) -> web.AppRunner | None:
+    """/metrics on its own address, when configured (e.g. reachable only by Prometheus)."""
+    listen = settings.metrics.listen
+    if not settings.metrics.enabled or listen is None:
+        return None
+    app = web.Application()
+    app.router.add_get("/metrics", metrics.handler(settings.metrics.bearer_token))
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, listen.host, listen.port).start()
+    return runner

@@ -9,11 +9,33 @@ from __future__ import annotations
 
 import json
 import logging
+import logging.handlers
+import sys
 from typing import Any
 
+from .config import AuditConfig
 from .models import iso, utcnow
 
 log = logging.getLogger("gateway.audit")
+
+
+def configure(config: AuditConfig) -> None:
+    """Send audit events, as bare JSON lines, to the configured file or to stderr."""
+    handler: logging.Handler
+    if config.file is not None:
+        handler = logging.handlers.RotatingFileHandler(
+            config.file, maxBytes=config.max_bytes, backupCount=config.backups, encoding="utf-8"
+        )
+    else:
+        handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    for old in list(log.handlers):
+        log.removeHandler(old)
+        old.close()
+    log.addHandler(handler)
+    log.setLevel(logging.INFO)
+    # Not into the gateway's own log as well: one line per event, in one place.
+    log.propagate = False
 
 
 def audit(event: str, **fields: Any) -> None:

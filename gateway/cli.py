@@ -10,7 +10,7 @@ import sys
 
 from aiohttp import web
 
-from . import __version__
+from . import __version__, audit
 from .app import create_app
 from .config import ConfigError, load_settings, route_auth
 
@@ -49,6 +49,7 @@ def main(argv: list[str] | None = None) -> None:
         settings = settings.model_copy(
             update={"listen": settings.listen.model_copy(update=overrides)}
         )
+    audit.configure(settings.audit)
     try:
         app = create_app(settings)
     except ValueError as exc:  # a key file named by the auth settings is missing or unusable

@@ -170,6 +170,35 @@ class LimitsOverride(_Section):
     max_body_bytes: int | None = Field(None, ge=1024)
 
 
+class AuditConfig(_Section):
+    #: JSON lines go to this file (rotated), or to stderr when null.
+    file: str | None = None
+    max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    backups: int = Field(5, ge=0)
+    #: Tool arguments in task_created events: off, as they may hold personal data.
+    include_arguments: bool = False
+
+
+class MetricsConfig(_Section):
+    enabled: bool = True
+    #: Serve /metrics on its own address (e.g. {host: 0.0.0.0, port: 9464}) instead of the
+    #: gateway's; null keeps it on the gateway's listen address.
+    listen: ListenConfig | None = None
+    #: Require `Authorization: Bearer <token>` with the token from this variable.
+    bearer_token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    _token: str = PrivateAttr("")
+
+    @property
+    def bearer_token(self) -> str:
+        return self._token
+
+    @model_validator(mode="after")
+    def _read_token(self, info: ValidationInfo) -> MetricsConfig:
+        if self.bearer_token_env is not None:
+            self._token = _secret_from_env(info, self.bearer_token_env)
+        return self
+
+
 class SessionsConfig(_Section):
     max_sessions: int = Field(1000, ge=1)
     idle_timeout_seconds: float = Field(3600.0, gt=0)
@@ -273,6 +302,8 @@ class Settings(_Section):
     sessions: SessionsConfig = SessionsConfig()
     auth: AuthConfig = AuthConfig()
     limits: Limits = Limits()
+    audit: AuditConfig = AuditConfig()
+    metrics: MetricsConfig = MetricsConfig()
     routes: tuple[RouteConfig, ...] = Field(default_factory=lambda: (_demo_route(),), min_length=1)
 
     @model_validator(mode="after")

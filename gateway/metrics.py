@@ -8,6 +8,9 @@ or a principal: those would make every series unique and the registry grow witho
 
 from __future__ import annotations
 
+import hmac
+from collections.abc import Awaitable, Callable
+
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -170,10 +173,19 @@ class Metrics:
         self.upstream_requests.labels(route, name, outcome).inc()
         self.upstream_seconds.labels(route, name).observe(seconds)
 
-    async def handler(self, request: web.Request) -> web.Response:
-        return web.Response(
-            body=generate_latest(self.registry), headers={"Content-Type": CONTENT_TYPE_LATEST}
-        )
+    def handler(self, bearer_token: str) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """The /metrics handler; with a token, only `Authorization: Bearer <token>` may read."""
+        expected = f"Bearer {bearer_token}".encode()
+
+        async def metrics(request: web.Request) -> web.Response:
+            if bearer_token and not hmac.compare_digest(
+                request.headers.get("Authorization", "").encode(), expected
+            ):
+                return web.Response(status=401, headers={"WWW-Authenticate": "Bearer"})
+            body = generate_latest(self.registry)
+            return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
+
+        return metrics
 
 
 def call_outcome(answer: jsonrpc.Message | None, error: BaseException | None = None) -> str:

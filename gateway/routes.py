@@ -22,4 +22,5 @@ def add_routes(app: web.Application, settings: Settings) -> None:
         resource.add_route("GET", partial(mcp_endpoint.get, route.name))
         resource.add_route("DELETE", partial(mcp_endpoint.delete, route.name))
     app.router.add_get("/healthz", healthz)
-    app.router.add_get("/metrics", app[METRICS].handler)
+    if settings.metrics.enabled and settings.metrics.listen is None:
+        app.router.add_get("/metrics", app[METRICS].handler(settings.metrics.bearer_token))

@@ -103,7 +103,9 @@ class TaskRunner:
         metrics: Metrics,
         clock: Callable[[], datetime],
         new_id: Callable[[], str] = new_task_id,
+        audit_arguments: bool = False,
     ) -> None:
+        self._audit_arguments = audit_arguments
         self._store = store
         self._notifier = notifier
         self._metrics = metrics
@@ -174,6 +176,7 @@ class TaskRunner:
         )
         self._metrics.tasks_created.labels(route).inc()
         self._account(task)
+        arguments = jsonrpc.param(request, "arguments") if self._audit_arguments else None
         audit(
             "task_created",
             route=route,
@@ -181,6 +184,7 @@ class TaskRunner:
             task_id=task.task_id,
             tool=task.tool,
             ttl_ms=task.ttl_ms,
+            arguments=arguments,
         )
         run = self._tasks.spawn(self._run(task, host, outgoing, policy), name="task run")
         self._running[task.task_id] = _Running(task.task_id, run, host, outgoing.id)

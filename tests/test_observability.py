@@ -1,0 +1,182 @@
+"""Metrics and the audit log, observed from outside: /metrics over HTTP, the audit file."""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from mcp import types
+from mcp.shared.exceptions import McpError
+
+from gateway import audit
+from gateway.config import AuditConfig
+
+from .conftest import DEMO, StartGateway, free_port, mcp_client
+
+
+async def scrape(url: str, **headers: str) -> str:
+    async with aiohttp.ClientSession() as http:
+        async with http.get(url, headers=headers) as resp:
+            assert resp.status == 200, resp.status
+            return await resp.text()
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one series in a Prometheus text exposition (0 if absent)."""
+    for line in text.splitlines():
+        if not line.startswith(name + "{") and not line.startswith(name + " "):
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', line.split(" ")[0]))
+        if all(found.get(k) == v for k, v in labels.items()):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+async def test_metrics_count_requests_tasks_and_upstream_calls_with_bounded_labels(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway([{"name": "demo", "upstream": DEMO}])
+    async with mcp_client(f"{base}/demo/mcp") as client:
+        await client.list_tools()
+        await client.call_tool("echo", {"text": "x"})
+        await client.call_tool("fail", {})
+        created = await client.experimental.call_tool_as_task("echo", {"text": "t"})
+        await client.experimental.get_task_result(created.task.taskId, types.CallToolResult)
+        # A tool the upstream never listed is counted as "other", never by its name.
+        with pytest.raises(McpError):
+            await client.call_tool("made_up_tool_name_x", {})
+        text = await scrape(f"{base}/metrics")
+    assert (
+        sample(text, "mcp_gateway_requests_total", route="demo", method="tools/call", outcome="ok")
+        >= 4
+    )
+    assert (
+        sample(text, "mcp_gateway_upstream_requests_total", route="demo", tool="echo", outcome="ok")
+        >= 2
+    )
+    assert (
+        sample(
+            text,
+            "mcp_gateway_upstream_requests_total",
+            route="demo",
+            tool="fail",
+            outcome="tool_error",
+        )
+        == 1
+    )
+    assert (
+        sample(
+            text,
+            "mcp_gateway_upstream_requests_total",
+            route="demo",
+            tool="other",
+            outcome="jsonrpc_error",
+        )
+        == 1
+    )
+    assert sample(text, "mcp_gateway_tasks_created_total", route="demo") == 1
+    assert sample(text, "mcp_gateway_tasks_finished_total", route="demo", status="completed") == 1
+    assert "made_up_tool_name_x" not in text
+    # Never a task id as a label value.
+    assert created.task.taskId not in text
+
+
+async def test_metrics_never_carry_session_ids_or_principals(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("K", "secret-key-1")
+    auth = {"mode": "api_keys", "api_keys": [{"principal": "alice-person", "key_env": "K"}]}
+    base = await start_gateway([{"name": "demo", "upstream": DEMO, "auth": auth}])
+    url = f"{base}/demo/mcp"
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    headers = {
+        "Accept": "application/json, text/event-stream",
+        "Authorization": "Bearer secret-key-1",
+    }
+    async with aiohttp.ClientSession() as http:
+        async with http.post(url, json=init, headers=headers) as resp:
+            session_id = resp.headers["Mcp-Session-Id"]
+        async with http.post(url, json=init, headers={**headers, "Authorization": "Bearer no"}):
+            pass
+    text = await scrape(f"{base}/metrics")
+    assert session_id not in text and "alice-person" not in text and "secret-key-1" not in text
+    assert sample(text, "mcp_gateway_auth_failures_total", route="demo") == 1
+    assert sample(text, "mcp_gateway_sessions_active", route="demo") == 1
+    assert sample(text, "mcp_gateway_stdio_children", route="demo") == 1
+
+
+async def test_metrics_can_require_a_bearer_token_and_listen_on_their_own_address(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("METRICS_TOKEN", "scrape-me")
+    port = free_port()
+    base = await start_gateway(
+        metrics={"listen": {"host": "127.0.0.1", "port": port}, "bearer_token_env": "METRICS_TOKEN"}
+    )
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{base}/metrics") as on_gateway:
+            assert on_gateway.status == 404  # moved to its own address
+        async with http.get(f"http://127.0.0.1:{port}/metrics") as anonymous:
+            assert anonymous.status == 401
+    text = await scrape(f"http://127.0.0.1:{port}/metrics", Authorization="Bearer scrape-me")
+    assert "mcp_gateway_requests_total" in text
+
+
+def test_audit_log_is_json_lines_in_a_rotating_file(tmp_path: Path) -> None:
+    path = tmp_path / "audit.log"
+    audit.configure(AuditConfig(file=str(path), max_bytes=1024, backups=2))
+    try:
+        for n in range(40):
+            audit.audit("auth_failed", route="demo", reason="token expired", n=n)
+    finally:
+        log = logging.getLogger("gateway.audit")
+        for handler in list(log.handlers):
+            log.removeHandler(handler)
+            handler.close()
+        log.propagate = True
+    files = sorted(tmp_path.iterdir())
+    assert [f.name for f in files] == ["audit.log", "audit.log.1", "audit.log.2"]
+    records = [json.loads(line) for line in path.read_text().splitlines()]
+    assert records and all(r["event"] == "auth_failed" and r["time"].endswith("Z") for r in records)
+
+
+async def test_task_lifecycle_and_sessions_are_audited_without_arguments(
+    start_gateway: StartGateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "gateway.audit")
+    base = await start_gateway([{"name": "demo", "upstream": DEMO}])
+    async with mcp_client(f"{base}/demo/mcp") as client:
+        created = await client.experimental.call_tool_as_task("echo", {"text": "private words"})
+        await client.experimental.get_task_result(created.task.taskId, types.CallToolResult)
+        slow = await client.experimental.call_tool_as_task("slow", {"seconds": 30, "steps": 1})
+        await client.experimental.cancel_task(slow.task.taskId)
+    events: list[dict[str, Any]] = [
+        json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.audit"
+    ]
+    kinds = [e["event"] for e in events]
+    for kind in (
+        "session_created",
+        "task_created",
+        "task_status_changed",
+        "task_result_retrieved",
+        "task_cancelled",
+        "session_ended",
+    ):
+        assert kind in kinds, kind
+    first = next(e for e in events if e["event"] == "task_created")
+    assert first["task_id"] == created.task.taskId and first["tool"] == "echo"
+    assert "private words" not in caplog.text  # arguments only when the operator opts in
