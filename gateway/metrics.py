@@ -59,7 +59,7 @@ class Metrics:
         self.upstream_requests = Counter(
             f"{p}_upstream_requests",
             "Requests to upstreams by route, tool and outcome "
-            "(ok, jsonrpc_error, timeout, connection, protocol).",
+            "(ok, tool_error, jsonrpc_error, timeout, connection, protocol).",
             ["route", "tool", "outcome"],
             registry=r,
         )

@@ -3,6 +3,7 @@ responses."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -75,11 +76,20 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = await handler(request)
         status = response.status
         return response
+    except asyncio.CancelledError:
+        status = 0  # the client went away mid-answer (a closed stream): not a server error
+        raise
     finally:
         route = request.get(ROUTE)
         if route is not None:
             metrics = request.app[METRICS]
             method = metrics.method(request.get(METHOD, request.method))
-            outcome = "ok" if status < 400 else ("rejected" if status < 500 else "error")
+            outcome = (
+                "disconnected"
+                if status == 0
+                else "ok"
+                if status < 400
+                else ("rejected" if status < 500 else "error")
+            )
             metrics.requests.labels(route, method, outcome).inc()
             metrics.request_seconds.labels(route, method).observe(time.perf_counter() - started)
