@@ -294,6 +294,10 @@ class TaskRunner:
             task_id=task.task_id,
             status=task.status.value,
             principal=host.principal if host else None,
+            # For a terminal status: how long the task lived, creation to this write.
+            duration_seconds=(task.updated_at - task.created_at).total_seconds()
+            if task.status.terminal
+            else None,
         )
         self._notifier.task_changed(task.task_id)
         if host is not None:

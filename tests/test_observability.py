@@ -177,6 +177,10 @@ async def test_task_lifecycle_and_sessions_are_audited_without_arguments(
         "session_ended",
     ):
         assert kind in kinds, kind
+    ended = [
+        e for e in events if e["event"] == "task_status_changed" and e["status"] == "completed"
+    ]
+    assert ended and ended[0]["duration_seconds"] >= 0
     first = next(e for e in events if e["event"] == "task_created")
     assert first["task_id"] == created.task.taskId and first["tool"] == "echo"
     assert "private words" not in caplog.text  # arguments only when the operator opts in
