@@ -36,7 +36,7 @@ from .notifier import Notifier
 from .registry import SessionRegistry
 from .route import Route
 from .routes import add_routes
-from .runner import TaskRunner
+from .runner import SHUTDOWN_MESSAGE, TaskRunner
 from .store import open_store
 from .task_api import TaskApi
 
@@ -58,7 +58,19 @@ def create_app(settings: Settings) -> web.Application:
     app[ROUTES] = {route.name: Route(settings, route, metrics) for route in settings.routes}
     add_routes(app, settings)
     app.cleanup_ctx.append(_components)
+    app.on_shutdown.append(_drain)
     return app
+
+
+async def _drain(app: web.Application) -> None:
+    """SIGTERM or SIGINT: new connections are refused already; answer everyone still here.
+
+    Running tasks fail now as interrupted (a waiting tasks/result gets that as its answer),
+    relayed calls get an error, streams end; aiohttp then gives open requests up to
+    http.shutdown_grace_seconds before the cleanup below closes sessions and the store.
+    """
+    await app[RUNNER].interrupt_all(SHUTDOWN_MESSAGE)
+    app[SESSIONS].drain("the gateway is shutting down; send the request again once it is back")
 
 
 async def _components(app: web.Application) -> AsyncIterator[None]:

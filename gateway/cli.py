@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> None:
         app,
         host=settings.listen.host,
         port=settings.listen.port,
+        shutdown_timeout=settings.http.shutdown_grace_seconds,
         access_log=None,
         print=lambda msg: logging.getLogger("gateway").info(msg),
     )

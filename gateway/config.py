@@ -60,6 +60,7 @@ class HttpConfig(_Section):
     replay_buffer_events: int = Field(256, ge=1)
     json_window_seconds: float = Field(0.5, ge=0)
     sse_retry_ms: int = Field(1000, ge=0)
+    shutdown_grace_seconds: float = Field(10.0, gt=0)
 
 
 def _secret_from_env(info: ValidationInfo, name: str) -> str:

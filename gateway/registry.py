@@ -153,6 +153,11 @@ class SessionRegistry:
                 log.info("session %s idle for %.0f s: ended", session.tag, idle)
                 await self.end(session, "idle")
 
+    def drain(self, reason: str) -> None:
+        """Shutdown: every session answers what it relays and ends its GET stream."""
+        for session in self._sessions.values():
+            session.drain(reason)
+
     async def close(self) -> None:
         """Gateway shutdown: sessions stay recorded, so clients carry on after a restart."""
         await self._tasks.close()

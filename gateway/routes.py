@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
+import asyncio
 from functools import partial
 
 from aiohttp import web
 
 from . import mcp_endpoint
 from .config import Settings
-from .keys import METRICS
+from .keys import METRICS, STORE
 
 
 async def healthz(request: web.Request) -> web.Response:
+    """Serving, and the store takes a durable write: what a load balancer should ask."""
+    try:
+        async with asyncio.timeout(5):
+            await request.app[STORE].check_writable()
+    except Exception as exc:  # any failure means "do not send traffic here"
+        return web.json_response({"status": "unavailable", "reason": str(exc)}, status=503)
     return web.json_response({"status": "ok"})
 
 

@@ -41,6 +41,7 @@ log = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "The task was cancelled by request."
 INTERRUPTED_MESSAGE = "interrupted: gateway restarted"
+SHUTDOWN_MESSAGE = "interrupted: gateway shut down"
 INPUT_MESSAGE = "waiting for the client's answer: call tasks/result to receive the request"
 
 
@@ -343,6 +344,21 @@ class TaskRunner:
             await running.host.upstream.notify(cancelled)
         except GatewayError as exc:
             log.info("could not tell the upstream a task ended: %s", exc.message)
+
+    async def interrupt_all(self, message: str) -> None:
+        """Shutdown: fail every running task now (its call cannot outlive the process).
+
+        The terminal write is the same one a restart would make, but made while clients can
+        still hear it: a waiting tasks/result gets this outcome as its answer.
+        """
+        for running in list(self._running.values()):
+            outcome = Outcome.error(INTERNAL_ERROR, message)
+            done = await self._store.finish_task(
+                running.task_id, TaskStatus.FAILED, message, outcome, self._clock()
+            )
+            running.run.cancel()
+            if done is not None:
+                self._changed(done, running.host)
 
     async def recover(self) -> None:
         """At start-up: tasks a previous process left running can never finish now."""

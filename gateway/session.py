@@ -482,6 +482,22 @@ class Session:
             stream = self.standalone
         stream.push(jsonrpc.dump(message))
 
+    def drain(self, reason: str) -> None:
+        """Shutdown: answer every relayed request with an error and end the GET stream.
+
+        Streams of tasks/result calls end by themselves: their tasks are terminal by now.
+        """
+        for client_id, upstream_id in list(self._by_client_id.items()):
+            call = self._inflight.get(upstream_id)
+            if call is None or call.stream is None or call.stream.closed:
+                continue
+            answer = jsonrpc.error_response(client_id, INTERNAL_ERROR, reason)
+            call.stream.push(jsonrpc.dump(answer))
+            call.stream.close()
+            if call.relay is not None:
+                call.relay.cancel()
+        self.standalone.close()
+
     async def close(self) -> None:
         """End the session; a running task keeps the upstream until it finishes."""
         self._ended = True

@@ -165,6 +165,9 @@ class TaskStore(Protocol):
     async def secret(self) -> bytes:
         """32 random bytes made once per database, for signing list cursors."""
 
+    async def check_writable(self) -> None:
+        """One durable write through the writer, for health checks. Raises if it cannot."""
+
     async def close(self) -> None: ...
 
 
@@ -333,6 +336,10 @@ class SqliteTaskStore:
     async def delete_session(self, session_id: str) -> None:
         sql = "DELETE FROM sessions WHERE session_id = ?"
         await self._write(lambda db: db.execute(sql, (session_id,)))
+
+    async def check_writable(self) -> None:
+        sql = "INSERT OR REPLACE INTO meta VALUES ('health_check', ?)"
+        await self._write(lambda db: db.execute(sql, (str(time.time()),)))
 
     async def secret(self) -> bytes:
         rows = await self._read("SELECT value FROM meta WHERE key = 'cursor_secret'")

@@ -563,7 +563,7 @@ async def test_restart_keeps_finished_tasks_fails_running_ones_and_the_session_c
         async with http.get(url, headers=listen) as stream:
             old_event_id = (await stream.content.readline()).decode().removeprefix("id: ").strip()
         assert (await rpc(http, url, session_id, "tasks/result", {"taskId": done_id}, 3))["result"]
-    await first.close()  # the gateway process goes away with a task running
+    await first.close()  # a clean stop with a task running: it fails as interrupted
 
     second = TestServer(create_app(settings), host="127.0.0.1")  # same database file
     await second.start_server()
@@ -593,8 +593,8 @@ async def test_restart_keeps_finished_tasks_fails_running_ones_and_the_session_c
         await second.close()
     assert kept["result"]["content"][0]["text"] == "kept"
     assert interrupted["result"]["status"] == "failed"
-    assert interrupted["result"]["statusMessage"] == "interrupted: gateway restarted"
-    assert replay["error"] == {"code": INTERNAL_ERROR, "message": "interrupted: gateway restarted"}
+    assert interrupted["result"]["statusMessage"] == "interrupted: gateway shut down"
+    assert replay["error"] == {"code": INTERNAL_ERROR, "message": "interrupted: gateway shut down"}
     # The session id from before the restart still works; its upstream is re-established.
     assert fresh["result"]["content"][0]["text"] == "same session"
 
@@ -786,3 +786,42 @@ async def test_tasks_get_on_a_running_task_is_plain_json(start_gateway: StartGat
         async with http.post(url, json=get, headers=headers(session_id)) as resp:
             assert resp.content_type == "application/json"
             assert (await resp.json())["result"]["status"] == "working"
+
+
+async def test_a_task_left_working_by_a_crashed_process_fails_at_the_next_start(
+    make_settings: Any, tmp_path: Any
+) -> None:
+    from datetime import UTC, datetime
+
+    from gateway.app import create_app
+    from gateway.models import Task, TaskStatus
+    from gateway.store import open_store
+
+    settings = make_settings(route())
+    store = await open_store(settings.store.path)  # what a SIGKILLed process leaves behind
+    now = datetime.now(UTC)
+    left = Task(
+        task_id="left-working",
+        owner="session:gone",
+        route="t",
+        tool="slow",
+        status=TaskStatus.WORKING,
+        created_at=now,
+        updated_at=now,
+        ttl_ms=600_000,
+        poll_interval_ms=1000,
+    )
+    await store.create_task(left)
+    await store.close()
+    server = TestServer(create_app(settings), host="127.0.0.1")
+    await server.start_server()
+    await server.close()
+    store = await open_store(settings.store.path)
+    try:
+        task = await store.get_task("left-working")
+        outcome = await store.get_outcome("left-working")
+    finally:
+        await store.close()
+    assert task is not None and task.status == "failed"
+    assert task.status_message == "interrupted: gateway restarted"
+    assert outcome is not None and outcome.body["code"] == INTERNAL_ERROR
