@@ -41,6 +41,9 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._routes = frozenset(routes)
         self._tools: dict[str, set[str]] = {route: set() for route in routes}
+        # Label values are bounded, so these caches are too.
+        self._request_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+        self._upstream_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         r = self.registry
         p = PREFIX
         self.requests = Counter(
@@ -165,13 +168,31 @@ class Metrics:
         known = self._tools.get(route, set())
         return name if isinstance(name, str) and name in known else "other"
 
+    def request_done(self, route: str, method: str, outcome: str, seconds: float) -> None:
+        """One client request: counted and timed (children cached: this runs per request)."""
+        key = (route, method, outcome)
+        children = self._request_children.get(key)
+        if children is None:
+            children = self._request_children[key] = (
+                self.requests.labels(route, method, outcome),
+                self.request_seconds.labels(route, method),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
+
     def observe_store(self, operation: str, seconds: float) -> None:
         self.store_seconds.labels(operation).observe(seconds)
 
     def upstream_call(self, route: str, tool: object, outcome: str, seconds: float) -> None:
-        name = self.tool(route, tool)
-        self.upstream_requests.labels(route, name, outcome).inc()
-        self.upstream_seconds.labels(route, name).observe(seconds)
+        key = (route, self.tool(route, tool), outcome)
+        children = self._upstream_children.get(key)
+        if children is None:
+            children = self._upstream_children[key] = (
+                self.upstream_requests.labels(*key),
+                self.upstream_seconds.labels(key[0], key[1]),
+            )
+        children[0].inc()
+        children[1].observe(seconds)
 
     def handler(self, bearer_token: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         """The /metrics handler; with a token, only `Authorization: Bearer <token>` may read."""

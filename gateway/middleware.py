@@ -91,5 +91,4 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
                 if status < 400
                 else ("rejected" if status < 500 else "error")
             )
-            metrics.requests.labels(route, method, outcome).inc()
-            metrics.request_seconds.labels(route, method).observe(time.perf_counter() - started)
+            metrics.request_done(route, method, outcome, time.perf_counter() - started)
