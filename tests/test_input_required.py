@@ -18,7 +18,7 @@ from mcp.shared.context import RequestContext
 
 from .conftest import DEMO, ROOT, StartGateway, mcp_client
 from .test_mcp_endpoint import headers
-from .test_tasks import RELATED, raw_session, rpc
+from .test_tasks import RELATED, raw_session, result_request, rpc, start_task
 
 KIDS = {"transport": "stdio", "command": ["python", str(ROOT / "tests" / "stdio_upstream.py")]}
 
@@ -145,16 +145,8 @@ async def test_a_task_with_two_open_questions_waits_for_both(start_gateway: Star
     url = f"{await start_gateway(route(KIDS))}/t/mcp"
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
-        created = await rpc(
-            http, url, session_id, "tools/call", {"name": "ask_twice", "arguments": {}, "task": {}}
-        )
-        task_id = created["result"]["task"]["taskId"]
-        message = {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tasks/result",
-            "params": {"taskId": task_id},
-        }
+        task_id = await start_task(http, url, session_id, "ask_twice", {})
+        message = result_request(task_id, 2)
         async with http.post(url, json=message, headers=headers(session_id)) as stream:
             questions = await read_messages(stream, 2)
             assert all(q["method"] == "elicitation/create" for q in questions)
@@ -174,10 +166,7 @@ async def test_poll_first_then_tasks_result_receives_the_question(
     url = f"{await start_gateway(route(DEMO))}/t/mcp"
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
-        created = await rpc(
-            http, url, session_id, "tools/call", {"name": "ask", "arguments": {}, "task": {}}
-        )
-        task_id = created["result"]["task"]["taskId"]
+        task_id = await start_task(http, url, session_id, "ask", {})
         # The TS SDK pattern: poll tasks/get; on input_required, call tasks/result.
         async with asyncio.timeout(10):
             status = ""
@@ -185,12 +174,7 @@ async def test_poll_first_then_tasks_result_receives_the_question(
                 await asyncio.sleep(0.02)  # polling is exactly what this client pattern does
                 got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, 2)
                 status = got["result"]["status"]
-        message = {
-            "jsonrpc": "2.0",
-            "id": 3,
-            "method": "tasks/result",
-            "params": {"taskId": task_id},
-        }
+        message = result_request(task_id, 3)
         async with http.post(url, json=message, headers=headers(session_id)) as stream:
             (question,) = await read_messages(stream, 1)
             await answer(http, url, session_id, question, "Grace")
@@ -204,16 +188,8 @@ async def test_a_dropped_tasks_result_stream_gets_its_question_again_on_the_next
     url = f"{await start_gateway(route(DEMO))}/t/mcp"
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
-        created = await rpc(
-            http, url, session_id, "tools/call", {"name": "ask", "arguments": {}, "task": {}}
-        )
-        task_id = created["result"]["task"]["taskId"]
-        message = {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tasks/result",
-            "params": {"taskId": task_id},
-        }
+        task_id = await start_task(http, url, session_id, "ask", {})
+        message = result_request(task_id, 2)
         first = await http.post(url, json=message, headers=headers(session_id))
         (question,) = await read_messages(first, 1)
         first.close()  # the client goes away without answering
@@ -237,16 +213,8 @@ async def test_an_unanswered_question_gets_a_default_answer_and_the_upstream_dec
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
         args = {"prompt": "x"} if tool == "sample" else {}
-        created = await rpc(
-            http, url, session_id, "tools/call", {"name": tool, "arguments": args, "task": {}}
-        )
-        task_id = created["result"]["task"]["taskId"]
-        message = {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tasks/result",
-            "params": {"taskId": task_id},
-        }
+        task_id = await start_task(http, url, session_id, tool, args)
+        message = result_request(task_id, 2)
         async with http.post(url, json=message, headers=headers(session_id)) as stream:
             question, withdrawn, final = await read_messages(stream, 3)
         got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, 3)
@@ -276,16 +244,8 @@ async def test_a_declined_or_refused_question_goes_upstream_and_the_upstream_dec
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
         args = {"prompt": "x"} if tool == "sample" else {}
-        created = await rpc(
-            http, url, session_id, "tools/call", {"name": tool, "arguments": args, "task": {}}
-        )
-        task_id = created["result"]["task"]["taskId"]
-        message = {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tasks/result",
-            "params": {"taskId": task_id},
-        }
+        task_id = await start_task(http, url, session_id, tool, args)
+        message = result_request(task_id, 2)
         async with http.post(url, json=message, headers=headers(session_id)) as stream:
             (question,) = await read_messages(stream, 1)
             response = {"jsonrpc": "2.0", "id": question["id"], **reply}
@@ -303,16 +263,8 @@ async def test_cancelling_a_task_in_input_required_withdraws_the_question_and_st
     url = f"{await start_gateway(route(DEMO))}/t/mcp"
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
-        created = await rpc(
-            http, url, session_id, "tools/call", {"name": "ask", "arguments": {}, "task": {}}
-        )
-        task_id = created["result"]["task"]["taskId"]
-        message = {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tasks/result",
-            "params": {"taskId": task_id},
-        }
+        task_id = await start_task(http, url, session_id, "ask", {})
+        message = result_request(task_id, 2)
         async with http.post(url, json=message, headers=headers(session_id)) as stream:
             (question,) = await read_messages(stream, 1)
             cancelled = await rpc(http, url, session_id, "tasks/cancel", {"taskId": task_id}, 3)

@@ -80,6 +80,28 @@ async def rpc(
     raise AssertionError("no answer")
 
 
+async def start_task(
+    http: aiohttp.ClientSession,
+    url: str,
+    session_id: str,
+    tool: str,
+    arguments: dict[str, Any] | None = None,
+) -> str:
+    """A task-augmented tools/call over raw HTTP; the new task's id."""
+    params = {"name": tool, "arguments": arguments or {}, "task": {}}
+    created = await rpc(http, url, session_id, "tools/call", params)
+    return str(created["result"]["task"]["taskId"])
+
+
+def result_request(task_id: str, request_id: int = 2) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tasks/result",
+        "params": {"taskId": task_id},
+    }
+
+
 # -- capabilities and tool policy
 
 
