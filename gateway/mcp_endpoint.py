@@ -136,11 +136,16 @@ async def _session(request: web.Request, route: Route, caller: _Caller) -> Sessi
         raise
     if caller.principal is None:
         _check_rate(route, f"session:{session.id}")
+    _remember_forwarded(request, route, session)
+    return session
+
+
+def _remember_forwarded(request: web.Request, route: Route, session: Session) -> None:
+    """The latest values of the client headers the route copies upstream (none by default)."""
     for name in route.upstream.config.forward_headers:
         value = request.headers.get(name)
         if value is not None:
             session.forwarded[name] = value
-    return session
 
 
 async def _read_body(request: web.Request, limit: int) -> bytes:
@@ -244,10 +249,7 @@ async def _initialize(
 ) -> web.Response:
     sessions = request.app[SESSIONS]
     session = sessions.create(route, caller.principal, caller.key)
-    for name in route.upstream.config.forward_headers:
-        value = request.headers.get(name)
-        if value is not None:
-            session.forwarded[name] = value
+    _remember_forwarded(request, route, session)
     try:
         answer = await session.upstream.initialize(init)
     except UpstreamError as exc:

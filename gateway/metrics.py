@@ -165,8 +165,8 @@ class Metrics:
                 known.add(name)
 
     def tool(self, route: str, name: object) -> str:
-        known = self._tools.get(route, set())
-        return name if isinstance(name, str) and name in known else "other"
+        known = self._tools.get(route)
+        return name if isinstance(name, str) and known and name in known else "other"
 
     def request_done(self, route: str, method: str, outcome: str, seconds: float) -> None:
         """One client request: counted and timed (children cached: this runs per request)."""

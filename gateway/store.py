@@ -26,6 +26,9 @@ from .models import Outcome, SessionRecord, Task, TaskStatus, may_transition
 
 T = TypeVar("T")
 
+#: The statuses of a task that is still running.
+_LIVE = tuple(s for s in TaskStatus if not s.terminal)
+
 #: Applied in order once each; PRAGMA user_version counts those applied. Append, never edit.
 MIGRATIONS = [
     """
@@ -205,7 +208,7 @@ class SqliteTaskStore:
             None if expires is None else _us(expires),
         )
         sql = f"INSERT INTO tasks ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-        running = [s for s in TaskStatus if not s.terminal]
+        running = _LIVE
         marks = ",".join("?" * len(running))
         count = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND status IN ({marks})"
 
@@ -249,7 +252,7 @@ class SqliteTaskStore:
         return await self._write(update)
 
     async def note_task(self, task_id: str, status_message: str, now: datetime) -> Task | None:
-        running = [s for s in TaskStatus if not s.terminal]
+        running = _LIVE
         marks = ",".join("?" * len(running))
         sql = (
             "UPDATE tasks SET status_message = ?, updated_at = ?"
@@ -283,7 +286,7 @@ class SqliteTaskStore:
         return await self._write(finish)
 
     async def count_active(self, owner: str) -> int:
-        running = [s for s in TaskStatus if not s.terminal]
+        running = _LIVE
         marks = ",".join("?" * len(running))
         rows = await self._read(
             f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND status IN ({marks})", owner, *running
