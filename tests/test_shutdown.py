@@ -14,7 +14,7 @@ import aiohttp
 
 from .conftest import ROOT, free_port, wait_for_port
 from .test_mcp_endpoint import headers
-from .test_tasks import raw_session, rpc
+from .test_tasks import raw_session, result_request, rpc, start_task
 
 
 def start(config: Path, port: int) -> subprocess.Popen[bytes]:
@@ -44,20 +44,8 @@ async def test_sigterm_answers_waiting_clients_fails_running_tasks_and_exits_in_
     try:
         async with aiohttp.ClientSession() as http:
             session_id, _ = await raw_session(http, url)
-            created = await rpc(
-                http,
-                url,
-                session_id,
-                "tools/call",
-                {"name": "slow", "arguments": {"seconds": 60, "steps": 1}, "task": {}},
-            )
-            task_id = created["result"]["task"]["taskId"]
-            wait = {
-                "jsonrpc": "2.0",
-                "id": 2,
-                "method": "tasks/result",
-                "params": {"taskId": task_id},
-            }
+            task_id = await start_task(http, url, session_id, "slow", {"seconds": 60, "steps": 1})
+            wait = result_request(task_id)
             listen = {"Accept": "text/event-stream", "Mcp-Session-Id": session_id}
             async with (
                 http.post(url, json=wait, headers=headers(session_id)) as waiting,

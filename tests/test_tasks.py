@@ -229,20 +229,8 @@ async def test_blocking_tasks_result_streams_keep_alives_until_the_task_ends(
     url = f"{await start_gateway(route(), http={'keepalive_seconds': 0.1})}/t/mcp"
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
-        created = await rpc(
-            http,
-            url,
-            session_id,
-            "tools/call",
-            {"name": "slow", "arguments": {"seconds": 0.8, "steps": 1}, "task": {}},
-        )
-        task_id = created["result"]["task"]["taskId"]
-        message = {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tasks/result",
-            "params": {"taskId": task_id},
-        }
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 0.8, "steps": 1})
+        message = result_request(task_id, 2)
         async with http.post(url, json=message, headers=headers(session_id)) as resp:
             assert resp.content_type == "text/event-stream"
             body = (await resp.content.read()).decode()
@@ -386,14 +374,7 @@ async def test_stray_task_field_on_tasks_get_and_result_is_ignored(
     url = f"{await start_gateway(route())}/t/mcp"
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
-        created = await rpc(
-            http,
-            url,
-            session_id,
-            "tools/call",
-            {"name": "echo", "arguments": {"text": "ts"}, "task": {}},
-        )
-        task_id = created["result"]["task"]["taskId"]
+        task_id = await start_task(http, url, session_id, "echo", {"text": "ts"})
         # The TS SDK client sends its request options as params.task on these requests.
         result = await rpc(
             http, url, session_id, "tasks/result", {"taskId": task_id, "task": {"ttl": 30000}}, 2
@@ -529,16 +510,9 @@ async def test_task_keeps_running_after_its_session_is_deleted(
     url = f"{await start_gateway(route({'transport': 'stdio', 'command': command}))}/t/mcp"
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
-        created = await rpc(
-            http,
-            url,
-            session_id,
-            "tools/call",
-            {"name": "slow", "arguments": {"seconds": 0.8, "steps": 1}, "task": {}},
-        )
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 0.8, "steps": 1})
         async with http.delete(url, headers={"Mcp-Session-Id": session_id}) as ended:
             assert ended.status == 200
-    task_id = created["result"]["task"]["taskId"]
     (pid,) = (int(p.name) for p in pid_dir.iterdir())
     store = await open_store(tmp_path / "gateway.db")
     try:
@@ -746,14 +720,7 @@ async def test_related_task_meta_on_task_requests_is_ignored_and_absent_from_ans
     url = f"{await start_gateway(route())}/t/mcp"
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
-        created = await rpc(
-            http,
-            url,
-            session_id,
-            "tools/call",
-            {"name": "slow", "arguments": {"seconds": 30, "steps": 1}, "task": {}},
-        )
-        task_id = created["result"]["task"]["taskId"]
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 30, "steps": 1})
         decoy = {"_meta": {RELATED: {"taskId": "some-other-task"}}}
         # The taskId parameter MUST be the source of truth; the meta MUST be ignored.
         got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id, **decoy}, 2)
@@ -791,19 +758,8 @@ async def test_tasks_get_on_a_running_task_is_plain_json(start_gateway: StartGat
     url = f"{await start_gateway(route())}/t/mcp"
     async with aiohttp.ClientSession() as http:
         session_id, _ = await raw_session(http, url)
-        created = await rpc(
-            http,
-            url,
-            session_id,
-            "tools/call",
-            {"name": "slow", "arguments": {"seconds": 30, "steps": 1}, "task": {}},
-        )
-        get = {
-            "jsonrpc": "2.0",
-            "id": 2,
-            "method": "tasks/get",
-            "params": {"taskId": created["result"]["task"]["taskId"]},
-        }
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 30, "steps": 1})
+        get = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"taskId": task_id}}
         # "servers SHOULD NOT upgrade to an SSE stream in response to a tasks/get request"
         async with http.post(url, json=get, headers=headers(session_id)) as resp:
             assert resp.content_type == "application/json"
