@@ -94,7 +94,7 @@ class Authenticator:
     def required(self) -> bool:
         return self._mode != "none"
 
-    def authenticate(self, authorization: str | None) -> Principal | None:
+    async def authenticate(self, authorization: str | None) -> Principal | None:
         """Return the caller named by the Authorization header value, or None in mode "none".
 
         Raises:

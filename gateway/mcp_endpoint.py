@@ -69,7 +69,7 @@ class _Caller:
     key: str
 
 
-def _admit(request: web.Request, route: Route) -> _Caller:
+async def _admit(request: web.Request, route: Route) -> _Caller:
     """Authenticate and rate-limit one request, before anything else is done for it.
 
     Failed authentications are rate-limited per client address, so guessing credentials or
@@ -82,7 +82,7 @@ def _admit(request: web.Request, route: Route) -> _Caller:
     """
     address = f"address:{request.remote}"
     try:
-        principal = route.authenticator.authenticate(request.headers.get("Authorization"))
+        principal = await route.authenticator.authenticate(request.headers.get("Authorization"))
     except AuthError as exc:
         _check_rate(route, address)
         route.metrics.auth_failures.labels(route.name).inc()
@@ -173,7 +173,7 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
     route = request.app[ROUTES][route_name]
     request[ROUTE_KEY] = route_name
     http = request.app[SETTINGS].http
-    caller = _admit(request, route)
+    caller = await _admit(request, route)
     ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
         raise UnsupportedMediaType(
@@ -303,7 +303,7 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
     route = request.app[ROUTES][route_name]
     request[ROUTE_KEY] = route_name
     http = request.app[SETTINGS].http
-    caller = _admit(request, route)
+    caller = await _admit(request, route)
     if not _accepts(request, "text/event-stream"):
         raise NotAcceptable("Not Acceptable: the Accept header must list text/event-stream")
     session = await _session(request, route, caller)
@@ -325,7 +325,7 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
 async def delete(route_name: str, request: web.Request) -> web.Response:
     route = request.app[ROUTES][route_name]
     request[ROUTE_KEY] = route_name
-    session = await _session(request, route, _admit(request, route))
+    session = await _session(request, route, await _admit(request, route))
     await request.app[SESSIONS].end(session)
     log.info("route %s: session %s ended by the client", route.name, session.tag)
     return web.Response(status=200)

@@ -56,9 +56,9 @@ def _claims(**changes: Any) -> dict[str, Any]:
     return {name: value for name, value in claims.items() if value is not None}
 
 
-def _reason(authenticator: Authenticator, authorization: str | None) -> str:
+async def _reason(authenticator: Authenticator, authorization: str | None) -> str:
     with pytest.raises(AuthError) as info:
-        authenticator.authenticate(authorization)
+        await authenticator.authenticate(authorization)
     return info.value.reason
 
 
@@ -84,15 +84,15 @@ def _asymmetric_auth(algorithms: list[str], **files: str) -> Authenticator:
 # API keys
 
 
-def test_api_key_configured_as_sha256_is_accepted() -> None:
+async def test_api_key_configured_as_sha256_is_accepted() -> None:
     digest = hashlib.sha256(b"key-one").hexdigest()
     auth = _authenticator({"mode": "api_keys", "api_keys": [{"principal": "ci", "sha256": digest}]})
 
     assert auth.required
-    assert auth.authenticate("Bearer key-one") == Principal(name="ci", method="api_key")
+    assert await auth.authenticate("Bearer key-one") == Principal(name="ci", method="api_key")
 
 
-def test_api_key_configured_through_env_is_accepted() -> None:
+async def test_api_key_configured_through_env_is_accepted() -> None:
     auth = _authenticator(
         {
             "mode": "api_keys",
@@ -104,55 +104,55 @@ def test_api_key_configured_through_env_is_accepted() -> None:
         env={"OPS_KEY": "key-two"},
     )
 
-    assert auth.authenticate("Bearer key-two") == Principal(name="ops", method="api_key")
+    assert await auth.authenticate("Bearer key-two") == Principal(name="ops", method="api_key")
 
 
-def test_unknown_api_key_is_rejected() -> None:
+async def test_unknown_api_key_is_rejected() -> None:
     auth = _authenticator(OPS_KEY_AUTH)
 
-    assert _reason(auth, "Bearer not-the-key") == "unknown API key"
+    assert await _reason(auth, "Bearer not-the-key") == "unknown API key"
 
 
-def test_bearer_scheme_is_case_insensitive() -> None:
+async def test_bearer_scheme_is_case_insensitive() -> None:
     auth = _authenticator(OPS_KEY_AUTH)
 
-    assert auth.authenticate("bearer key") == Principal(name="ops", method="api_key")
-    assert auth.authenticate("BEARER  key") == Principal(name="ops", method="api_key")
+    assert await auth.authenticate("bearer key") == Principal(name="ops", method="api_key")
+    assert await auth.authenticate("BEARER  key") == Principal(name="ops", method="api_key")
 
 
 @pytest.mark.parametrize("header", [None, "", "   "])
-def test_missing_header_is_rejected(header: str | None) -> None:
+async def test_missing_header_is_rejected(header: str | None) -> None:
     auth = _authenticator(OPS_KEY_AUTH)
 
-    assert _reason(auth, header) == "missing bearer token"
+    assert await _reason(auth, header) == "missing bearer token"
 
 
 @pytest.mark.parametrize(
     "header",
     ["key", "Basic a2V5", "Bearer", "Bearer ", "Bearerkey", "Bearer key extra", "Bearer kéy"],
 )
-def test_header_that_is_not_bearer_token_is_rejected(header: str) -> None:
+async def test_header_that_is_not_bearer_token_is_rejected(header: str) -> None:
     auth = _authenticator(OPS_KEY_AUTH)
 
-    assert _reason(auth, header) == "expected Authorization: Bearer <token>"
+    assert await _reason(auth, header) == "expected Authorization: Bearer <token>"
 
 
 @pytest.mark.parametrize("header", [None, "Bearer anything", "garbage"])
-def test_mode_none_returns_no_principal_whatever_the_header(header: str | None) -> None:
+async def test_mode_none_returns_no_principal_whatever_the_header(header: str | None) -> None:
     auth = _authenticator({"mode": "none"})
 
     assert not auth.required
-    assert auth.authenticate(header) is None
+    assert await auth.authenticate(header) is None
 
 
 # HS256
 
 
-def test_hs256_token_with_right_claims_is_accepted() -> None:
+async def test_hs256_token_with_right_claims_is_accepted() -> None:
     auth = _authenticator(HS256_AUTH)
     token = jwt.encode(_claims(), SECRET, algorithm="HS256")
 
-    assert auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
+    assert await auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
 
 
 @pytest.mark.parametrize(
@@ -180,44 +180,44 @@ def test_hs256_token_with_right_claims_is_accepted() -> None:
         "empty-principal",
     ],
 )
-def test_hs256_token_is_rejected(claims: dict[str, Any], secret: str, reason: str) -> None:
+async def test_hs256_token_is_rejected(claims: dict[str, Any], secret: str, reason: str) -> None:
     auth = _authenticator(HS256_AUTH)
     token = jwt.encode(claims, secret, algorithm="HS256")
 
-    assert _reason(auth, f"Bearer {token}") == reason
+    assert await _reason(auth, f"Bearer {token}") == reason
 
 
-def test_expiry_within_leeway_is_accepted() -> None:
+async def test_expiry_within_leeway_is_accepted() -> None:
     auth = _authenticator({**HS256_AUTH, "jwt": {**HS256_AUTH["jwt"], "leeway_seconds": 600}})
     token = jwt.encode(_claims(exp=int(time.time()) - 60), SECRET, algorithm="HS256")
 
-    assert auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
+    assert await auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
 
 
-def test_unsigned_alg_none_token_is_rejected() -> None:
+async def test_unsigned_alg_none_token_is_rejected() -> None:
     auth = _authenticator(HS256_AUTH)
     header = _b64(json.dumps({"alg": "none", "typ": "JWT"}).encode())
     payload = _b64(json.dumps(_claims()).encode())
 
-    assert _reason(auth, f"Bearer {header}.{payload}.") == "algorithm not allowed"
+    assert await _reason(auth, f"Bearer {header}.{payload}.") == "algorithm not allowed"
 
 
-def test_garbage_token_is_rejected_as_malformed() -> None:
+async def test_garbage_token_is_rejected_as_malformed() -> None:
     auth = _authenticator(HS256_AUTH)
 
-    assert _reason(auth, "Bearer not.a.jwt") == "malformed token"
-    assert _reason(auth, "Bearer nodots") == "malformed token"
+    assert await _reason(auth, "Bearer not.a.jwt") == "malformed token"
+    assert await _reason(auth, "Bearer nodots") == "malformed token"
 
 
-def test_custom_principal_claim_names_the_caller() -> None:
+async def test_custom_principal_claim_names_the_caller() -> None:
     auth = _authenticator({**HS256_AUTH, "jwt": {**HS256_AUTH["jwt"], "principal_claim": "email"}})
     with_email = jwt.encode(_claims(email="alice@example.com"), SECRET, algorithm="HS256")
     without_email = jwt.encode(_claims(), SECRET, algorithm="HS256")
 
-    assert auth.authenticate(f"Bearer {with_email}") == Principal(
+    assert await auth.authenticate(f"Bearer {with_email}") == Principal(
         name="alice@example.com", method="jwt"
     )
-    assert _reason(auth, f"Bearer {without_email}") == "token is missing claim email"
+    assert await _reason(auth, f"Bearer {without_email}") == "token is missing claim email"
 
 
 def test_short_hs256_secret_is_refused_at_start() -> None:
@@ -230,30 +230,30 @@ def test_short_hs256_secret_is_refused_at_start() -> None:
 # RS256 / ES256
 
 
-def test_rs256_token_is_accepted_with_pem_public_key(tmp_path: Path) -> None:
+async def test_rs256_token_is_accepted_with_pem_public_key(tmp_path: Path) -> None:
     key = _rsa_key()
     auth = _asymmetric_auth(["RS256"], public_key_file=_pem(key, tmp_path / "rsa.pem"))
     token = jwt.encode(_claims(), key, algorithm="RS256", headers={"kid": "ignored"})
 
-    assert auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
+    assert await auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
 
 
-def test_es256_token_is_accepted_with_pem_public_key(tmp_path: Path) -> None:
+async def test_es256_token_is_accepted_with_pem_public_key(tmp_path: Path) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     auth = _asymmetric_auth(["ES256"], public_key_file=_pem(key, tmp_path / "ec.pem"))
     token = jwt.encode(_claims(), key, algorithm="ES256")
 
-    assert auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
+    assert await auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
 
 
-def test_rs256_token_signed_with_another_key_is_rejected(tmp_path: Path) -> None:
+async def test_rs256_token_signed_with_another_key_is_rejected(tmp_path: Path) -> None:
     auth = _asymmetric_auth(["RS256"], public_key_file=_pem(_rsa_key(), tmp_path / "rsa.pem"))
     token = jwt.encode(_claims(), _rsa_key(), algorithm="RS256")
 
-    assert _reason(auth, f"Bearer {token}") == "invalid signature"
+    assert await _reason(auth, f"Bearer {token}") == "invalid signature"
 
 
-def test_hs256_token_signed_with_the_public_key_is_rejected(tmp_path: Path) -> None:
+async def test_hs256_token_signed_with_the_public_key_is_rejected(tmp_path: Path) -> None:
     pem_file = _pem(_rsa_key(), tmp_path / "rsa.pem")
     auth = _asymmetric_auth(["RS256"], public_key_file=pem_file)
     # PyJWT refuses to sign with a PEM as HMAC secret, so the attacker's token is built by hand.
@@ -264,19 +264,19 @@ def test_hs256_token_signed_with_the_public_key_is_rejected(tmp_path: Path) -> N
     mac = hmac.new(Path(pem_file).read_bytes(), signing_input.encode(), hashlib.sha256)
     token = f"{signing_input}.{_b64(mac.digest())}"
 
-    assert _reason(auth, f"Bearer {token}") == "algorithm not allowed"
+    assert await _reason(auth, f"Bearer {token}") == "algorithm not allowed"
 
 
-def test_es256_token_is_rejected_when_the_pem_key_is_rsa(tmp_path: Path) -> None:
+async def test_es256_token_is_rejected_when_the_pem_key_is_rsa(tmp_path: Path) -> None:
     auth = _asymmetric_auth(
         ["RS256", "ES256"], public_key_file=_pem(_rsa_key(), tmp_path / "rsa.pem")
     )
     token = jwt.encode(_claims(), ec.generate_private_key(ec.SECP256R1()), algorithm="ES256")
 
-    assert _reason(auth, f"Bearer {token}") == "algorithm not allowed"
+    assert await _reason(auth, f"Bearer {token}") == "algorithm not allowed"
 
 
-def test_jwks_key_is_chosen_by_the_token_kid(tmp_path: Path) -> None:
+async def test_jwks_key_is_chosen_by_the_token_kid(tmp_path: Path) -> None:
     old, new = _rsa_key(), _rsa_key()
     keys = [
         {**RSAAlgorithm.to_jwk(old.public_key(), as_dict=True), "kid": "old"},
@@ -287,23 +287,23 @@ def test_jwks_key_is_chosen_by_the_token_kid(tmp_path: Path) -> None:
 
     for kid, key in (("old", old), ("new", new)):
         token = jwt.encode(_claims(), key, algorithm="RS256", headers={"kid": kid})
-        assert auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
+        assert await auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
     wrong_kid = jwt.encode(_claims(), new, algorithm="RS256", headers={"kid": "old"})
     unknown_kid = jwt.encode(_claims(), new, algorithm="RS256", headers={"kid": "gone"})
     no_kid = jwt.encode(_claims(), new, algorithm="RS256")
-    assert _reason(auth, f"Bearer {wrong_kid}") == "invalid signature"
-    assert _reason(auth, f"Bearer {unknown_kid}") == "unknown key id"
-    assert _reason(auth, f"Bearer {no_kid}") == "token has no key id"
+    assert await _reason(auth, f"Bearer {wrong_kid}") == "invalid signature"
+    assert await _reason(auth, f"Bearer {unknown_kid}") == "unknown key id"
+    assert await _reason(auth, f"Bearer {no_kid}") == "token has no key id"
 
 
-def test_token_without_kid_is_accepted_when_the_jwks_has_one_key(tmp_path: Path) -> None:
+async def test_token_without_kid_is_accepted_when_the_jwks_has_one_key(tmp_path: Path) -> None:
     key = ec.generate_private_key(ec.SECP256R1())
     jwk = {**ECAlgorithm.to_jwk(key.public_key(), as_dict=True), "kid": "only"}
     (tmp_path / "jwks.json").write_text(json.dumps({"keys": [jwk]}))
     auth = _asymmetric_auth(["ES256"], jwks_file=str(tmp_path / "jwks.json"))
     token = jwt.encode(_claims(), key, algorithm="ES256")
 
-    assert auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
+    assert await auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
 
 
 def test_missing_key_files_are_refused_at_start_naming_key_and_file(tmp_path: Path) -> None:
@@ -334,7 +334,7 @@ def test_unusable_key_files_are_refused_at_start(tmp_path: Path) -> None:
 # Reasons are logged and sent to the client
 
 
-def test_no_reason_contains_the_credential() -> None:
+async def test_no_reason_contains_the_credential() -> None:
     api = _authenticator(OPS_KEY_AUTH)
     hs = _authenticator(HS256_AUTH)
     expired = jwt.encode(_claims(exp=int(time.time()) - 3600), SECRET, algorithm="HS256")
@@ -349,7 +349,7 @@ def test_no_reason_contains_the_credential() -> None:
 
     for auth, token, header in cases:
         with pytest.raises(AuthError) as info:
-            auth.authenticate(header)
+            await auth.authenticate(header)
         assert token not in info.value.reason
         assert token not in str(info.value)
         assert info.value.__cause__ is None
