@@ -13,6 +13,7 @@ import re
 import sys
 from pathlib import Path
 from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit
 
 import yaml
 from pydantic import (
@@ -24,6 +25,7 @@ from pydantic import (
     ValidationInfo,
     model_validator,
 )
+from pydantic_core import ErrorDetails, PydanticCustomError
 
 # The gateway's own protocol revisions, newest last. Upstreams may speak any of them.
 SUPPORTED_PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
@@ -34,6 +36,11 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 class ConfigError(Exception):
     """The configuration cannot be used; the message names the file and the key."""
+
+
+def _refusal(key: str, message: str) -> PydanticCustomError:
+    """A model's refusal that `parse_settings` reports at `key` inside the model's path."""
+    return PydanticCustomError("config_key", message, {"key": key})
 
 
 class _Section(BaseModel):
@@ -103,8 +110,16 @@ class JwtConfig(_Section):
     secret_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
     public_key_file: str | None = None
     jwks_file: str | None = None
+    #: An identity provider's JWK set, fetched when first needed and cached.
+    jwks_url: str | None = None
+    jwks_cache_seconds: float = Field(300.0, gt=0)
+    #: At most one fetch per this many seconds for tokens with an unknown `kid` and after a
+    #: failed fetch, so made-up key ids cannot hammer the identity provider.
+    jwks_cooldown_seconds: float = Field(30.0, ge=0)
     issuer: str | None = None
     audience: str | None = None
+    #: False accepts tokens issued for any audience; it must be said, never implied.
+    verify_audience: bool = True
     principal_claim: str = "sub"
     leeway_seconds: float = Field(0.0, ge=0)
 
@@ -117,22 +132,46 @@ class JwtConfig(_Section):
 
     @model_validator(mode="after")
     def _keys_for_algorithms(self, info: ValidationInfo) -> JwtConfig:
+        if self.verify_audience and self.audience is None:
+            raise _refusal(
+                "audience",
+                "required: the value of `aud` your identity provider puts in tokens for this "
+                "gateway (`verify_audience: false` accepts tokens for any audience instead)",
+            )
+        if not self.verify_audience and self.audience is not None:
+            raise _refusal("verify_audience", "false, but `audience` is set: remove one of them")
+        sources = [
+            name
+            for name in ("public_key_file", "jwks_file", "jwks_url")
+            if getattr(self, name) is not None
+        ]
         if "HS256" in self.algorithms:
             if self.secret_env is None:
                 raise ValueError(
                     "HS256 needs `secret_env` (the variable holding the shared secret)"
                 )
+            if sources:
+                raise _refusal(sources[0], "is for RS256/ES256; HS256 uses `secret_env`")
             self._secret = _secret_from_env(info, self.secret_env)
         asymmetric = {"RS256", "ES256"} & set(self.algorithms)
-        if asymmetric and (self.public_key_file is None) == (self.jwks_file is None):
-            raise ValueError("RS256/ES256 need exactly one of `public_key_file` or `jwks_file`")
+        if asymmetric and len(sources) != 1:
+            raise ValueError(
+                "RS256/ES256 need exactly one of `public_key_file`, `jwks_file` or `jwks_url`"
+            )
         if "HS256" in self.algorithms and asymmetric:
             # A shared secret and a public key side by side invite algorithm confusion.
             raise ValueError("do not mix HS256 with RS256/ES256 on one authenticator")
+        if self.jwks_url is not None:
+            url = urlsplit(self.jwks_url)
+            if url.scheme not in ("http", "https") or not url.hostname:
+                raise _refusal("jwks_url", "must be an http:// or https:// URL")
         return self
 
 
 class AuthConfig(_Section):
+    """Who may call. Without `mode`, the credentials written decide it: `api_keys` means
+    api_keys, `jwt` means jwt. Turning authentication off takes `mode: none` and no credentials."""
+
     mode: Literal["none", "api_keys", "jwt"] = "none"
     api_keys: tuple[ApiKey, ...] = ()
     jwt: JwtConfig | None = None
@@ -140,13 +179,42 @@ class AuthConfig(_Section):
     #: SHOULD NOT be offered; an operator may still opt in.
     list_tasks_without_auth: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _infer_mode(cls, data: Any) -> Any:
+        # Credentials written without `mode` must never mean "no authentication".
+        if isinstance(data, dict) and "mode" not in data:
+            keys, token = bool(data.get("api_keys")), data.get("jwt") is not None
+            if keys != token:  # both written is refused below, naming both
+                return {**data, "mode": "api_keys" if keys else "jwt"}
+        return data
+
     @model_validator(mode="after")
     def _mode_settings(self) -> AuthConfig:
+        if self.api_keys and self.jwt is not None:
+            raise ValueError(
+                "`api_keys` and `jwt` are both written: an auth section uses one method "
+                "(a route's own `auth` may use the other)"
+            )
+        if self.mode == "none":
+            written = "api_keys" if self.api_keys else "jwt" if self.jwt is not None else None
+            if written is not None:
+                raise _refusal(
+                    written,
+                    "written, but `mode: none` turns authentication off: remove the "
+                    "credentials to run without authentication, or remove `mode: none`",
+                )
         if self.mode == "api_keys" and not self.api_keys:
-            raise ValueError("mode api_keys needs at least one entry in `api_keys`")
+            raise _refusal("api_keys", "mode api_keys needs at least one entry here")
         if self.mode == "jwt" and self.jwt is None:
-            raise ValueError("mode jwt needs a `jwt` section")
+            raise _refusal("jwt", "mode jwt needs this section")
         return self
+
+    @property
+    def inherits(self) -> bool:
+        """True for a section with neither `mode` nor credentials: on a route, it keeps the
+        gateway's authentication (opening a route takes `mode: none`)."""
+        return "mode" not in self.model_fields_set
 
 
 class Limits(_Section):
@@ -280,7 +348,7 @@ class RouteConfig(_Section):
     path: str | None = Field(None, pattern=r"^/[^?#]*$")
     upstream: UpstreamConfig
     tasks: TaskPolicy = TaskPolicy()
-    #: Replaces the gateway's `auth` for this route when given.
+    #: Replaces the gateway's `auth` for this route when it sets `mode` or credentials.
     auth: AuthConfig | None = None
     limits: LimitsOverride = LimitsOverride()
 
@@ -305,7 +373,8 @@ class Settings(_Section):
     limits: Limits = Limits()
     audit: AuditConfig = AuditConfig()
     metrics: MetricsConfig = MetricsConfig()
-    routes: tuple[RouteConfig, ...] = Field(default_factory=lambda: (_demo_route(),), min_length=1)
+    #: Required in a file: only a run without --config serves the demo (see load_settings).
+    routes: tuple[RouteConfig, ...] = Field(min_length=1)
 
     @model_validator(mode="after")
     def _unique_routes(self) -> Settings:
@@ -320,7 +389,14 @@ class Settings(_Section):
 
 
 def route_auth(settings: Settings, route: RouteConfig) -> AuthConfig:
-    return route.auth if route.auth is not None else settings.auth
+    """The route's own section when it sets `mode` or credentials, else the gateway's (with
+    any other keys the route's section sets), so a route is open only by `mode: none`."""
+    own = route.auth
+    if own is None:
+        return settings.auth
+    if not own.inherits:
+        return own
+    return settings.auth.model_copy(update={k: getattr(own, k) for k in own.model_fields_set})
 
 
 def route_limits(settings: Settings, route: RouteConfig) -> Limits:
@@ -379,23 +455,40 @@ def parse_settings(data: Any, source: str, env: dict[str, str] | None = None) ->
         if any(e["type"] != "too_short" for e in errors):
             errors = [e for e in errors if e["type"] != "too_short"]
         lines = []
-        for err in errors:
-            # Model-level validators report at the model's path with a "Value error, " prefix.
-            msg = err["msg"].removeprefix("Value error, ")
-            if err["type"] == "extra_forbidden":
-                msg = "unknown key"
-            lines.append(f"{source}: {_key_path(err['loc'])}: {msg}")
+        lines = [f"{source}: {_key_path(loc)}: {msg}" for loc, msg in map(_explained, errors)]
         raise ConfigError("\n".join(lines)) from None
 
 
+def _explained(err: ErrorDetails) -> tuple[tuple[int | str, ...], str]:
+    """The key path and message of one validation error, in the terms of the YAML file."""
+    loc, kind = err["loc"], err["type"]
+    # Model-level validators report at the model's path with a "Value error, " prefix.
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind == "config_key":  # see _refusal
+        loc = (*loc, str(err.get("ctx", {})["key"]))
+    elif kind == "extra_forbidden":
+        msg = "unknown key"
+    elif kind == "missing" and loc == ("routes",):
+        msg = "required: list at least one route (the demo runs only when no --config is given)"
+    elif kind in ("tuple_type", "list_type"):
+        # Never the value itself: after ${VAR} substitution it may hold a secret.
+        msg = "a list is expected"
+        if loc[-1:] == ("command",):
+            msg += " (program and arguments, e.g. [python, -m, server])"
+        if isinstance(err["input"], str):
+            msg += ", not a single string"
+    return loc, msg
+
+
 def load_settings(path: str | Path | None) -> Settings:
-    """Load settings from a YAML file, or the built-in defaults when `path` is None.
+    """Load settings from a YAML file, or, when `path` is None, the built-in defaults, which
+    serve the bundled demo (the same as config/gateway.yaml).
 
     Raises:
         ConfigError: unreadable file, bad YAML or invalid settings.
     """
     if path is None:
-        return Settings()
+        return Settings(routes=(_demo_route(),))
     try:
         text = Path(path).read_text(encoding="utf-8")
     except OSError as exc:
@@ -403,5 +496,19 @@ def load_settings(path: str | Path | None) -> Settings:
     try:
         data = yaml.safe_load(text)
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     return parse_settings(data, str(path))
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    # PyYAML's own text quotes the offending line, which may hold a secret: keep the positions.
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return type(exc).__name__
+
+    def at(mark: yaml.Mark | None) -> str:
+        return "" if mark is None else f"line {mark.line + 1}, column {mark.column + 1}"
+
+    text = ": ".join(p for p in (at(exc.problem_mark), exc.problem or "syntax error") if p)
+    if exc.context:
+        text += f" ({exc.context}{' at ' + at(exc.context_mark) if exc.context_mark else ''})"
+    return text

@@ -17,9 +17,10 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from gateway.auth import Authenticator, AuthError, Principal
-from gateway.config import parse_settings
+from gateway.config import Settings, parse_settings
 
 SECRET = "a-test-secret-that-is-at-least-32-bytes-long"
+ROUTES = [{"name": "r", "upstream": {"transport": "sse", "url": "http://127.0.0.1:9/sse"}}]
 ISSUER = "https://issuer.test"
 AUDIENCE = "gateway"
 OPS_KEY_AUTH: dict[str, Any] = {
@@ -37,11 +38,16 @@ HS256_AUTH: dict[str, Any] = {
 }
 
 
-def _authenticator(auth: dict[str, Any], env: dict[str, str] | None = None) -> Authenticator:
-    settings = parse_settings(
-        {"auth": auth}, "test", env={"JWT_SECRET": SECRET, "OPS_KEY": "key", **(env or {})}
+def _settings(auth: dict[str, Any], env: dict[str, str] | None = None) -> Settings:
+    return parse_settings(
+        {"auth": auth, "routes": ROUTES},
+        "test",
+        env={"JWT_SECRET": SECRET, "OPS_KEY": "key", **(env or {})},
     )
-    return Authenticator(settings.auth)
+
+
+def _authenticator(auth: dict[str, Any], env: dict[str, str] | None = None) -> Authenticator:
+    return Authenticator(_settings(auth, env).auth)
 
 
 def _claims(**changes: Any) -> dict[str, Any]:
@@ -221,7 +227,7 @@ async def test_custom_principal_claim_names_the_caller() -> None:
 
 
 def test_short_hs256_secret_is_refused_at_start() -> None:
-    settings = parse_settings({"auth": HS256_AUTH}, "test", env={"JWT_SECRET": "short"})
+    settings = _settings(HS256_AUTH, env={"JWT_SECRET": "short"})
 
     with pytest.raises(ValueError, match=r"jwt\.secret_env: .*JWT_SECRET"):
         Authenticator(settings.auth)
@@ -254,14 +260,15 @@ async def test_rs256_token_signed_with_another_key_is_rejected(tmp_path: Path) -
 
 
 async def test_hs256_token_signed_with_the_public_key_is_rejected(tmp_path: Path) -> None:
-    pem_file = _pem(_rsa_key(), tmp_path / "rsa.pem")
-    auth = _asymmetric_auth(["RS256"], public_key_file=pem_file)
+    key = _rsa_key()
+    auth = _asymmetric_auth(["RS256"], public_key_file=_pem(key, tmp_path / "rsa.pem"))
+    pem = key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
     # PyJWT refuses to sign with a PEM as HMAC secret, so the attacker's token is built by hand.
     signing_input = (
         f"{_b64(json.dumps({'alg': 'HS256', 'typ': 'JWT'}).encode())}."
         f"{_b64(json.dumps(_claims()).encode())}"
     )
-    mac = hmac.new(Path(pem_file).read_bytes(), signing_input.encode(), hashlib.sha256)
+    mac = hmac.new(pem, signing_input.encode(), hashlib.sha256)
     token = f"{signing_input}.{_b64(mac.digest())}"
 
     assert await _reason(auth, f"Bearer {token}") == "algorithm not allowed"

@@ -11,9 +11,18 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gateway.config import ConfigError, Settings, load_settings, parse_settings, route_limits
+from gateway.config import (
+    ConfigError,
+    JwtConfig,
+    load_settings,
+    parse_settings,
+    route_auth,
+    route_limits,
+)
 
 from .conftest import ROOT
+
+ROUTES = [{"name": "r", "upstream": {"transport": "sse", "url": "http://127.0.0.1:9/sse"}}]
 
 
 def _keys(model: BaseModel, prefix: str = "") -> set[str]:
@@ -31,8 +40,9 @@ def _keys(model: BaseModel, prefix: str = "") -> set[str]:
 def test_shipped_config_is_exactly_the_built_in_default_and_lists_every_key() -> None:
     # `mcp-task-gateway` without --config runs these defaults; the file documents them.
     path = ROOT / "config" / "gateway.yaml"
-    assert load_settings(path) == Settings()
-    assert load_settings(None).listen.host == "127.0.0.1"
+    default = load_settings(None)
+    assert load_settings(path) == default
+    assert default.listen.host == "127.0.0.1"
     written = yaml.safe_load(path.read_text())
 
     def listed(data: object, prefix: str = "") -> set[str]:
@@ -46,7 +56,10 @@ def test_shipped_config_is_exactly_the_built_in_default_and_lists_every_key() ->
             out |= listed(value, f"{prefix}{key}.")
         return out
 
-    assert _keys(Settings()) <= listed(written)
+    assert _keys(default) <= listed(written)
+    # `jwt` is null by default, so its keys are documented in the comments beside it.
+    auth_section = path.read_text().split("\nauth:", 1)[1].split("\nlimits:", 1)[0]
+    assert {key for key in JwtConfig.model_fields if f"{key}:" not in auth_section} == set()
 
 
 def test_env_references_are_resolved(tmp_path: Path) -> None:
@@ -149,18 +162,19 @@ def test_route_limits_override_the_global_ones_and_null_inherits() -> None:
 
 def test_secrets_named_by_env_are_resolved_at_load_and_a_missing_one_names_the_key() -> None:
     keys = {"mode": "api_keys", "api_keys": [{"principal": "bob", "key_env": "BOB_KEY"}]}
-    loaded = parse_settings({"auth": keys}, "f.yaml", env={"BOB_KEY": "k"})
+    loaded = parse_settings({"auth": keys, "routes": ROUTES}, "f.yaml", env={"BOB_KEY": "k"})
     assert loaded.auth.api_keys[0].digest == hashlib.sha256(b"k").digest()
     with pytest.raises(
         ConfigError, match=r"f.yaml: auth.api_keys\[0\]: environment variable BOB_KEY"
     ):
-        parse_settings({"auth": keys}, "f.yaml", env={})
+        parse_settings({"auth": keys, "routes": ROUTES}, "f.yaml", env={})
 
 
 def test_cli_names_a_missing_key_file_and_exits_before_listening(tmp_path: Path) -> None:
     config = tmp_path / "gateway.yaml"
     config.write_text(
-        "auth:\n  mode: jwt\n  jwt: {algorithms: [RS256], public_key_file: /nonexistent/key.pem}\n"
+        "auth:\n  mode: jwt\n  jwt: {algorithms: [RS256], public_key_file: /nonexistent/key.pem,"
+        " audience: gw}\nroutes: [{name: r, upstream: {transport: sse, url: 'http://127.0.0.1:9/sse'}}]\n"
     )
     run = subprocess.run(
         [sys.executable, "-m", "gateway", "--config", str(config)],
@@ -172,3 +186,313 @@ def test_cli_names_a_missing_key_file_and_exits_before_listening(tmp_path: Path)
     assert run.returncode == 2
     assert "/nonexistent/key.pem" in run.stderr and "public_key_file" in run.stderr
     assert "Running on" not in run.stderr
+
+
+# -- auth: the mode an auth section means
+
+KEYS = [{"principal": "bob", "key_env": "BOB_KEY"}]
+JWT = {"secret_env": "JWT_SECRET", "audience": "gateway"}
+AUTH_ENV = {"BOB_KEY": "k", "JWT_SECRET": "s" * 32}
+
+
+def _route(auth: object = None) -> dict[str, object]:
+    route: dict[str, object] = {"name": "r", "upstream": ROUTES[0]["upstream"]}
+    if auth is not None:
+        route["auth"] = auth
+    return route
+
+
+@pytest.mark.parametrize(
+    ("top", "route", "modes"),
+    [
+        ({"api_keys": KEYS}, None, ("api_keys", "api_keys")),
+        ({"jwt": JWT}, None, ("jwt", "jwt")),
+        ({"mode": "api_keys", "api_keys": KEYS}, None, ("api_keys", "api_keys")),
+        ({"mode": "jwt", "jwt": JWT}, None, ("jwt", "jwt")),
+        ({}, None, ("none", "none")),
+        ({"mode": "none"}, None, ("none", "none")),
+        ({"mode": "none", "api_keys": [], "jwt": None}, None, ("none", "none")),
+        ({"list_tasks_without_auth": True}, None, ("none", "none")),
+        # A route's section without mode: its own credentials decide, else it keeps the top's.
+        ({"api_keys": KEYS}, {"jwt": JWT}, ("api_keys", "jwt")),
+        ({"jwt": JWT}, {"api_keys": KEYS}, ("jwt", "api_keys")),
+        ({"api_keys": KEYS}, {}, ("api_keys", "api_keys")),
+        ({"api_keys": KEYS}, {"list_tasks_without_auth": True}, ("api_keys", "api_keys")),
+        ({"jwt": JWT}, {"list_tasks_without_auth": True}, ("jwt", "jwt")),
+        # Opening a route takes `mode: none`, said on the route.
+        ({"api_keys": KEYS}, {"mode": "none"}, ("api_keys", "none")),
+        ({}, {"api_keys": KEYS}, ("none", "api_keys")),
+        ({}, {"mode": "jwt", "jwt": JWT}, ("none", "jwt")),
+    ],
+    ids=[
+        "api-keys-without-mode",
+        "jwt-without-mode",
+        "api-keys",
+        "jwt",
+        "empty",
+        "none",
+        "none-with-empty-credentials",
+        "list-tasks-only",
+        "route-jwt-without-mode",
+        "route-api-keys-without-mode",
+        "route-empty-keeps-top",
+        "route-list-tasks-keeps-top-keys",
+        "route-list-tasks-keeps-top-jwt",
+        "route-opened-explicitly",
+        "route-closed-under-open-top",
+        "route-jwt-under-open-top",
+    ],
+)
+def test_accepted_auth_shapes_and_the_mode_each_means(
+    top: dict[str, object], route: dict[str, object] | None, modes: tuple[str, str]
+) -> None:
+    settings = parse_settings({"auth": top, "routes": [_route(route)]}, "f.yaml", env=AUTH_ENV)
+
+    assert (settings.auth.mode, route_auth(settings, settings.routes[0]).mode) == modes
+
+
+def test_a_route_section_without_mode_or_credentials_keeps_its_other_keys() -> None:
+    settings = parse_settings(
+        {"routes": [_route({"list_tasks_without_auth": True}), _route({}) | {"name": "s"}]},
+        "f.yaml",
+        env=AUTH_ENV,
+    )
+    listing, empty = (route_auth(settings, route) for route in settings.routes)
+
+    assert (listing.mode, listing.list_tasks_without_auth) == ("none", True)
+    assert empty == settings.auth
+
+
+@pytest.mark.parametrize(
+    ("top", "route", "expected"),
+    [
+        (
+            {"api_keys": KEYS, "jwt": JWT},
+            None,
+            "f.yaml: auth: `api_keys` and `jwt` are both written",
+        ),
+        (
+            {"mode": "jwt", "api_keys": KEYS, "jwt": JWT},
+            None,
+            "f.yaml: auth: `api_keys` and `jwt` are both written",
+        ),
+        (
+            {"mode": "none", "api_keys": KEYS},
+            None,
+            "f.yaml: auth.api_keys: written, but `mode: none` turns authentication off",
+        ),
+        (
+            {"mode": "none", "jwt": JWT},
+            None,
+            "f.yaml: auth.jwt: written, but `mode: none` turns authentication off",
+        ),
+        ({"mode": "api_keys"}, None, "f.yaml: auth.api_keys: mode api_keys needs"),
+        ({"mode": "jwt"}, None, "f.yaml: auth.jwt: mode jwt needs this section"),
+        ({"mode": "jwt", "jwt": None}, None, "f.yaml: auth.jwt: mode jwt needs this section"),
+        ({"mode": "basic"}, None, "f.yaml: auth.mode:"),
+        (
+            {"api_keys": KEYS},
+            {"mode": "none", "api_keys": KEYS},
+            "f.yaml: routes[0].auth.api_keys: written, but `mode: none`",
+        ),
+        (
+            {"api_keys": KEYS},
+            {"api_keys": KEYS, "jwt": JWT},
+            "f.yaml: routes[0].auth: `api_keys` and `jwt` are both written",
+        ),
+        ({}, {"mode": "api_keys"}, "f.yaml: routes[0].auth.api_keys: mode api_keys needs"),
+    ],
+    ids=[
+        "both-without-mode",
+        "both-with-mode",
+        "none-with-api-keys",
+        "none-with-jwt",
+        "api-keys-mode-without-keys",
+        "jwt-mode-without-jwt",
+        "jwt-mode-with-null-jwt",
+        "unknown-mode",
+        "route-none-with-api-keys",
+        "route-both",
+        "route-api-keys-mode-without-keys",
+    ],
+)
+def test_refused_auth_shapes_name_the_file_and_the_key(
+    top: dict[str, object], route: dict[str, object] | None, expected: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_settings({"auth": top, "routes": [_route(route)]}, "f.yaml", env=AUTH_ENV)
+
+    assert expected in str(raised.value)
+
+
+# -- auth.jwt: audience and key sources
+
+
+@pytest.mark.parametrize(
+    "jwt",
+    [
+        JWT,
+        {"secret_env": "JWT_SECRET", "verify_audience": False},
+        {"algorithms": ["RS256"], "audience": "gw", "jwks_url": "https://id.example.com/jwks"},
+        {"algorithms": ["ES256"], "audience": "gw", "jwks_url": "http://127.0.0.1:9/jwks.json"},
+        {"algorithms": ["RS256"], "audience": "gw", "jwks_file": "/etc/jwks.json"},
+        {"algorithms": ["RS256"], "audience": "gw", "public_key_file": "/etc/key.pem"},
+    ],
+    ids=["audience", "audience-check-off", "jwks-url-https", "jwks-url-http", "jwks-file", "pem"],
+)
+def test_accepted_jwt_sections(jwt: dict[str, object]) -> None:
+    settings = parse_settings({"auth": {"jwt": jwt}, "routes": ROUTES}, "f.yaml", env=AUTH_ENV)
+
+    assert settings.auth.jwt is not None and settings.auth.mode == "jwt"
+
+
+@pytest.mark.parametrize(
+    ("jwt", "expected"),
+    [
+        ({"secret_env": "JWT_SECRET"}, "f.yaml: auth.jwt.audience: required"),
+        (
+            {"secret_env": "JWT_SECRET", "audience": "gw", "verify_audience": False},
+            "f.yaml: auth.jwt.verify_audience: false, but `audience` is set",
+        ),
+        (
+            {"algorithms": ["RS256"], "audience": "gw", "jwks_url": "file:///etc/jwks.json"},
+            "f.yaml: auth.jwt.jwks_url: must be an http:// or https:// URL",
+        ),
+        (
+            {"algorithms": ["RS256"], "audience": "gw", "jwks_url": "https:///jwks"},
+            "f.yaml: auth.jwt.jwks_url: must be an http:// or https:// URL",
+        ),
+        (
+            {"algorithms": ["RS256"], "audience": "gw"},
+            "f.yaml: auth.jwt: RS256/ES256 need exactly one of",
+        ),
+        (
+            {
+                "algorithms": ["RS256"],
+                "audience": "gw",
+                "jwks_url": "https://id.example.com/jwks",
+                "jwks_file": "/etc/jwks.json",
+            },
+            "f.yaml: auth.jwt: RS256/ES256 need exactly one of",
+        ),
+        (
+            {**JWT, "jwks_url": "https://id.example.com/jwks"},
+            "f.yaml: auth.jwt.jwks_url: is for RS256/ES256; HS256 uses `secret_env`",
+        ),
+        (
+            {
+                "algorithms": ["RS256"],
+                "audience": "gw",
+                "jwks_url": "https://x/j",
+                "jwks_cache_seconds": 0,
+            },
+            "f.yaml: auth.jwt.jwks_cache_seconds:",
+        ),
+    ],
+    ids=[
+        "no-audience",
+        "audience-and-check-off",
+        "jwks-url-file-scheme",
+        "jwks-url-no-host",
+        "no-key-source",
+        "two-key-sources",
+        "hs256-with-jwks-url",
+        "zero-cache",
+    ],
+)
+def test_refused_jwt_sections_name_the_key(jwt: dict[str, object], expected: str) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_settings({"auth": {"jwt": jwt}, "routes": ROUTES}, "f.yaml", env=AUTH_ENV)
+
+    assert expected in str(raised.value)
+
+
+# -- start-up: routes, YAML, lists
+
+
+def test_only_a_run_without_config_serves_the_demo(tmp_path: Path) -> None:
+    commented_out = tmp_path / "gateway.yaml"
+    commented_out.write_text("listen: {port: 8080}\n# routes:\n#   - name: mine\n")
+    empty = tmp_path / "empty.yaml"
+    empty.write_text("")
+
+    assert [route.name for route in load_settings(None).routes] == ["demo"]
+    for path in (commented_out, empty):
+        with pytest.raises(ConfigError) as raised:
+            load_settings(path)
+        assert str(raised.value) == (
+            f"{path}: routes: required: list at least one route "
+            "(the demo runs only when no --config is given)"
+        )
+
+
+def test_a_nested_mis_indented_routes_key_is_refused_not_ignored() -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_settings({"listen": {"port": 8080, "routes": ROUTES}}, "f.yaml", env={})
+
+    assert "f.yaml: listen.routes: unknown key" in str(raised.value)
+    assert "f.yaml: routes: required" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    [
+        (
+            "listen:\n  host: [unclosed\nroutes: []\n",
+            "line 3, column 7: expected ',' or ']', but got ':' "
+            "(while parsing a flow sequence at line 2, column 9)",
+        ),
+        (
+            "listen:\n\thost: x\n",
+            "line 2, column 1: found character '\\t' that cannot start any token",
+        ),
+        ("routes: *nowhere\n", "line 1, column 9: found undefined alias 'nowhere'"),
+    ],
+    ids=["unclosed-list", "tab", "undefined-alias"],
+)
+def test_yaml_syntax_errors_name_the_file_line_and_column(
+    tmp_path: Path, text: str, expected: str
+) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text(text)
+
+    with pytest.raises(ConfigError) as raised:
+        load_settings(path)
+
+    assert str(raised.value).startswith(f"{path}: not valid YAML: {expected}")
+
+
+def test_yaml_errors_do_not_quote_the_offending_line(tmp_path: Path) -> None:
+    path = tmp_path / "gateway.yaml"
+    path.write_text("routes:\n  headers: {Authorization: Bearer sk-live-secret, [\n")
+
+    with pytest.raises(ConfigError) as raised:
+        load_settings(path)
+
+    assert "sk-live-secret" not in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("upstream", "expected"),
+    [
+        (
+            {"transport": "stdio", "command": "python -m server --token ${TOKEN}"},
+            "f.yaml: routes[0].upstream.command: a list is expected "
+            "(program and arguments, e.g. [python, -m, server]), not a single string",
+        ),
+        (
+            {"transport": "sse", "url": "http://x/sse", "forward_headers": "Authorization"},
+            "f.yaml: routes[0].upstream.forward_headers: a list is expected, not a single string",
+        ),
+    ],
+    ids=["command", "forward-headers"],
+)
+def test_a_string_where_a_list_belongs_says_a_list_is_expected(
+    upstream: dict[str, object], expected: str
+) -> None:
+    with pytest.raises(ConfigError) as raised:
+        parse_settings(
+            {"routes": [{"name": "a", "upstream": upstream}]}, "f.yaml", env={"TOKEN": "s3cret"}
+        )
+
+    assert str(raised.value) == expected  # and never the value: it may hold a secret
