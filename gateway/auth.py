@@ -5,14 +5,24 @@ start-up instead of failing every request. `authenticate()` runs on every reques
 key is hashed once and compared in constant time with every configured digest. A JWT is
 verified by PyJWT with the configured algorithms only. Failures raise `AuthError`, whose
 reason is safe to log and to return because it never contains the credential.
+
+A JWK set at `jwks_url` is the one thing fetched at request time: PyJWKClient fetches and
+caches it with blocking I/O, so it runs in a worker thread, one fetch at a time, and at most
+once per cooldown for unknown key ids or after a failure. While the set cannot be fetched,
+requests that need it get `IdentityProviderUnavailable` (503), not a 401: their tokens may
+be fine, and a 401 would send well-behaved clients back to the identity provider.
 """
 
 from __future__ import annotations
 
+import asyncio
 import hashlib
 import hmac
 import json
+import logging
+import math
 import re
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
@@ -27,6 +37,9 @@ from jwt.types import JWKDict, Options
 from pydantic import BaseModel, ConfigDict
 
 from .config import AuthConfig, JwtConfig
+from .errors import INTERNAL_ERROR, GatewayError
+
+log = logging.getLogger(__name__)
 
 # RFC 6750's credentials are ASCII. Refusing anything else (and whitespace) here means the
 # token always encodes, and non-ASCII letters cannot case-fold into "Bearer".
@@ -51,6 +64,9 @@ _REASONS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
 #: The reason for a request that carried no credentials at all (it gets a bare challenge).
 MISSING_TOKEN = "missing bearer token"
 
+#: One JWKS fetch may take this long; the requests that need it wait as long at most.
+_JWKS_TIMEOUT_SECONDS = 5.0
+
 
 class Principal(BaseModel):
     """An authenticated caller, and how it proved who it is."""
@@ -68,6 +84,14 @@ class AuthError(Exception):
     def __init__(self, reason: str) -> None:
         super().__init__(reason)
         self.reason = reason
+
+
+class IdentityProviderUnavailable(GatewayError):
+    """The `jwks_url` key set cannot be fetched now, so the token cannot be checked (503 with
+    Retry-After). The message names neither the URL nor the error: those are logged."""
+
+    code = INTERNAL_ERROR
+    http_status = 503
 
 
 class Authenticator:
@@ -99,12 +123,13 @@ class Authenticator:
 
         Raises:
             AuthError: the credentials are missing or were not accepted.
+            IdentityProviderUnavailable: `jwks_url` is needed but cannot be fetched.
         """
         if self._mode == "none":
             return None
         token = _bearer_token(authorization)
         if self._jwt is not None:
-            return Principal(name=self._jwt.verify(token), method="jwt")
+            return Principal(name=await self._jwt.verify(token), method="jwt")
         return self._match_api_key(token)
 
     def _match_api_key(self, token: str) -> Principal:
@@ -127,13 +152,14 @@ class _JwtVerifier:
         self._algorithms = list(config.algorithms)
         self._options: Options = {
             "require": ["exp", config.principal_claim],
-            # Without an audience PyJWT would refuse every token that has an `aud`; check it
-            # only when one is configured.
-            "verify_aud": config.audience is not None,
+            # Off only by an explicit `verify_audience: false` (config requires `audience`
+            # otherwise); without an audience PyJWT would refuse every token that has an `aud`.
+            "verify_aud": config.verify_audience,
         }
         self._key: str | jwt.PyJWK | None = None  # HS256 secret or PEM key: used for every token
         self._by_kid: dict[str, jwt.PyJWK] = {}
         self._sole: jwt.PyJWK | None = None  # the JWKS key that kid-less tokens may use
+        self._remote: _RemoteKeys | None = None
         if "HS256" in config.algorithms:  # config forbids mixing it with RS256/ES256
             if len(config.secret.encode()) < _MIN_HS256_SECRET_BYTES:
                 raise ValueError(
@@ -143,21 +169,29 @@ class _JwtVerifier:
             self._key = config.secret
         elif config.public_key_file is not None:
             self._key = _load_pem(config.public_key_file, self._algorithms)
+        elif config.jwks_url is not None:
+            self._remote = _RemoteKeys(config.jwks_url, config)
         else:
             assert config.jwks_file is not None  # JwtConfig's validator guarantees one of them
             keys = _load_jwks(config.jwks_file, self._algorithms)
             self._by_kid = {key.key_id: key for key in keys if key.key_id is not None}
             self._sole = keys[0] if len(keys) == 1 else None
 
-    def verify(self, token: str) -> str:
+    async def verify(self, token: str) -> str:
         """Return the principal claim of a valid token.
 
         Raises:
             AuthError: the token is malformed, not valid now, or not signed by our key.
+            IdentityProviderUnavailable: the `jwks_url` key set is needed and cannot be fetched.
         """
         claim = self._config.principal_claim
         try:
-            key = self._key if self._key is not None else self._key_from_set(token)
+            if self._key is not None:
+                key = self._key
+            elif self._remote is not None:
+                key = await self._remote.key(jwt.get_unverified_header(token).get("kid"))
+            else:
+                key = self._key_from_set(token)
             claims = jwt.decode(
                 token,
                 key,
@@ -188,6 +222,106 @@ class _JwtVerifier:
         if key is None:
             raise AuthError("unknown key id")
         return key
+
+
+class _RemoteKeys:
+    """The JWK set at `jwks_url`, fetched and cached by PyJWKClient. Its fetches block, so they
+    run in a worker thread, one at a time; a key already in its cache is found on the loop."""
+
+    def __init__(self, url: str, config: JwtConfig) -> None:
+        self._url = url
+        self._algorithms = config.algorithms
+        # cooldown_duration: an unknown kid forces a refetch at most once per cooldown.
+        self._client = jwt.PyJWKClient(
+            url,
+            lifespan=config.jwks_cache_seconds,
+            cooldown_duration=config.jwks_cooldown_seconds,
+            timeout=_JWKS_TIMEOUT_SECONDS,
+        )
+        self._cooldown = config.jwks_cooldown_seconds
+        self._lock = asyncio.Lock()
+        self._retry_at = 0.0  # time.monotonic() before which a failed fetch is not retried
+        self._failing = False  # the outage is logged once, when it starts
+        self._warned: set[str] = set()  # kids of unusable keys, each logged once
+
+    async def key(self, kid: object) -> jwt.PyJWK:
+        """The key the token's `kid` names, fetching the set when it is not cached.
+
+        Raises:
+            AuthError: no kid, or none of the set's keys has it, or that key is unusable.
+            IdentityProviderUnavailable: the set was needed and cannot be fetched.
+        """
+        if not isinstance(kid, str):
+            raise AuthError("token has no key id")
+        key = self._cached(kid)
+        if key is None:
+            async with self._lock:  # one fetch at a time; who waited may find it cached
+                key = self._cached(kid) or await self._fetch(kid)
+        try:
+            return _checked(key, f"jwt.jwks_url: {self._url}")
+        except ValueError as exc:
+            if kid not in self._warned:
+                self._warned.add(kid)
+                log.warning("key %r: %s", kid, exc)
+            raise AuthError("unknown key id") from None
+
+    def _cached(self, kid: str) -> jwt.PyJWK | None:
+        cache = self._client.jwk_set_cache
+        key_set = cache.get() if cache is not None else None  # None once the lifespan is over
+        if key_set is None:
+            return None
+        # The keys PyJWKClient.get_signing_key would choose from.
+        return next(
+            (k for k in key_set.keys if k.key_id == kid and k.public_key_use in ("sig", None)),
+            None,
+        )
+
+    async def _fetch(self, kid: str) -> jwt.PyJWK:
+        wait = self._retry_at - time.monotonic()
+        if wait > 0:
+            raise self._unavailable(wait)
+        try:
+            key = await asyncio.to_thread(self._client.get_signing_key, kid)
+        except jwt.PyJWKClientConnectionError as exc:
+            raise self._failed(exc) from None
+        except jwt.PyJWKClientError as exc:
+            if self._cached_set_is_fresh():  # the set came; the kid is not in it
+                self._recovered()
+                raise AuthError("unknown key id") from None
+            raise self._failed(exc) from None  # the answer was not a JWK set
+        except (jwt.PyJWKSetError, ValueError) as exc:  # not JSON, or no usable key in it
+            raise self._failed(exc) from None
+        self._recovered()
+        return key
+
+    def _cached_set_is_fresh(self) -> bool:
+        cache = self._client.jwk_set_cache
+        return cache is not None and cache.get() is not None
+
+    def _failed(self, exc: Exception) -> IdentityProviderUnavailable:
+        self._retry_at = time.monotonic() + self._cooldown
+        if not self._failing:
+            self._failing = True
+            log.warning(
+                "jwt.jwks_url %s: cannot fetch the key set (%s); tokens that need it get 503 "
+                "until a fetch succeeds (retried at most every %gs)",
+                self._url,
+                exc,
+                self._cooldown,
+            )
+        return self._unavailable(self._cooldown)
+
+    def _recovered(self) -> None:
+        if self._failing:
+            self._failing = False
+            log.warning("jwt.jwks_url %s: the key set can be fetched again", self._url)
+
+    @staticmethod
+    def _unavailable(wait: float) -> IdentityProviderUnavailable:
+        return IdentityProviderUnavailable(
+            "identity provider unavailable: try again later",
+            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+        )
 
 
 def _bearer_token(authorization: str | None) -> str:

@@ -226,6 +226,26 @@ async def test_custom_principal_claim_names_the_caller() -> None:
     assert await _reason(auth, f"Bearer {without_email}") == "token is missing claim email"
 
 
+async def test_with_verify_audience_false_a_token_for_any_audience_is_accepted() -> None:
+    auth = _authenticator({"jwt": {"secret_env": "JWT_SECRET", "verify_audience": False}})
+
+    for audience in ("someone-else", None):
+        token = jwt.encode(_claims(aud=audience), SECRET, algorithm="HS256")
+        assert await auth.authenticate(f"Bearer {token}") == Principal(name="alice", method="jwt")
+
+
+@pytest.mark.parametrize(
+    "auth",
+    [{"api_keys": OPS_KEY_AUTH["api_keys"]}, {"jwt": HS256_AUTH["jwt"]}],
+    ids=["keys", "jwt"],
+)
+async def test_credentials_written_without_mode_are_required(auth: dict[str, Any]) -> None:
+    authenticator = _authenticator(auth)
+
+    assert authenticator.required
+    assert await _reason(authenticator, None) == "missing bearer token"
+
+
 def test_short_hs256_secret_is_refused_at_start() -> None:
     settings = _settings(HS256_AUTH, env={"JWT_SECRET": "short"})
 
