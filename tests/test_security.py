@@ -302,6 +302,48 @@ async def test_a_request_without_credentials_gets_a_bare_bearer_challenge(
     assert 'error="invalid_token"' in detailed and "wrong" not in detailed
 
 
+async def test_auth_written_without_mode_is_enforced_and_only_mode_none_opens_a_route(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("JWT_SECRET", SECRET)
+    top = {
+        "api_keys": [
+            {"principal": "alice", "sha256": hashlib.sha256(ALICE_KEY.encode()).hexdigest()}
+        ]
+    }
+    jwt_only = {"jwt": {"secret_env": "JWT_SECRET", "issuer": ISSUER, "audience": AUDIENCE}}
+    routes = [
+        {"name": "inherits", "upstream": DEMO},
+        {"name": "empty", "upstream": DEMO, "auth": {}},
+        {"name": "listing", "upstream": DEMO, "auth": {"list_tasks_without_auth": True}},
+        {"name": "own-jwt", "upstream": DEMO, "auth": jwt_only},
+        {"name": "open", "upstream": DEMO, "auth": {"mode": "none"}},
+    ]
+    base = await start_gateway(routes, auth=top)
+    statuses: dict[str, tuple[int, int]] = {}
+    async with aiohttp.ClientSession() as http:
+        for route, credential in [
+            ("inherits", ALICE_KEY),
+            ("empty", ALICE_KEY),
+            ("listing", ALICE_KEY),
+            ("own-jwt", token("carol")),
+            ("open", "ignored"),
+        ]:
+            url = f"{base}/{route}/mcp"
+            async with http.post(url, json=INIT, headers=headers()) as without:
+                bare = without.status
+            auth = headers(Authorization=f"Bearer {credential}")
+            async with http.post(url, json=INIT, headers=auth) as with_credential:
+                statuses[route] = (bare, with_credential.status)
+    assert statuses == {
+        "inherits": (401, 200),
+        "empty": (401, 200),
+        "listing": (401, 200),
+        "own-jwt": (401, 200),
+        "open": (200, 200),
+    }
+
+
 async def test_active_task_limit_trips_and_recovers_when_a_task_ends(
     start_gateway: StartGateway, auth_routes: list[dict[str, Any]]
 ) -> None:
