@@ -3,20 +3,29 @@
 A `Transport` moves JSON-RPC messages; it knows nothing of ids or sessions. Whatever the
 upstream sends is handed to a `Sink` together with the id of the request whose stream it
 arrived on, when the transport can tell (Streamable HTTP can; stdio and HTTP+SSE cannot).
+What cannot be read goes to the sink as `Unreadable`, and the transport reads on.
 """
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
 from typing import Protocol
 
 from ..jsonrpc import Message, RequestId
+from . import unreadable
+from .unreadable import Unreadable
+
+log = logging.getLogger(__name__)
 
 
 class Sink(Protocol):
     def on_message(self, message: Message, related: RequestId | None) -> None: ...
 
     def on_lost(self, reason: str) -> None: ...
+
+    def on_unreadable(self, message: Unreadable) -> None:
+        """A message that could not be read; the call it answered must not wait for it."""
 
     def on_stream(self, related: RequestId, interrupted: bool) -> None:
         """The upstream answers `related` on an SSE stream, or closed that stream early.
@@ -41,6 +50,15 @@ class Transport(ABC):
     @abstractmethod
     async def send(self, message: Message) -> None:
         """Deliver one message. Raises UpstreamError subclasses."""
+
+    def _deliver(self, raw: bytes | str, source: str, broken: str | None = None) -> None:
+        """Hand the sink one message that is not tied to a request's stream."""
+        message = unreadable.read(raw, broken)
+        if isinstance(message, Unreadable):
+            log.warning("%s sent a message the gateway cannot read: %s", source, message)
+            self.sink.on_unreadable(message)
+        else:
+            self.sink.on_message(message, None)
 
     def initialized(self, protocol_version: str) -> None:  # noqa: B027 - optional hook
         """The MCP handshake finished; HTTP transports start sending the version header."""

@@ -16,9 +16,10 @@ from typing import Protocol
 
 from .. import jsonrpc
 from ..config import UpstreamConfig
-from ..errors import UpstreamTimeout, UpstreamUnavailable
+from ..errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from .base import Transport
 from .streamable_http import UpstreamSessionExpired
+from .unreadable import Unreadable
 
 log = logging.getLogger(__name__)
 
@@ -72,6 +73,23 @@ class UpstreamClient:
 
     def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
         self._listener.on_stream(related, interrupted)
+
+    def on_unreadable(self, message: Unreadable) -> None:
+        if message.answers is not None:
+            waiting = [self._pending.get(message.answers)]
+            error = f"the upstream sent an answer the gateway cannot read: {message.reason}"
+        elif message.is_answer:
+            # It answers one of them, but which cannot be told: none can rely on its answer.
+            waiting = list(self._pending.values())
+            error = (
+                f"the upstream sent an answer the gateway cannot read ({message.reason}) "
+                "without an id, so every call waiting on it fails"
+            )
+        else:
+            return
+        for future in waiting:
+            if future is not None and not future.done():
+                future.set_exception(UpstreamProtocolError(error))
 
     def on_lost(self, reason: str) -> None:
         log.warning("upstream lost: %s", reason)

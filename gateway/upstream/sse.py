@@ -16,7 +16,7 @@ import aiohttp
 from .. import jsonrpc
 from ..aio import TaskSet
 from ..config import UpstreamConfig
-from ..errors import InvalidRequest, ParseError, UpstreamTimeout, UpstreamUnavailable
+from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from . import sse_reader
 from .base import Sink, Transport
 
@@ -61,15 +61,15 @@ class SseTransport(Transport):
             ) as resp:
                 if resp.status != 200:
                     raise UpstreamUnavailable(f"the SSE upstream answered HTTP {resp.status}")
-                async for event in sse_reader.events(resp.content):
+                async for event in sse_reader.events(resp.content.iter_any()):
                     if event.event == "endpoint" and not endpoint_known.done():
+                        if event.broken is not None:
+                            raise UpstreamUnavailable(f"the SSE endpoint event: {event.broken}")
                         endpoint_known.set_result(self._resolve(event.data))
                     elif event.event == "message" and event.data:
-                        try:
-                            self.sink.on_message(jsonrpc.parse(event.data), None)
-                        except (ParseError, InvalidRequest) as exc:
-                            log.warning("SSE upstream sent an invalid event: %s", exc.message)
-        except UpstreamUnavailable as exc:
+                        self._deliver(event.data, "the SSE upstream", event.broken)
+        except UpstreamError as exc:
+            # Unavailable, or a line beyond the cap: the stream cannot go on past either.
             reason = exc.message
         except (aiohttp.ClientError, TimeoutError) as exc:
             reason = f"cannot reach the SSE upstream: {exc}"

@@ -1,11 +1,22 @@
-"""A minimal reader of text/event-stream bodies (WHATWG rules that MCP peers use)."""
+"""A minimal reader of text/event-stream bodies (WHATWG rules that MCP peers use).
+
+Lines end with CRLF, LF or a lone CR, as the spec allows. A line longer than `MAX_LINE_BYTES`
+ends the stream with UpstreamProtocolError, so an upstream that never sends a line end cannot
+grow the buffer without bound. An event whose bytes are not UTF-8 is still delivered, marked
+`broken`: the spec would replace them with U+FFFD, but a message altered that way must not
+pass as the upstream's own answer.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
-from aiohttp import StreamReader
+from ..errors import UpstreamProtocolError
+from .unreadable import MAX_LINE_BYTES
+
+_LINE_END = re.compile(rb"\r\n?|\n")
 
 
 @dataclass(slots=True)
@@ -14,37 +25,63 @@ class Event:
     data: str = ""
     id: str | None = None
     retry: int | None = None
+    #: Why the event cannot be trusted (its bytes were not UTF-8), if it cannot.
+    broken: str | None = None
 
 
-async def _lines(body: StreamReader) -> AsyncIterator[str]:
+def _too_long(limit: int) -> UpstreamProtocolError:
+    return UpstreamProtocolError(
+        f"the upstream sent an SSE line longer than {limit} bytes, the most the gateway takes"
+    )
+
+
+async def _lines(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:
     # Split chunks ourselves: aiohttp's readline caps line length, and one SSE data line
     # may carry a multi-megabyte tool result.
-    pending: list[bytes] = []
-    async for chunk in body.iter_any():
-        pending.append(chunk)
-        if b"\n" not in chunk:
+    pending = bytearray()
+    scan = 0  # where the search for the next line end resumes; earlier bytes hold none
+    skip_lf = False  # the last chunk ended in CR: an LF starting this one belongs to it
+    async for chunk in chunks:
+        if not chunk:
             continue
-        *complete, rest = b"".join(pending).split(b"\n")
-        pending = [rest]
-        for raw in complete:
-            yield raw.rstrip(b"\r").decode("utf-8")
-    rest = b"".join(pending)
-    if rest:
-        yield rest.rstrip(b"\r").decode("utf-8")
+        pending += chunk[1:] if skip_lf and chunk.startswith(b"\n") else chunk
+        start = 0
+        while (end := _LINE_END.search(pending, scan)) is not None:
+            if end.start() - start > limit:
+                raise _too_long(limit)
+            yield bytes(pending[start : end.start()])
+            start = scan = end.end()
+        # A CR ends its line at once (a server may wait after it), even if an LF may follow.
+        skip_lf = start == len(pending) > 0 and pending.endswith(b"\r")
+        del pending[:start]
+        scan = len(pending)
+        if scan > limit:
+            raise _too_long(limit)
+    # Anything left is a line without its end: an event cut off, never dispatched.
 
 
-async def events(body: StreamReader) -> AsyncIterator[Event]:
+async def events(chunks: AsyncIterable[bytes], limit: int = MAX_LINE_BYTES) -> AsyncIterator[Event]:
+    """The events of a stream read as `chunks` (an aiohttp body's `iter_any()`).
+
+    Raises:
+        UpstreamProtocolError: a line was longer than `limit` bytes.
+    """
     data: list[str] = []
     event = Event()
-    async for line in _lines(body):
-        if not line:
+    async for raw in _lines(chunks, limit):
+        if not raw:
             if data or event.id is not None or event.retry is not None:
                 event.data = "\n".join(data)
                 yield event
             data, event = [], Event()
             continue
-        if line.startswith(":"):
+        if raw.startswith(b":"):
             continue
+        try:
+            line = raw.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            line = raw.decode("utf-8", "replace")
+            event.broken = f"the SSE event is not valid UTF-8 ({exc.reason})"
         name, _, value = line.partition(":")
         value = value.removeprefix(" ")
         if name == "data":

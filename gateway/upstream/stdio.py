@@ -10,17 +10,49 @@ import asyncio
 import logging
 import os
 from asyncio.subprocess import PIPE, Process
+from collections.abc import AsyncIterator
 
 from .. import jsonrpc
 from ..aio import TaskSet
 from ..config import UpstreamConfig
-from ..errors import CapacityExceeded, InvalidRequest, ParseError, UpstreamUnavailable
+from ..errors import CapacityExceeded, UpstreamUnavailable
 from .base import Sink, Transport
+from .unreadable import MAX_LINE_BYTES, Unreadable, unreadable
 
 log = logging.getLogger(__name__)
 
-# Large enough for multi-megabyte tool results on one line.
-_LINE_LIMIT = 64 * 1024 * 1024
+
+async def _lines(stream: asyncio.StreamReader) -> AsyncIterator[bytes | Unreadable]:
+    """The child's output, line by line; a line over the limit is skipped to its end.
+
+    Skipping keeps the child usable: the next line starts a new message, as stdio framing
+    promises, so one over-long answer fails one call rather than the whole session.
+    """
+    while True:
+        try:
+            line = await stream.readuntil(b"\n")
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                yield exc.partial  # the output ended without a final newline
+            return
+        except asyncio.LimitOverrunError as exc:
+            head = await stream.readexactly(exc.consumed)
+            size = len(head) + await _skip_line(stream)
+            yield unreadable(head, f"a line longer than {MAX_LINE_BYTES} bytes", size)
+            continue
+        yield line
+
+
+async def _skip_line(stream: asyncio.StreamReader) -> int:
+    """Drops the rest of the current line, its newline included; returns how many bytes."""
+    skipped = 0
+    while True:
+        try:
+            return skipped + len(await stream.readuntil(b"\n"))
+        except asyncio.LimitOverrunError as exc:
+            skipped += len(await stream.readexactly(exc.consumed))
+        except asyncio.IncompleteReadError as exc:
+            return skipped + len(exc.partial)
 
 
 class ChildSlots:
@@ -70,7 +102,7 @@ class StdioTransport(Transport):
                 stderr=PIPE,
                 env=env,
                 cwd=self._config.cwd,
-                limit=_LINE_LIMIT,
+                limit=MAX_LINE_BYTES,
             )
         except OSError as exc:
             self._release_slot()
@@ -83,22 +115,16 @@ class StdioTransport(Transport):
 
     async def _read_stdout(self, proc: Process) -> None:
         assert proc.stdout is not None
+        source = f"route {self._slots.route}: the stdio child"
         try:
-            while line := await proc.stdout.readline():
-                if not line.strip():
-                    continue
-                try:
-                    message = jsonrpc.parse(line)
-                except (ParseError, InvalidRequest) as exc:
-                    log.warning(
-                        "route %s: stdio child wrote a non-MCP line: %s",
-                        self._slots.route,
-                        exc.message,
-                    )
-                    continue
-                self.sink.on_message(message, None)
-        except (ValueError, ConnectionError) as exc:
-            log.warning("route %s: stdio child output unreadable: %s", self._slots.route, exc)
+            async for line in _lines(proc.stdout):
+                if isinstance(line, Unreadable):
+                    log.warning("%s wrote a line the gateway cannot read: %s", source, line)
+                    self.sink.on_unreadable(line)
+                elif line.strip():
+                    self._deliver(line, source)
+        except ConnectionError as exc:
+            log.warning("%s: its output is unreadable: %s", source, exc)
         code = await proc.wait()
         self._release_slot()
         self._proc = None
@@ -107,13 +133,9 @@ class StdioTransport(Transport):
 
     async def _read_stderr(self, proc: Process) -> None:
         assert proc.stderr is not None
-        while line := await proc.stderr.readline():
-            log.info(
-                "route %s [pid %d] %s",
-                self._slots.route,
-                proc.pid,
-                line.decode(errors="replace").rstrip(),
-            )
+        async for line in _lines(proc.stderr):
+            text = str(line) if isinstance(line, Unreadable) else line.decode(errors="replace")
+            log.info("route %s [pid %d] %s", self._slots.route, proc.pid, text.rstrip())
 
     async def send(self, message: jsonrpc.Message) -> None:
         proc = self._proc

@@ -23,7 +23,7 @@ from ..errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from . import sse_reader
+from . import sse_reader, unreadable
 from .base import Sink, Transport
 
 log = logging.getLogger(__name__)
@@ -154,17 +154,15 @@ class StreamableHttpTransport(Transport):
     ) -> tuple[str | None, int | None, bool]:
         last_id: str | None = None
         retry_ms: int | None = None
-        async for event in sse_reader.events(resp.content):
+        async for event in sse_reader.events(resp.content.iter_any()):
             last_id = event.id or last_id
             retry_ms = event.retry or retry_ms
             if event.event != "message" or not event.data:
                 continue
-            try:
-                message = jsonrpc.parse(event.data)
-            except (ParseError, InvalidRequest) as exc:
-                raise UpstreamProtocolError(
-                    f"the upstream sent an invalid event: {exc.message}"
-                ) from exc
+            message = unreadable.read(event.data, event.broken)
+            if isinstance(message, unreadable.Unreadable):
+                # Everything on this stream belongs to `related`, so that call fails now.
+                raise UpstreamProtocolError(f"the upstream sent an invalid event: {message.reason}")
             self.sink.on_message(message, related)
             if (
                 related is not None
@@ -191,21 +189,18 @@ class StreamableHttpTransport(Transport):
                         return  # the upstream offers no GET stream; that is allowed
                     if resp.status == 200:
                         delay = 1.0
-                        async for event in sse_reader.events(resp.content):
+                        async for event in sse_reader.events(resp.content.iter_any()):
                             last_id = event.id or last_id
                             if event.retry:
                                 delay = event.retry / 1000
                             if event.event == "message" and event.data:
-                                try:
-                                    self.sink.on_message(jsonrpc.parse(event.data), None)
-                                except (ParseError, InvalidRequest) as exc:
-                                    log.warning(
-                                        "upstream GET stream sent an invalid event: %s", exc.message
-                                    )
+                                self._deliver(event.data, "the upstream's GET stream", event.broken)
                     elif resp.status in (400, 404):
                         return
             except (aiohttp.ClientError, TimeoutError) as exc:
                 log.debug("upstream GET stream interrupted: %s", exc)
+            except UpstreamProtocolError as exc:
+                log.warning("upstream GET stream dropped, to be opened again: %s", exc.message)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
 
