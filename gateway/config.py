@@ -273,10 +273,19 @@ class SessionsConfig(_Section):
     idle_timeout_seconds: float = Field(3600.0, gt=0)
 
 
+#: What a stdio child inherits from the gateway's environment, when set: enough to find
+#: programs, a home, a locale, a time zone and a temporary directory; no secret.
+CHILD_ENV_ALLOWED = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"
+)  # fmt: skip
+
+
 class UpstreamConfig(_Section):
     transport: Literal["stdio", "streamable_http", "sse"]
     command: tuple[str, ...] | None = None
     env: dict[str, str] = Field(default_factory=dict)
+    #: Further variables a stdio child inherits from the gateway's environment, by name.
+    inherit_env: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], ...] = ()
     cwd: str | None = None
     max_children: int = Field(32, ge=1)
     url: str | None = None
@@ -285,6 +294,7 @@ class UpstreamConfig(_Section):
     forward_headers: tuple[str, ...] = ()
     connect_timeout_seconds: float = Field(10.0, gt=0)
     request_timeout_seconds: float | None = Field(300.0, gt=0)
+    _inherited: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @model_validator(mode="after")
     def _transport_fields(self) -> UpstreamConfig:
@@ -299,6 +309,20 @@ class UpstreamConfig(_Section):
             if self.command is not None:
                 raise ValueError("`command` is for stdio only")
         return self
+
+    @model_validator(mode="after")
+    def _read_inherited(self, info: ValidationInfo) -> UpstreamConfig:
+        if self.transport == "stdio":
+            # Read with the file, like ${VAR}; a section built in code (the default demo
+            # route) has no loading context and takes the process's environment.
+            env = (info.context or {}).get("env", os.environ)
+            names = (*CHILD_ENV_ALLOWED, *self.inherit_env)
+            self._inherited = {name: env[name] for name in names if name in env}
+        return self
+
+    def child_env(self) -> dict[str, str]:
+        """A stdio child's whole environment: the allowed part of the gateway's, then `env`."""
+        return {**self._inherited, **self.env}
 
     def argv(self) -> list[str]:
         """The child's command line; a bare `python` means the interpreter running us."""

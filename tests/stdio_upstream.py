@@ -1,4 +1,5 @@
-"""A stdio upstream for tests: the demo's tools plus `crash`, with knobs the demo lacks.
+"""A stdio upstream for tests: the demo's tools plus `crash`, `ask_twice` and `environment`,
+with knobs the demo lacks.
 
 `python tests/stdio_upstream.py [--only-version V] [--pid-dir DIR]`: speaks only protocol
 version V if given, and writes a file named after its pid into DIR so tests can watch the
@@ -7,6 +8,7 @@ real process come and go.
 
 import argparse
 import asyncio
+import json
 import os
 import sys
 from pathlib import Path
@@ -44,6 +46,10 @@ async def ask_twice(ctx: ToolContext, args: NoArgs) -> Message:
     return text_result(" ".join(names))
 
 
+async def environment(ctx: ToolContext, args: NoArgs) -> Message:
+    return text_result(json.dumps(dict(os.environ)))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--only-version")
@@ -56,6 +62,7 @@ def main() -> None:
         *DEMO_TOOLS,
         Tool("crash", "Exits the process mid-call.", NoArgs, _typed_crash),
         Tool("ask_twice", "Asks two questions at once.", NoArgs, ask_twice),
+        Tool("environment", "Returns the process's environment.", NoArgs, environment),
     )
     asyncio.run(serve_stdio(tools, versions))
 

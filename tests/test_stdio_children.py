@@ -1,9 +1,10 @@
-"""stdio upstreams: one child per session, a cap, the child ended with its session, and a
-child that dies mid-call."""
+"""stdio upstreams: one child per session, a cap, the child ended with its session, a child
+that dies mid-call, and the environment a child gets."""
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 from pathlib import Path
 
@@ -12,6 +13,7 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import McpError
 
+from gateway.config import CHILD_ENV_ALLOWED
 from gateway.errors import INTERNAL_ERROR
 
 from .conftest import ROOT, StartGateway, mcp_client
@@ -121,3 +123,31 @@ async def test_replacing_a_dead_child_beyond_the_cap_is_a_clear_error_not_a_hang
             result = await second.call_tool("echo", {"text": "has the slot"})
             block = result.content[0]
             assert isinstance(block, types.TextContent) and block.text == "has the slot"
+
+
+async def test_a_stdio_child_gets_only_the_allowed_environment_and_its_route_env(
+    start_gateway: StartGateway, pid_dir: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Secrets in the gateway's own environment (read by it or not) must stay in the gateway.
+    secrets = {
+        "TEST_JWT_SECRET": "j" * 40,
+        "TEST_API_KEY": "k" * 40,
+        "TEST_METRICS_TOKEN": "m" * 40,
+    }
+    for name, value in secrets.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("TEST_PROXY", "http://proxy.example:3128")
+    env = {"CHILD_MODE": "strict", "CHILD_KEY": "${TEST_API_KEY}"}
+    base = await start_gateway(
+        route(pid_dir, env=env, inherit_env=["TEST_PROXY"]),
+        metrics={"bearer_token_env": "TEST_METRICS_TOKEN"},
+    )
+    async with mcp_client(f"{base}/kids/mcp") as client:
+        block = (await client.call_tool("environment", {})).content[0]
+    assert isinstance(block, types.TextContent)
+    seen: dict[str, str] = json.loads(block.text)
+    assert not secrets.keys() & seen.keys()
+    assert seen["PATH"] == os.environ["PATH"]
+    assert seen["CHILD_MODE"] == "strict" and seen["CHILD_KEY"] == secrets["TEST_API_KEY"]
+    assert seen["TEST_PROXY"] == "http://proxy.example:3128"
+    assert seen.keys() <= {*CHILD_ENV_ALLOWED, *env, "TEST_PROXY"}

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from asyncio.subprocess import PIPE, Process
 from collections.abc import AsyncIterator
 
@@ -93,14 +92,13 @@ class StdioTransport(Transport):
     async def start(self) -> None:
         self._slots.acquire()
         self._holds_slot = True
-        env = {**os.environ, **self._config.env} if self._config.env else None
         try:
             self._proc = await asyncio.create_subprocess_exec(
                 *self._config.argv(),
                 stdin=PIPE,
                 stdout=PIPE,
                 stderr=PIPE,
-                env=env,
+                env=self._config.child_env(),
                 cwd=self._config.cwd,
                 limit=MAX_LINE_BYTES,
             )
