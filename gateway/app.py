@@ -29,7 +29,18 @@ from aiohttp import web
 
 from . import middleware
 from .config import Settings
-from .keys import METRICS, ROUTES, RUNNER, SESSIONS, SETTINGS, STORE, TASK_API
+from .health import Health
+from .keys import (
+    ALLOWED_HOSTS,
+    HEALTH,
+    METRICS,
+    ROUTES,
+    RUNNER,
+    SESSIONS,
+    SETTINGS,
+    STORE,
+    TASK_API,
+)
 from .metrics import Metrics
 from .models import utcnow
 from .notifier import Notifier
@@ -53,6 +64,7 @@ def create_app(settings: Settings) -> web.Application:
         + 1,
     )
     app[SETTINGS] = settings
+    app[ALLOWED_HOSTS] = middleware.allowed_hosts(settings.http, settings.listen.host)
     metrics = app[METRICS] = Metrics([route.name for route in settings.routes])
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.
     app[ROUTES] = {route.name: Route(settings, route, metrics) for route in settings.routes}
@@ -84,6 +96,7 @@ async def _components(app: web.Application) -> AsyncIterator[None]:
     await runner.recover()
     runner.start_sweeper(settings.store.sweep_interval_seconds)
     app[STORE] = store
+    app[HEALTH] = Health(store)
     app[RUNNER] = runner
     app[TASK_API] = TaskApi(store, runner, notifier, await store.secret(), clock=utcnow)
     app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)

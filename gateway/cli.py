@@ -8,9 +8,7 @@ import logging
 import socket
 import sys
 
-from aiohttp import web
-
-from . import __version__, audit
+from . import __version__, audit, logs, server
 from .app import create_app
 from .config import ConfigError, load_settings, route_auth
 
@@ -34,11 +32,18 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--host", help="override listen.host")
     parser.add_argument("--port", type=int, help="override listen.port")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
+    parser.add_argument(
+        "--debug-libraries",
+        action="store_true",
+        help="let third-party loggers (aiosqlite, aiohttp, asyncio) log below INFO too; "
+        "their DEBUG lines may show stored results and session ids",
+    )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=args.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    try:
+        logs.configure(args.log_level, args.debug_libraries)
+    except ValueError as exc:
+        parser.error(str(exc))
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
@@ -67,11 +72,8 @@ def main(argv: list[str] | None = None) -> None:
         logging.getLogger("gateway").info(
             "route %s at %s -> %s upstream", route.name, route.http_path, route.upstream.transport
         )
-    web.run_app(
-        app,
-        host=settings.listen.host,
-        port=settings.listen.port,
-        shutdown_timeout=settings.http.shutdown_grace_seconds,
-        access_log=None,
-        print=lambda msg: logging.getLogger("gateway").info(msg),
-    )
+    try:
+        server.run(app, settings.listen, settings.http)
+    except server.ListenError as exc:
+        print(f"mcp-task-gateway: {exc}", file=sys.stderr)
+        raise SystemExit(2) from None

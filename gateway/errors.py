@@ -10,6 +10,9 @@
     │   ├── NotAcceptable             (-32600, 406) Accept header lacks what we answer with
     │   ├── UnsupportedMediaType      (-32600, 415) Content-Type is not application/json
     │   ├── PayloadTooLarge           (-32600, 413) body over limits.max_body_bytes
+    │   ├── RequestTimeout            (-32600, 408) body slower than http.body_timeout_seconds
+    │   ├── MisdirectedRequest        (-32600, 421) Host not on http.allowed_hosts (DNS rebinding)
+    │   ├── UnsupportedVersion        (-32022, 400) a session-less request pins a version we lack
     │   ├── Unauthorized              (-32600, 401) missing or invalid credentials
     │   ├── LimitExceeded             (-32600, 429) a per-principal limit (rate, sessions)
     │   └── CapacityExceeded          (-32603, 503) a configured cap (sessions, children) is reached
@@ -35,6 +38,8 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
+#: The 2026-07-28 revision's code for a protocol version the server does not speak.
+UNSUPPORTED_PROTOCOL_VERSION = -32022
 #: JSON-RPC's range for implementation-defined server errors starts here.
 SERVER_ERROR = -32000
 
@@ -88,6 +93,18 @@ class UnsupportedMediaType(HttpRequestError):
 
 class PayloadTooLarge(HttpRequestError):
     http_status = 413
+
+
+class RequestTimeout(HttpRequestError):
+    http_status = 408
+
+
+class MisdirectedRequest(HttpRequestError):
+    http_status = 421
+
+
+class UnsupportedVersion(HttpRequestError):
+    code = UNSUPPORTED_PROTOCOL_VERSION
 
 
 class Unauthorized(HttpRequestError):

@@ -8,6 +8,8 @@ models, never raw dicts of envelopes.
 from __future__ import annotations
 
 import json
+import math
+import re
 from typing import Any, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
@@ -60,17 +62,70 @@ class ErrorResponse(_Envelope):
 Message: TypeAlias = Request | Notification | Response | ErrorResponse
 
 
+#: Deepest nesting of arrays and objects a message may have. The gateway re-serialises what it
+#: relays, and pydantic's serialiser gives up at a few hundred levels (Python's parser at about
+#: a thousand); 128 is serde_json's limit too, and no MCP message comes near it.
+MAX_DEPTH = 128
+
+# A lone surrogate can only arrive as a \u escape (raw surrogate bytes are not UTF-8), so
+# the costly check runs only for bodies that hold such an escape.
+_SURROGATE_ESCAPE = re.compile(rb"\\u[dD][89a-fA-F]")
+
+
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"number {text[:40]} is out of range")
+    return value
+
+
+def _too_deep(obj: Any) -> bool:
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        children = value.values() if isinstance(value, dict) else value
+        for child in children:
+            if isinstance(child, dict | list):
+                if depth >= MAX_DEPTH:
+                    return True
+                stack.append((child, depth + 1))
+    return False
+
+
 def parse(raw: bytes | str) -> Message:
     """Parse one JSON-RPC message.
 
+    Beyond JSON's grammar it refuses what the gateway could not store or relay: NaN and
+    Infinity (not JSON), numbers beyond a double, lone surrogates (not encodable as UTF-8),
+    and nesting deeper than `MAX_DEPTH`.
+
     Raises:
-        ParseError: the body is not JSON.
+        ParseError: the body is not JSON, or JSON the gateway refuses as above.
         InvalidRequest: it is JSON but not a single JSON-RPC 2.0 message.
     """
+    data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     try:
-        obj = json.loads(raw)
+        obj = json.loads(data, parse_constant=_reject_constant, parse_float=_finite)
+    except RecursionError:
+        raise ParseError(
+            f"Parse error: JSON nested deeper than {MAX_DEPTH} levels is not accepted"
+        ) from None
     except (ValueError, UnicodeDecodeError) as exc:
-        raise ParseError(f"Parse error: body is not valid JSON ({exc})") from exc
+        raise ParseError(f"Parse error: body is not valid JSON ({exc})") from None
+    if (data.count(b"[") + data.count(b"{") > MAX_DEPTH) and _too_deep(obj):
+        raise ParseError(f"Parse error: JSON nested deeper than {MAX_DEPTH} levels is not accepted")
+    if _SURROGATE_ESCAPE.search(data):
+        try:
+            json.dumps(obj, ensure_ascii=False).encode("utf-8")
+        except UnicodeEncodeError:
+            raise ParseError(
+                "Parse error: the body holds a lone UTF-16 surrogate (\\ud800-\\udfff), which "
+                "is not a Unicode character"
+            ) from None
     if isinstance(obj, list):
         raise InvalidRequest(
             "JSON-RPC batching is not supported: the 2025-06-18 revision removed it; "
@@ -90,6 +145,8 @@ def from_object(obj: Any) -> Message:
     model: type[Message]
     if "method" in obj:
         model = Request if "id" in obj else Notification
+    elif "result" in obj and "error" in obj:
+        raise InvalidRequest('Invalid Request: a response has "result" or "error", never both')
     elif "result" in obj:
         model = Response
     elif "error" in obj:
@@ -102,6 +159,11 @@ def from_object(obj: Any) -> Message:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "message"
         raise InvalidRequest(f"Invalid Request: {where}: {first['msg']}") from exc
+
+
+def is_request_id(value: object) -> bool:
+    """Whether a JSON value can be a JSON-RPC id (a string or an integer, never a bool)."""
+    return isinstance(value, int | str) and not isinstance(value, bool)
 
 
 def dump(message: Message) -> str:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from .config import Settings
+from .health import Health
 from .metrics import Metrics
 from .registry import SessionRegistry
 from .route import Route
@@ -19,3 +20,6 @@ STORE = web.AppKey("store", TaskStore)
 RUNNER = web.AppKey("runner", TaskRunner)
 TASK_API = web.AppKey("task_api", TaskApi)
 METRICS = web.AppKey("metrics", Metrics)
+HEALTH = web.AppKey("health", Health)
+#: Host header names served (None: any), from http.allowed_hosts and the listen address.
+ALLOWED_HOSTS: web.AppKey[tuple[str, ...] | None] = web.AppKey("allowed_hosts")

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from dataclasses import dataclass
 
 from aiohttp import web
@@ -23,16 +24,21 @@ from .errors import (
     LimitExceeded,
     NotAcceptable,
     PayloadTooLarge,
+    RequestTimeout,
     SessionNotFound,
     SessionRequired,
     TaskError,
     Unauthorized,
     UnsupportedMediaType,
+    UnsupportedVersion,
     UpstreamError,
 )
 from .keys import ROUTES, RUNNER, SESSIONS, SETTINGS, TASK_API
+from .logs import printable
 from .middleware import METHOD as METHOD_KEY
+from .middleware import REQUEST_ID as REQUEST_ID_KEY
 from .middleware import ROUTE as ROUTE_KEY
+from .registry import SessionRegistry
 from .route import Route
 from .session import Rewriter, Session
 from .upstream import Answer
@@ -41,6 +47,8 @@ log = logging.getLogger(__name__)
 
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "Mcp-Protocol-Version"
+#: Where 2026-07-28 clients put their version in every request, besides the header.
+MODERN_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 
 
 def _accepts(request: web.Request, *media_types: str) -> bool:
@@ -53,11 +61,30 @@ def _accepts(request: web.Request, *media_types: str) -> bool:
     )
 
 
+_SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
+
+
 def _check_version(request: web.Request) -> None:
     version = request.headers.get(VERSION_HEADER)
     if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
         raise InvalidRequest(
-            f"Unsupported MCP-Protocol-Version {version!r}",
+            f"Unsupported MCP-Protocol-Version {printable(version, 40)!r}",
+            {"requested": printable(version, 40), "supported": list(SUPPORTED_PROTOCOL_VERSIONS)},
+        )
+
+
+def _check_modern_version(request: web.Request, message: jsonrpc.Message | None = None) -> None:
+    """A request with no session that pins a version we do not serve (2026-07-28 clients,
+    which have no sessions) learns which versions we do, in 2026-07-28's own terms, so a
+    client that can fall back to `initialize` does, and one that cannot says why."""
+    version: object = request.headers.get(VERSION_HEADER)
+    if version is None and isinstance(message, jsonrpc.Request | jsonrpc.Notification):
+        version = (jsonrpc.param(message, "_meta") or {}).get(MODERN_VERSION_META)
+    if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
+        version = printable(str(version), 40)
+        raise UnsupportedVersion(
+            f"Unsupported protocol version {version!r}: this gateway serves "
+            f"{', '.join(SUPPORTED_PROTOCOL_VERSIONS)} (send initialize to start a session)",
             {"requested": version, "supported": list(SUPPORTED_PROTOCOL_VERSIONS)},
         )
 
@@ -126,9 +153,14 @@ def _challenge(reason: str) -> str:
 async def _session(request: web.Request, route: Route, caller: _Caller) -> Session:
     session_id = request.headers.get(SESSION_HEADER)
     if not session_id:
+        _check_modern_version(request)
         raise SessionRequired("Bad Request: missing MCP-Session-Id header; initialize first")
     _check_version(request)
     try:
+        if not _SESSION_ID.fullmatch(session_id):
+            # The spec's session ids are visible ASCII; ours are base64url. Anything else
+            # (including bytes that are not UTF-8) names no session, and is answered so.
+            raise SessionNotFound(SessionRegistry.NOT_FOUND)
         session = await request.app[SESSIONS].get(session_id, route, caller.principal, caller.key)
     except SessionNotFound:
         if caller.principal is None:
@@ -148,18 +180,32 @@ def _remember_forwarded(request: web.Request, route: Route, session: Session) ->
             session.forwarded[name] = value
 
 
-async def _read_body(request: web.Request, limit: int) -> bytes:
+async def _read_body(request: web.Request, limit: int, seconds: float) -> bytes:
+    """The whole body, however it is chunked, within `seconds` and `limit` bytes.
+
+    Raises:
+        PayloadTooLarge: the body is (or announces itself as) longer than `limit`.
+        RequestTimeout: it did not arrive in time (a slow sender holds no connection long).
+    """
     if request.content_length is not None and request.content_length > limit:
         raise PayloadTooLarge(
             f"request body of {request.content_length} bytes exceeds the "
             f"limit of {limit} bytes (limits.max_body_bytes)"
         )
-    body = await request.content.read(limit + 1)
-    if len(body) > limit:
-        raise PayloadTooLarge(
-            f"request body exceeds the limit of {limit} bytes (limits.max_body_bytes)"
-        )
-    return body
+    body = bytearray()
+    try:
+        async with asyncio.timeout(seconds):
+            async for chunk in request.content.iter_any():
+                body += chunk
+                if len(body) > limit:
+                    raise PayloadTooLarge(
+                        f"request body exceeds the limit of {limit} bytes (limits.max_body_bytes)"
+                    )
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within {seconds:g} s (http.body_timeout_seconds)"
+        ) from None
+    return bytes(body)
 
 
 def _json(
@@ -184,13 +230,17 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
             "Not Acceptable: the Accept header must list both application/json "
             "and text/event-stream"
         )
-    message = jsonrpc.parse(await _read_body(request, route.limits.max_body_bytes))
+    body = await _read_body(request, route.limits.max_body_bytes, http.body_timeout_seconds)
+    message = jsonrpc.parse(body)
     request[METHOD_KEY] = _method_label(message)
+    if isinstance(message, jsonrpc.Request):
+        request[REQUEST_ID_KEY] = message.id
     policy = route.policy
     if not request.headers.get(SESSION_HEADER):
         first = dispatch.decide(message, policy, None)
         if isinstance(first, dispatch.Initialize):
             return await _initialize(request, route, first.request, caller)
+        _check_modern_version(request, message)
         if isinstance(first, dispatch.Reject):
             return _json(jsonrpc.error_response(first.request.id, first.code, first.message))
 
@@ -313,10 +363,13 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
         after, prime = stream.sent, True
     else:
         key, _, seq = last_event_id.rpartition(":")
-        found = session.stream(key) if seq.isdigit() else None
+        # isdecimal is not enough: int() refuses '²', and 10**5000 is no event number.
+        numeric = seq.isascii() and seq.isdecimal() and len(seq) <= 18
+        found = session.stream(key) if numeric else None
         if found is None:
             raise InvalidRequest(
-                f"Last-Event-ID {last_event_id!r} names no stream this session still holds"
+                f"Last-Event-ID {printable(last_event_id, 80)!r} names no stream this "
+                "session still holds"
             )
         stream, after, prime = found, int(seq), False
     return await sse.serve(request, stream, after=after, prime=prime, config=http)

@@ -4,6 +4,7 @@ responses."""
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -11,8 +12,11 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from . import jsonrpc
-from .errors import ForbiddenOrigin, GatewayError
-from .keys import METRICS, SETTINGS
+from .config import HttpConfig
+from .errors import INTERNAL_ERROR, ForbiddenOrigin, GatewayError, MisdirectedRequest
+from .keys import ALLOWED_HOSTS, METRICS, SETTINGS
+from .logs import printable
+from .sse import STARTED as STREAMING
 
 log = logging.getLogger(__name__)
 
@@ -34,6 +38,11 @@ def origin_allowed(origin: str, allowed: tuple[str, ...]) -> bool:
     return False
 
 
+#: The id of the JSON-RPC request being handled, once its body is parsed, so an error
+#: answer can carry it.
+REQUEST_ID: web.RequestKey[int | str] = web.RequestKey("request_id")
+
+
 @web.middleware
 async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
@@ -41,24 +50,82 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
     except GatewayError as exc:
         if exc.http_status >= 500:
             log.warning("%s %s: %s", request.method, request.path, exc.message)
-        body = jsonrpc.error_response(None, exc.code, exc.message, exc.data)
-        return web.Response(
-            text=jsonrpc.dump(body),
-            status=exc.http_status,
-            content_type="application/json",
-            headers=exc.headers,
+        status, code, message, data, headers = (
+            exc.http_status,
+            exc.code,
+            exc.message,
+            exc.data,
+            exc.headers,
         )
+    except web.HTTPException:
+        raise  # aiohttp's own answers (404 and 405 of the router)
+    except (asyncio.CancelledError, ConnectionError):
+        raise  # the client went away: there is nobody to answer
+    except Exception:
+        # A defect of ours: the client learns only that it happened, the log gets the
+        # traceback once (the client's text in it is escaped by the log formatter).
+        log.exception("%s %s: internal error", request.method, printable(request.path))
+        status, code, message, data, headers = 500, INTERNAL_ERROR, "Internal error", None, {}
+    if request.get(STREAMING):
+        # The answer had begun as a stream: no second response can follow; end the connection.
+        raise ConnectionResetError("internal error after the response began")
+    body = jsonrpc.error_response(request.get(REQUEST_ID), code, message, data)
+    return web.Response(
+        text=jsonrpc.dump(body), status=status, content_type="application/json", headers=headers
+    )
+
+
+LOOPBACK_HOSTS = ("localhost", "127.0.0.1", "::1")
+
+
+def allowed_hosts(http: HttpConfig, listen_host: str) -> tuple[str, ...] | None:
+    """The Host names to accept: configured, or the loopback names on a loopback listener."""
+    if http.allowed_hosts is not None:
+        return tuple(pattern.lower().rstrip(".") for pattern in http.allowed_hosts)
+    try:
+        loopback = ipaddress.ip_address(listen_host.strip("[]")).is_loopback
+    except ValueError:
+        loopback = listen_host.lower().rstrip(".") == "localhost"
+    return LOOPBACK_HOSTS if loopback else None
+
+
+def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
+    """Whether a Host header value (any port) is one of `allowed`, or `*.domain` of one."""
+    host = host.strip().lower()
+    if host.startswith("["):
+        name = host[1 : host.find("]")] if "]" in host else ""
+    else:
+        name, colon, port = host.rpartition(":")
+        if not colon or not port.isdigit():
+            name = host
+    name = name.rstrip(".")
+    for pattern in allowed:
+        if pattern == "*" or name == pattern:
+            return True
+        if pattern.startswith("*.") and name.endswith(pattern[1:]) and name != pattern[2:]:
+            return True
+    return False
 
 
 @web.middleware
 async def check_origin(request: web.Request, handler: Handler) -> web.StreamResponse:
     # Browsers send Origin; a page on another site reaching a loopback gateway through DNS
     # rebinding is exactly what the transports spec's MUST on Origin validation stops.
+    # After a rebinding the page is same-origin and may send no Origin at all, but its Host
+    # is still the attacker's name: hence the Host check.
+    hosts = request.app[ALLOWED_HOSTS]
+    if hosts is not None and not host_allowed(request.headers.get("Host", ""), hosts):
+        raise MisdirectedRequest(
+            f"Misdirected Request: Host {printable(request.headers.get('Host', ''), 80)!r} "
+            "is not served here (http.allowed_hosts)"
+        )
     origin = request.headers.get("Origin")
     if origin is not None and not origin_allowed(
         origin, request.app[SETTINGS].http.allowed_origins
     ):
-        raise ForbiddenOrigin(f"Forbidden: Origin {origin!r} is not allowed (http.allowed_origins)")
+        raise ForbiddenOrigin(
+            f"Forbidden: Origin {printable(origin, 80)!r} is not allowed (http.allowed_origins)"
+        )
     return await handler(request)
 
 

@@ -27,6 +27,11 @@ log = logging.getLogger(__name__)
 
 
 class SessionRegistry:
+    NOT_FOUND = (
+        "Session not found: it ended, expired or never existed; "
+        "send a new initialize without MCP-Session-Id"
+    )
+
     def __init__(self, config: SessionsConfig, http: HttpConfig, store: TaskStore) -> None:
         self._config = config
         self._http = http
@@ -104,10 +109,7 @@ class SessionRegistry:
         if session is None:
             session = await self._restore(session_id, route, principal, caller)
         if session is None or session.route is not route or session.principal != principal:
-            raise SessionNotFound(
-                "Session not found: it ended, expired or never existed; "
-                "send a new initialize without MCP-Session-Id"
-            )
+            raise SessionNotFound(self.NOT_FOUND)
         session.last_seen = time.monotonic()
         return session
 

@@ -296,7 +296,12 @@ class Session:
         """A client notification, or the client's answer to a server request."""
         if isinstance(message, jsonrpc.Notification):
             if message.method == "notifications/cancelled":
-                upstream_id = self._by_client_id.get(jsonrpc.param(message, "requestId"))
+                # The spec says to ignore invalid cancellations; an object or array id is
+                # one, and cannot be looked up anyway.
+                client_id = jsonrpc.param(message, "requestId")
+                upstream_id = (
+                    self._by_client_id.get(client_id) if jsonrpc.is_request_id(client_id) else None
+                )
                 call = self._inflight.get(upstream_id) if upstream_id is not None else None
                 if call is None:
                     return  # already answered: cancellation races are expected

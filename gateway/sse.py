@@ -160,6 +160,9 @@ def encode(event_id: str | None, data: str, retry_ms: int | None = None) -> byte
 
 KEEPALIVE = b": keep-alive\n\n"
 
+#: Set once a request's SSE answer has begun: after that no error response can replace it.
+STARTED = web.RequestKey("sse_started", bool)
+
 
 async def serve(
     request: web.Request,
@@ -172,6 +175,7 @@ async def serve(
     """Write `stream` to the client from event `after` on, with keep-alive comments."""
     response = web.StreamResponse(status=200, headers=SSE_HEADERS)
     await response.prepare(request)
+    request[STARTED] = True
     try:
         if prime:
             # The priming event: an id the client can resume from before any message came.

@@ -118,6 +118,10 @@ class TaskStore(Protocol):
     async def get_task(self, task_id: str) -> Task | None:
         """Any owner's task, expired or not: callers decide what they may see."""
 
+    async def find_task(self, task_id: str, owner: str) -> Task | None:
+        """The owner's task, expired or not; None for an unknown id and another owner's alike,
+        found by one indexed query either way so that the two cannot be told apart by time."""
+
     async def list_tasks(
         self, owner: str, after: tuple[datetime, str] | None, limit: int, now: datetime
     ) -> list[Task]:
@@ -171,6 +175,10 @@ class TaskStore(Protocol):
     async def check_writable(self) -> None:
         """One durable write through the writer, for health checks. Raises if it cannot."""
 
+    @property
+    def last_commit(self) -> float:
+        """`time.monotonic()` of the latest successful commit (0.0 before the first)."""
+
     async def close(self) -> None: ...
 
 
@@ -193,6 +201,7 @@ class SqliteTaskStore:
         self._reader = reader
         self._on_timing = on_timing
         self.commits = 0
+        self._last_commit = 0.0
         self._queue: list[_Write] = []
         self._wake = asyncio.Event()
         self._closing = False
@@ -222,6 +231,10 @@ class SqliteTaskStore:
             return True
 
         return await self._write(create)
+
+    async def find_task(self, task_id: str, owner: str) -> Task | None:
+        sql = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ? AND owner = ?"
+        return next((_task(row) for row in await self._read(sql, task_id, owner)), None)
 
     async def get_task(self, task_id: str) -> Task | None:
         sql = f"SELECT {_COLUMNS} FROM tasks WHERE task_id = ?"
@@ -340,6 +353,10 @@ class SqliteTaskStore:
         sql = "DELETE FROM sessions WHERE session_id = ?"
         await self._write(lambda db: db.execute(sql, (session_id,)))
 
+    @property
+    def last_commit(self) -> float:
+        return self._last_commit
+
     async def check_writable(self) -> None:
         sql = "INSERT OR REPLACE INTO meta VALUES ('health_check', ?)"
         await self._write(lambda db: db.execute(sql, (str(time.time()),)))
@@ -405,6 +422,7 @@ class SqliteTaskStore:
             _fail(batch, RuntimeError("the task store is closed"))
             raise
         self.commits += 1
+        self._last_commit = time.monotonic()
         if self._on_timing is not None:
             self._on_timing("commit", time.perf_counter() - started)
         for write, value, error in settled:

@@ -72,18 +72,23 @@ class TaskApi:
         # field on the request (the TS client sends one) is ignored, as the spec requires.
         if not isinstance(task_id, str):
             raise TaskError("params.taskId must be a string")
-        task = await self._store.get_task(task_id)
-        if task is not None and task.owner != session.owner:
-            # Answered exactly like an unknown id; only the audit trail knows the difference.
-            audit(
-                "task_access_denied", principal=session.principal, task_id=task_id, route=task.route
-            )
-            task = None
+        # One query by id and owner: another owner's task and an unknown id cost the same,
+        # so neither the answer nor its timing tells them apart.
+        task = await self._store.find_task(task_id, session.owner)
         if task is None:
+            # Only the audit trail learns the difference, after the answer has gone.
+            session.spawn(self._audit_miss(session, task_id), "audit task miss")
             raise TaskError(NOT_FOUND)
         if task.expired(self._clock()):
             raise TaskError(EXPIRED)
         return task
+
+    async def _audit_miss(self, session: Session, task_id: str) -> None:
+        task = await self._store.get_task(task_id)
+        if task is not None and task.owner != session.owner:
+            audit(
+                "task_access_denied", principal=session.principal, task_id=task_id, route=task.route
+            )
 
     async def _result(
         self, session: Session, request: jsonrpc.Request, task: Task

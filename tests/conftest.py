@@ -12,12 +12,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway import server
 from gateway.app import create_app
-from gateway.config import Settings, parse_settings
+from gateway.config import ListenConfig, Settings, parse_settings
 
 from .fakes import faulty_streamable_app, legacy_sse_app
 
@@ -75,18 +77,21 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
 
 @pytest.fixture
 async def start_gateway(make_settings: Callable[..., Settings]) -> AsyncIterator[StartGateway]:
-    """Starts the gateway on a real loopback port; returns its base URL."""
-    servers: list[TestServer] = []
+    """Starts the gateway on a real loopback port, on the server the command runs; returns
+    its base URL."""
+    runners: list[web.AppRunner] = []
 
     async def start(routes: list[dict[str, Any]] | None = None, **sections: Any) -> str:
-        server = TestServer(create_app(make_settings(routes, **sections)), host="127.0.0.1")
-        await server.start_server()
-        servers.append(server)
-        return str(server.make_url("")).rstrip("/")
+        settings = make_settings(routes, **sections)
+        listen = ListenConfig(host="127.0.0.1", port=0)
+        runner = await server.start(create_app(settings), listen, settings.http)
+        runners.append(runner)
+        host, port = runner.addresses[0][:2]
+        return f"http://{host}:{port}"
 
     yield start
-    for server in servers:
-        await server.close()
+    for runner in runners:
+        await runner.cleanup()
 
 
 @pytest.fixture

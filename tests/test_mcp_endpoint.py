@@ -12,7 +12,12 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.errors import INVALID_REQUEST, METHOD_NOT_FOUND, PARSE_ERROR
+from gateway.errors import (
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
 
 from .conftest import StartGateway
 
@@ -241,13 +246,20 @@ async def test_body_over_the_configured_size_gets_413_and_the_session_lives_on(
 
 
 async def test_server_discover_probe_gets_an_error_so_clients_fall_back(endpoint: str) -> None:
+    # mcp 2.3's "auto" mode probes with the 2026-07-28 header and falls back to initialize
+    # on any error; the error says which versions we serve (2026-07-28: -32022, data.supported).
     probe = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}
     async with aiohttp.ClientSession() as http:
         modern = headers(**{"MCP-Protocol-Version": "2026-07-28"})
         async with http.post(endpoint, json=probe, headers=modern) as resp:
+            assert resp.status == 400
             body = await resp.json()
-            assert "result" not in body
-            assert body["error"]["code"] == METHOD_NOT_FOUND
+            assert "result" not in body and body["id"] == 1
+            assert body["error"]["code"] == UNSUPPORTED_PROTOCOL_VERSION
+            assert body["error"]["data"]["supported"][-1] == "2025-11-25"
+        # Unpinned, the probe is just a method we do not have.
+        async with http.post(endpoint, json=probe, headers=headers()) as resp:
+            assert (await resp.json())["error"]["code"] == METHOD_NOT_FOUND
         # ...after which the same client initializes normally.
         await open_session(http, endpoint)
 

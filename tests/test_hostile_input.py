@@ -1,0 +1,448 @@
+"""What a careless or hostile client sends: every case gets a clear 4xx or JSON-RPC error, the
+session it came in goes on, and nothing is an HTTP 500 or a traceback.
+
+The gateway runs on the server the command runs (`gateway.server`), over real HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+from aiohttp import web
+
+from gateway import server
+from gateway.app import create_app
+from gateway.config import ListenConfig
+from gateway.errors import (
+    INTERNAL_ERROR,
+    INVALID_REQUEST,
+    PARSE_ERROR,
+    UNSUPPORTED_PROTOCOL_VERSION,
+)
+from gateway.keys import STORE
+
+from .conftest import StartGateway
+from .test_mcp_endpoint import INIT, error_of, headers, open_session
+from .test_tasks import rpc
+
+LIMIT = 4 * 1024 * 1024  # limits.max_body_bytes by default
+
+
+@pytest.fixture
+async def gateway(start_gateway: StartGateway) -> str:
+    return f"{await start_gateway()}/demo/mcp"
+
+
+def echo_call(text: str, request_id: int = 7) -> bytes:
+    call = {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tools/call",
+        "params": {"name": "echo", "arguments": {"text": text}},
+    }
+    return json.dumps(call).encode()
+
+
+def sized_echo(size: int) -> tuple[bytes, str]:
+    """An echo call whose body is exactly `size` bytes, and the text it carries."""
+    empty = len(echo_call(""))
+    text = "x" * (size - empty)
+    body = echo_call(text)
+    assert len(body) == size
+    return body, text
+
+
+async def trickle(body: bytes, pieces: int, pause: float) -> AsyncIterator[bytes]:
+    step = -(-len(body) // pieces)
+    for start in range(0, len(body), step):
+        yield body[start : start + step]
+        await asyncio.sleep(pause)
+
+
+async def assert_session_lives(http: aiohttp.ClientSession, url: str, session_id: str) -> None:
+    answer = await rpc(http, url, session_id, "ping", {}, request_id=99)
+    assert answer == {"jsonrpc": "2.0", "id": 99, "result": {}}
+
+
+# -- bodies: read whole, however chunked (item 2)
+
+
+@pytest.mark.parametrize("size", [64 * 1024, 1024 * 1024, LIMIT - 16], ids=["64K", "1M", "limit"])
+async def test_a_body_sent_in_many_small_pieces_arrives_whole_with_aiohttp(
+    gateway: str, size: int
+) -> None:
+    body, text = sized_echo(size)
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, gateway)
+        chunks = trickle(body, pieces=200, pause=0.002)
+        async with http.post(gateway, data=chunks, headers=headers(session_id)) as resp:
+            assert resp.status == 200, await resp.text()
+            answer = await resp.json()
+    assert answer["result"]["content"][0]["text"] == text
+
+
+@pytest.mark.parametrize("size", [64 * 1024, 1024 * 1024, LIMIT - 16], ids=["64K", "1M", "limit"])
+async def test_a_body_sent_in_many_small_pieces_arrives_whole_with_httpx(
+    gateway: str, size: int
+) -> None:
+    body, text = sized_echo(size)
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, gateway)
+    async with httpx.AsyncClient(timeout=30) as client:
+        # With Content-Length, as the SDK's client sends it, but written piece by piece.
+        plain = await client.post(gateway, content=body, headers=headers(session_id))
+        chunked = await client.post(
+            gateway, content=trickle(body, pieces=300, pause=0.001), headers=headers(session_id)
+        )
+    for resp in (plain, chunked):
+        assert resp.status_code == 200, resp.text
+        assert resp.json()["result"]["content"][0]["text"] == text
+
+
+async def test_a_chunked_body_over_the_limit_gets_413_and_the_session_lives_on(
+    gateway: str,
+) -> None:
+    body, _ = sized_echo(LIMIT + 1024)
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, gateway)
+        chunks = trickle(body, pieces=64, pause=0)
+        async with http.post(gateway, data=chunks, headers=headers(session_id)) as resp:
+            assert resp.status == 413
+            assert (await error_of(resp))["code"] == INVALID_REQUEST
+        await assert_session_lives(http, gateway, session_id)
+
+
+async def test_a_body_that_stalls_gets_408_within_the_body_timeout(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway(http={'body_timeout_seconds': 0.5})}/demo/mcp"
+    body, _ = sized_echo(4096)
+
+    async def stalls() -> AsyncIterator[bytes]:
+        yield body[:100]
+        await asyncio.sleep(30)
+        yield body[100:]
+
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, url)
+        async with asyncio.timeout(10):
+            async with http.post(url, data=stalls(), headers=headers(session_id)) as resp:
+                assert resp.status == 408
+                error = await error_of(resp)
+        assert "http.body_timeout_seconds" in error["message"]
+        await assert_session_lives(http, url, session_id)
+
+
+# -- JSON that could not be stored or relayed (item 3)
+
+
+def ping_nested(levels: int) -> str:
+    """A ping whose params hold arrays nested `levels` deep."""
+    nested = "[" * levels + "]" * levels
+    return '{"jsonrpc":"2.0","id":5,"method":"ping","params":{"a":' + nested + "}}"
+
+
+HOSTILE_BODIES = {
+    "nested-200": ping_nested(200),
+    "nested-1000": ping_nested(1000),
+    "nested-100000": ping_nested(100_000),
+    "ttl-Infinity": '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":'
+    '{"name":"echo","arguments":{"text":"x"},"task":{"ttl":Infinity}}}',
+    "ttl-NaN": '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":'
+    '{"name":"echo","arguments":{"text":"x"},"task":{"ttl":NaN}}}',
+    "ttl-1e400": '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":'
+    '{"name":"echo","arguments":{"text":"x"},"task":{"ttl":1e400}}}',
+    "lone-surrogate-task-id": '{"jsonrpc":"2.0","id":5,"method":"tasks/get",'
+    '"params":{"taskId":"\\ud800"}}',
+    "lone-surrogate-argument": '{"jsonrpc":"2.0","id":5,"method":"tools/call",'
+    '"params":{"name":"echo","arguments":{"text":"a\\udfffb"}}}',
+}
+
+
+@pytest.mark.parametrize("body", HOSTILE_BODIES.values(), ids=HOSTILE_BODIES.keys())
+async def test_json_the_gateway_cannot_store_or_relay_gets_a_parse_error(
+    gateway: str, body: str
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, gateway)
+        async with http.post(gateway, data=body, headers=headers(session_id)) as resp:
+            assert resp.status == 400
+            error = await error_of(resp)
+        assert error["code"] == PARSE_ERROR
+        await assert_session_lives(http, gateway, session_id)
+
+
+async def test_a_surrogate_pair_is_a_character_and_crosses_unchanged(gateway: str) -> None:
+    body = '{"jsonrpc":"2.0","id":5,"method":"tools/call","params":{"name":"echo",'
+    body += '"arguments":{"text":"\\ud83d\\ude00"}}}'
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, gateway)
+        async with http.post(gateway, data=body, headers=headers(session_id)) as resp:
+            assert (await resp.json())["result"]["content"][0]["text"] == "\U0001f600"
+
+
+@pytest.mark.parametrize("request_id", [{"a": 1}, [1, 2], None, True, 1.5])
+async def test_a_cancellation_naming_no_request_id_is_ignored(
+    gateway: str, request_id: Any
+) -> None:
+    # Cancellation spec: "Invalid cancellation notifications SHOULD be ignored."
+    note = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": {}}
+    note["params"] = {"requestId": request_id, "reason": "x"}
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, gateway)
+        async with http.post(gateway, json=note, headers=headers(session_id)) as resp:
+            assert resp.status == 202
+        await assert_session_lives(http, gateway, session_id)
+
+
+async def test_a_message_with_both_result_and_error_gets_400(gateway: str) -> None:
+    both = {"jsonrpc": "2.0", "id": 3, "result": {}, "error": {"code": 1, "message": "x"}}
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, gateway)
+        async with http.post(gateway, json=both, headers=headers(session_id)) as resp:
+            assert resp.status == 400
+            assert (await error_of(resp))["code"] == INVALID_REQUEST
+        await assert_session_lives(http, gateway, session_id)
+
+
+async def raw_request(url: str, head_lines: list[bytes], body: bytes = b"") -> tuple[int, bytes]:
+    """One HTTP/1.1 request written byte for byte (for headers no client library sends)."""
+    parsed = httpx.URL(url)
+    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+    try:
+        head = [f"POST {parsed.path} HTTP/1.1".encode(), f"Host: {parsed.netloc.decode()}".encode()]
+        head += [*head_lines, f"Content-Length: {len(body)}".encode(), b"Connection: close"]
+        writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+        await writer.drain()
+        async with asyncio.timeout(10):
+            answer = await reader.read()
+    finally:
+        writer.close()
+    status = int(answer.split(b" ", 2)[1])
+    return status, answer.partition(b"\r\n\r\n")[2]
+
+
+@pytest.mark.parametrize("session_id", [b"\xff\xfe", b"caf\xc3\xa9", b"a b", b"x" * 300], ids=repr)
+async def test_a_session_id_that_is_not_visible_ascii_is_an_unknown_session(
+    gateway: str, session_id: bytes
+) -> None:
+    lines = [
+        b"Content-Type: application/json",
+        b"Accept: application/json, text/event-stream",
+        b"Mcp-Session-Id: " + session_id,
+    ]
+    status, body = await raw_request(gateway, lines, b'{"jsonrpc":"2.0","id":4,"method":"ping"}')
+    assert status == 404
+    assert json.loads(body)["error"] == {
+        "code": INVALID_REQUEST,
+        "message": "Session not found: it ended, expired or never existed; "
+        "send a new initialize without MCP-Session-Id",
+    }
+
+
+@pytest.mark.parametrize("last_event_id", ["x:²", "²", "x:" + "9" * 5000, "x:-1", "x:1e3"])
+async def test_a_last_event_id_that_is_no_event_number_gets_400(
+    gateway: str, last_event_id: str
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, gateway)
+        listen = {
+            "Accept": "text/event-stream",
+            "Mcp-Session-Id": session_id,
+            "Last-Event-ID": last_event_id,
+        }
+        async with http.get(gateway, headers=listen) as resp:
+            assert resp.status == 400
+            error = await error_of(resp)
+        assert error["code"] == INVALID_REQUEST
+        assert len(error["message"]) < 300  # a 5,000-digit header is not echoed back whole
+        await assert_session_lives(http, gateway, session_id)
+
+
+async def test_a_megabyte_header_gets_431(gateway: str) -> None:
+    big = b"X-Big: " + b"a" * (1024 * 1024)
+    status, body = await raw_request(gateway, [b"Content-Type: application/json", big], b"{}")
+    assert status == 431
+    assert b"Header" in body
+
+
+async def test_a_defect_becomes_minus_32603_without_detail_logged_once_with_its_traceback(
+    make_settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The backstop for exceptions that are not the gateway's own: the client learns nothing
+    of the internals, the log has the traceback once."""
+    app = create_app(make_settings())
+
+    async def defect(request: web.Request) -> web.Response:
+        raise KeyError("secret internal detail")
+
+    # A handler with a defect, behind the same middlewares as every route.
+    app.router.add_post("/defect", defect)
+    runner = await server.start(app, ListenConfig(port=0), make_settings().http)
+    try:
+        host, port = runner.addresses[0][:2]
+        with caplog.at_level(logging.ERROR):
+            async with aiohttp.ClientSession() as http:
+                async with http.post(f"http://{host}:{port}/defect", data=b"{}") as resp:
+                    assert resp.status == 500
+                    body = await resp.json()
+    finally:
+        await runner.cleanup()
+    assert body == {
+        "jsonrpc": "2.0",
+        "id": None,
+        "error": {"code": INTERNAL_ERROR, "message": "Internal error"},
+    }
+    tracebacks = [
+        r for r in caplog.records if r.exc_info and "secret internal detail" in str(r.exc_info[1])
+    ]
+    assert len(tracebacks) == 1
+
+
+# -- pinned to a version we do not serve (item 11)
+
+
+@pytest.mark.parametrize(
+    "message",
+    [
+        {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
+        {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}},
+    ],
+    ids=["server/discover", "tools/list", "tools/call"],
+)
+@pytest.mark.parametrize("where", ["header", "meta"])
+async def test_a_request_pinned_to_2026_07_28_gets_the_unsupported_version_error(
+    gateway: str, message: dict[str, Any], where: str
+) -> None:
+    extra: dict[str, str] = {}
+    if where == "header":
+        extra["MCP-Protocol-Version"] = "2026-07-28"
+    else:
+        message = {
+            **message,
+            "params": {
+                **message["params"],
+                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"},
+            },
+        }
+    async with aiohttp.ClientSession() as http:
+        async with http.post(gateway, json=message, headers=headers(**extra)) as resp:
+            assert resp.status == 400
+            body = await resp.json()
+    assert body["id"] == 1
+    assert body["error"]["code"] == UNSUPPORTED_PROTOCOL_VERSION
+    assert body["error"]["data"] == {
+        "requested": "2026-07-28",
+        "supported": ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"],
+    }
+
+
+# -- Host (item 8)
+
+
+@pytest.mark.parametrize(
+    ("host", "status"),
+    [
+        ("evil.example:8080", 421),
+        ("127.0.0.1.evil.example", 421),
+        ("localhost.", 200),
+        ("LOCALHOST:1234", 200),
+        ("[::1]:80", 200),
+        ("127.0.0.1", 200),
+    ],
+)
+async def test_a_loopback_gateway_serves_only_loopback_host_names(
+    gateway: str, host: str, status: int
+) -> None:
+    # DNS rebinding: a page on evil.example, its name re-pointed at 127.0.0.1, is same-origin
+    # to itself and may send no Origin; its Host header still says evil.example.
+    async with aiohttp.ClientSession() as http:
+        async with http.post(gateway, json=INIT, headers=headers(Host=host)) as resp:
+            assert resp.status == status
+            if status == 421:
+                assert (await error_of(resp))["code"] == INVALID_REQUEST
+
+
+async def test_allowed_hosts_from_config_replace_the_loopback_default(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(http={"allowed_hosts": ["mcp.example.com", "*.corp.example"]})
+    url = f"{base}/demo/mcp"
+    async with aiohttp.ClientSession() as http:
+        for host, status in [
+            ("mcp.example.com", 200),
+            ("a.corp.example:443", 200),
+            ("corp.example", 421),
+            ("localhost", 421),
+        ]:
+            async with http.post(url, json=INIT, headers=headers(Host=host)) as resp:
+                assert resp.status == status, host
+
+
+def test_a_gateway_listening_beyond_loopback_checks_no_host_unless_configured(
+    make_settings: Any,
+) -> None:
+    from gateway.middleware import allowed_hosts
+
+    http = make_settings().http
+    assert allowed_hosts(http, "0.0.0.0") is None
+    assert allowed_hosts(http, "::1") == ("localhost", "127.0.0.1", "::1")
+    assert allowed_hosts(http, "localhost") == ("localhost", "127.0.0.1", "::1")
+    configured = make_settings(http={"allowed_hosts": ["GW.example."]}).http
+    assert allowed_hosts(configured, "0.0.0.0") == ("gw.example",)
+
+
+# -- /healthz (item 10)
+
+
+async def test_healthz_costs_at_most_one_write_however_often_it_is_asked(
+    make_settings: Any,
+) -> None:
+    app = create_app(make_settings())
+    runner = await server.start(app, ListenConfig(port=0), make_settings().http)
+    try:
+        host, port = runner.addresses[0][:2]
+        store = app[STORE]
+        async with aiohttp.ClientSession() as http:
+
+            async def ask(query: str = "") -> tuple[int, Any]:
+                async with http.get(f"http://{host}:{port}/healthz{query}") as resp:
+                    return resp.status, await resp.json()
+
+            before = store.commits  # type: ignore[attr-defined]
+            answers = await asyncio.gather(*(ask() for _ in range(50)))
+            answers += await asyncio.gather(*(ask("?deep=1") for _ in range(50)))
+            assert all(answer == (200, {"status": "ok"}) for answer in answers)
+            # Start-up recovery just committed: the cheap check trusts it, and the 50 deep
+            # checks share one probe write.
+            assert store.commits - before <= 1  # type: ignore[attr-defined]
+    finally:
+        await runner.cleanup()
+
+
+async def test_healthz_says_unavailable_without_internals_when_the_store_takes_no_writes(
+    make_settings: Any, caplog: pytest.LogCaptureFixture
+) -> None:
+    app = create_app(make_settings())
+    runner = await server.start(app, ListenConfig(port=0), make_settings().http)
+    try:
+        host, port = runner.addresses[0][:2]
+        await app[STORE].close()  # the store goes away under a running gateway
+        async with aiohttp.ClientSession() as http:
+            for _ in range(3):
+                async with http.get(f"http://{host}:{port}/healthz?deep=1") as resp:
+                    assert resp.status == 503
+                    assert await resp.json() == {"status": "unavailable", "reason": "store"}
+    finally:
+        await runner.cleanup()
+    # Why is for the operator, once per failure streak.
+    reasons = [r for r in caplog.records if "takes no writes" in r.getMessage()]
+    assert len(reasons) == 1 and "closed" in reasons[0].getMessage()
