@@ -38,25 +38,29 @@ def _too_long(limit: int) -> UpstreamProtocolError:
 async def _lines(chunks: AsyncIterable[bytes], limit: int) -> AsyncIterator[bytes]:
     # Split chunks ourselves: aiohttp's readline caps line length, and one SSE data line
     # may carry a multi-megabyte tool result.
-    pending = bytearray()
-    scan = 0  # where the search for the next line end resumes; earlier bytes hold none
+    partial: list[bytes] = []  # the current line so far (no line end in it)
+    size = 0
     skip_lf = False  # the last chunk ended in CR: an LF starting this one belongs to it
     async for chunk in chunks:
         if not chunk:
             continue
-        pending += chunk[1:] if skip_lf and chunk.startswith(b"\n") else chunk
-        start = 0
-        while (end := _LINE_END.search(pending, scan)) is not None:
-            if end.start() - start > limit:
-                raise _too_long(limit)
-            yield bytes(pending[start : end.start()])
-            start = scan = end.end()
+        if skip_lf and chunk.startswith(b"\n"):
+            chunk = chunk[1:]
         # A CR ends its line at once (a server may wait after it), even if an LF may follow.
-        skip_lf = start == len(pending) > 0 and pending.endswith(b"\r")
-        del pending[:start]
-        scan = len(pending)
-        if scan > limit:
-            raise _too_long(limit)
+        skip_lf = chunk.endswith(b"\r")
+        pieces = _LINE_END.split(chunk) if b"\r" in chunk else chunk.split(b"\n")
+        if len(pieces) > 1:
+            pieces[0] = b"".join((*partial, pieces[0]))
+            partial, size = [], 0
+            for line in pieces[:-1]:
+                if len(line) > limit:
+                    raise _too_long(limit)
+                yield line
+        if pieces[-1]:
+            partial.append(pieces[-1])
+            size += len(pieces[-1])
+            if size > limit:
+                raise _too_long(limit)
     # Anything left is a line without its end: an event cut off, never dispatched.
 
 
