@@ -68,6 +68,21 @@ class HttpConfig(_Section):
     json_window_seconds: float = Field(0.5, ge=0)
     sse_retry_ms: int = Field(1000, ge=0)
     shutdown_grace_seconds: float = Field(10.0, gt=0)
+    #: Host names (any port) a request's Host header may carry; `*.example.com` matches
+    #: sub-domains, `*` anything. Null: the loopback names when listening on loopback (DNS
+    #: rebinding cannot reach us by another name), otherwise no check.
+    allowed_hosts: tuple[str, ...] | None = None
+    #: A request's head (request line and headers) must arrive within this many seconds of
+    #: the connection opening or going idle; its body within body_timeout_seconds.
+    header_timeout_seconds: float = Field(10.0, gt=0)
+    body_timeout_seconds: float = Field(30.0, gt=0)
+    #: Open connections one client address may hold (null: no cap). Behind a reverse proxy
+    #: every client shares the proxy's address: raise it or set null there.
+    max_connections_per_address: int | None = Field(256, ge=1)
+    #: Open client connections in all (null: half the process's file descriptor limit,
+    #: which is raised to its hard limit at start). At the cap, a connection still waiting
+    #: for its request head is closed to make room, so /healthz and real clients get in.
+    max_connections: int | None = Field(None, ge=16)
 
 
 def _secret_from_env(info: ValidationInfo, name: str) -> str:
