@@ -80,8 +80,9 @@ class HttpConfig(_Section):
     #: every client shares the proxy's address: raise it or set null there.
     max_connections_per_address: int | None = Field(256, ge=1)
     #: Open client connections in all (null: half the process's file descriptor limit,
-    #: which is raised to its hard limit at start). At the cap, a connection still waiting
-    #: for its request head is closed to make room, so /healthz and real clients get in.
+    #: which is raised to its hard limit at start, less room for a burst of accepts). At the
+    #: cap, a connection still waiting for its request head is closed to make room, so
+    #: /healthz and real clients get in.
     max_connections: int | None = Field(None, ge=16)
 
 

@@ -233,6 +233,10 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
     body = await _read_body(request, route.limits.max_body_bytes, http.body_timeout_seconds)
     message = jsonrpc.parse(body)
     request[METHOD_KEY] = _method_label(message)
+    if log.isEnabledFor(logging.DEBUG):
+        log.debug(
+            "route %s: %s from %s", route.name, printable(_method_label(message)), request.remote
+        )
     if isinstance(message, jsonrpc.Request):
         request[REQUEST_ID_KEY] = message.id
     policy = route.policy

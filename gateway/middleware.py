@@ -49,7 +49,7 @@ async def errors(request: web.Request, handler: Handler) -> web.StreamResponse:
         return await handler(request)
     except GatewayError as exc:
         if exc.http_status >= 500:
-            log.warning("%s %s: %s", request.method, request.path, exc.message)
+            log.warning("%s %s: %s", request.method, printable(request.path), exc.message)
         status, code, message, data, headers = (
             exc.http_status,
             exc.code,

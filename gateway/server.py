@@ -36,7 +36,10 @@ from .logs import printable
 log = logging.getLogger(__name__)
 
 _LINGER_SECONDS = 2.0
-_FD_RESERVE_RATIO = 2  # client connections get 1/2 of the descriptors; upstreams the rest
+#: Connections asyncio accepts in one go, before any of them is counted here.
+_BACKLOG = 128
+#: Descriptors kept for the store, logs, upstream connections and stdio children's pipes.
+_FD_RESERVE = 64
 _TOO_MANY = (
     b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 5\r\nConnection: close\r\n"
     b"Content-Type: text/plain\r\nContent-Length: 52\r\n\r\n"
@@ -221,9 +224,7 @@ class GuardedHandler(web_protocol.RequestHandler):
 
     def evict(self) -> None:
         """Close this connection (it only waits for a request head) to make room."""
-        log.info(
-            "closing an idle connection from %s: the connection limit is reached", self._address
-        )
+        log.info("closing an idle connection from %s: at the connection limit", self._address)
         self._stop_head_timer()
         self.force_close()
 
@@ -280,7 +281,11 @@ class GuardedRunner(web.AppRunner):
 
 def guard_for(http: HttpConfig) -> ConnectionGuard:
     limit = raise_fd_limit()
-    return ConnectionGuard(http, http.max_connections or max(16, limit // _FD_RESERVE_RATIO))
+    # Half the descriptors for clients, and never so many that one burst of accepts (which
+    # asyncio takes before our count sees them) on top of them runs out: EMFILE would stop
+    # the listener, /healthz included, for a second at a time.
+    default = max(16, min(limit // 2, limit - _BACKLOG - _FD_RESERVE))
+    return ConnectionGuard(http, http.max_connections or default)
 
 
 async def start(
@@ -308,7 +313,7 @@ async def start(
     try:
         await runner.setup()
         for sock in sockets:
-            await web.SockSite(runner, sock).start()
+            await web.SockSite(runner, sock, backlog=_BACKLOG).start()
     except BaseException:
         await runner.cleanup()
         for sock in sockets:
@@ -360,7 +365,7 @@ def _bind(listen: ListenConfig) -> list[socket.socket]:
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
             sock.bind(address)
-            sock.listen(128)
+            sock.listen(_BACKLOG)
             sock.setblocking(False)
     except OSError as exc:
         for sock in sockets:

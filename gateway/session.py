@@ -28,6 +28,7 @@ from . import jsonrpc
 from .aio import TaskSet
 from .config import HttpConfig
 from .errors import INTERNAL_ERROR, GatewayError
+from .logs import printable
 from .metrics import call_outcome
 from .models import SessionRecord, Task
 from .rewrite import RELATED_TASK
@@ -202,7 +203,7 @@ class Session:
         except GatewayError as exc:  # the upstream failed, or a cap refused to replace it
             answer = jsonrpc.error_response(outgoing.id, INTERNAL_ERROR, exc.message)
         except Exception:
-            log.exception("session %s: relaying %s failed", self.tag, outgoing.method)
+            log.exception("session %s: relaying %s failed", self.tag, printable(outgoing.method))
             answer = jsonrpc.error_response(outgoing.id, INTERNAL_ERROR, "internal gateway error")
         except asyncio.CancelledError:
             stream.close()  # a cancelled request gets no answer (cancellation spec)

@@ -38,7 +38,8 @@ async def test_sigterm_answers_waiting_clients_fails_running_tasks_and_exits_in_
         f"store: {{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}\n"
         "http: {shutdown_grace_seconds: 5}\n"
         "auth: {list_tasks_without_auth: true}\n"
-        "routes: [{name: demo, upstream: {transport: stdio, command: [python, -m, gateway.demo]}}]\n"
+        "routes: [{name: demo, upstream: "
+        "{transport: stdio, command: [python, -m, gateway.demo]}}]\n"
     )
     url = f"http://127.0.0.1:{port}/demo/mcp"
     proc = start(config, port)

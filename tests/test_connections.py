@@ -1,0 +1,225 @@
+"""The gateway as the command runs it, against slow and greedy connections, a taken port, and
+log forging: each test starts the real process (`python -m gateway`)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import resource
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from .conftest import ROOT, free_port, mcp_client, wait_for_port
+from .test_mcp_endpoint import headers
+from .test_tasks import raw_session, rpc, start_task
+
+DEMO_ROUTE = (
+    "routes: [{name: demo, upstream: {transport: stdio, command: [python, -m, gateway.demo]}}]"
+)
+#: Another loopback address: the "attacker" in these tests, so caps on it leave 127.0.0.1 free.
+OTHER = "127.0.0.2"
+
+
+@contextmanager
+def gateway(
+    tmp_path: Path, extra: str = "", args: tuple[str, ...] = (), nofile: int | None = None
+) -> Iterator[tuple[str, int, Path]]:
+    """The real command on a free port; yields its base URL, port and stderr file."""
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"listen: {{host: 127.0.0.1, port: {port}}}\n"
+        f"store: {{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}\n"
+        f"{extra}\n{DEMO_ROUTE}\n"
+    )
+    stderr = tmp_path / f"gateway-{port}.log"
+
+    def limit_descriptors() -> None:
+        assert nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    with stderr.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--config", str(config), *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=limit_descriptors if nofile is not None else None,
+        )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}", port, stderr
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+async def connect(port: int, source: str = OTHER) -> tuple[asyncio.StreamReader, Any]:
+    return await asyncio.open_connection("127.0.0.1", port, local_addr=(source, 0))
+
+
+async def healthz(base: str) -> int:
+    async with aiohttp.ClientSession() as http:
+        async with asyncio.timeout(5), http.get(f"{base}/healthz") as resp:
+            return resp.status
+
+
+async def test_a_request_head_sent_a_byte_at_a_time_gets_408_and_a_silent_one_is_closed(
+    tmp_path: Path,
+) -> None:
+    with gateway(tmp_path, "http: {header_timeout_seconds: 1}") as (_, port, _err):
+        slow_reader, slow = await connect(port)
+        silent_reader, silent = await connect(port)
+        started = time.monotonic()
+        async with asyncio.timeout(10):
+            for byte in b"GET /hea":  # a head begun, a byte at a time, then a pause
+                slow.write(bytes([byte]))
+                await asyncio.sleep(0.1)
+            answer = await slow_reader.read()
+            quiet = await silent_reader.read()
+        assert answer.startswith(b"HTTP/1.1 408 ")
+        assert quiet == b""  # nothing was asked, nothing is said: the connection just ends
+        assert time.monotonic() - started < 5
+        slow.close()
+        silent.close()
+
+
+async def test_one_address_holds_at_most_its_share_of_connections_and_others_get_in(
+    tmp_path: Path,
+) -> None:
+    extra = "http: {max_connections_per_address: 20, header_timeout_seconds: 30}"
+    with gateway(tmp_path, extra) as (base, port, _err):
+        held = [await connect(port) for _ in range(20)]
+        reader, writer = await connect(port)
+        async with asyncio.timeout(5):
+            refused = await reader.read()
+        assert refused.startswith(b"HTTP/1.1 429 ")
+        assert await healthz(base) == 200  # from 127.0.0.1: its own share
+        async with mcp_client(f"{base}/demo/mcp") as client:
+            assert (await client.call_tool("echo", {"text": "in"})).content[0].text == "in"  # type: ignore[union-attr]
+        for _, held_writer in held:
+            held_writer.close()
+        writer.close()
+
+
+async def test_when_descriptors_run_short_idle_connections_make_room_for_healthz_and_clients(
+    tmp_path: Path,
+) -> None:
+    # 256 descriptors: max_connections defaults to half, 128. A flood of 300 connections that
+    # never finish a request head must not keep /healthz or a real client out.
+    extra = "http: {max_connections_per_address: null, header_timeout_seconds: 60}"
+    with gateway(tmp_path, extra, nofile=256) as (base, port, err):
+        flood = []
+        for _ in range(300):
+            try:
+                flood.append(await connect(port))
+            except OSError:
+                break
+        for _, writer in flood:
+            writer.write(b"GET /healthz HTTP/1.1\r\n")  # a head begun, never finished
+        await asyncio.sleep(0.2)
+        assert await healthz(base) == 200
+        async with mcp_client(f"{base}/demo/mcp") as client:
+            result = await client.call_tool("echo", {"text": "still served"})
+            assert result.content[0].text == "still served"  # type: ignore[union-attr]
+        for _, writer in flood:
+            writer.close()
+    log = err.read_text()
+    assert "at the connection limit" in log
+    assert "Traceback" not in log and "out of system resource" not in log
+
+
+async def test_a_second_gateway_on_a_taken_port_stops_in_one_line_and_costs_the_first_nothing(
+    tmp_path: Path,
+) -> None:
+    with gateway(tmp_path) as (base, port, _err):
+        url = f"{base}/demo/mcp"
+        async with aiohttp.ClientSession() as http:
+            session_id, _ = await raw_session(http, url)
+            task_id = await start_task(http, url, session_id, "slow", {"seconds": 2, "steps": 2})
+            config = tmp_path / "gateway.yaml"  # the same file, store and port: run twice
+            second = await asyncio.to_thread(
+                subprocess.run,
+                [sys.executable, "-m", "gateway", "--config", str(config)],
+                cwd=ROOT,
+                capture_output=True,
+                timeout=30,
+            )
+            assert second.returncode == 2
+            stderr = second.stderr.decode()
+            assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in stderr
+            assert "--port" in stderr and "Traceback" not in stderr
+            async with asyncio.timeout(15):
+                while True:
+                    got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, 5)
+                    if got["result"]["status"] != "working":
+                        break
+                    await asyncio.sleep(0.2)
+            assert got["result"]["status"] == "completed"
+
+
+def test_a_port_in_use_by_another_program_is_one_line_and_exit_2(tmp_path: Path) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", "--port", str(port)],
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=30,
+        )
+    assert done.returncode == 2
+    lines = [line for line in done.stderr.decode().splitlines() if "mcp-task-gateway:" in line]
+    assert lines == [
+        f"mcp-task-gateway: cannot listen on 127.0.0.1:{port}: the port is in use (another "
+        "gateway?); choose another with --port or listen.port"
+    ]
+    assert not (tmp_path / "data").exists()  # it stopped before opening the store
+
+
+async def test_client_text_cannot_forge_log_lines_and_libraries_stay_at_info(
+    tmp_path: Path,
+) -> None:
+    forged = "2026-01-01 00:00:00,000 ERROR gateway: FORGED"
+    with gateway(tmp_path, args=("--log-level", "DEBUG")) as (base, _port, err):
+        url = f"{base}/demo/mcp"
+        async with aiohttp.ClientSession() as http:
+            session_id, _ = await raw_session(http, url)
+            evil = {"jsonrpc": "2.0", "id": 9, "method": f"x\n{forged}\r\x1b[2J", "params": {}}
+            async with http.post(url, json=evil, headers=headers(session_id)) as resp:
+                assert resp.status == 200
+            await rpc(
+                http,
+                url,
+                session_id,
+                "tools/call",
+                {"name": "echo", "arguments": {"text": "stored"}},
+            )
+    log = err.read_text()
+    assert "x\\n2026-01-01" in log and "\\x1b[2J" in log  # logged, escaped
+    assert not any(line.startswith(forged) for line in log.splitlines())
+    assert "\x1b" not in log
+    assert " DEBUG gateway." in log  # the gateway's own debug lines are there...
+    assert " DEBUG aiosqlite" not in log and " DEBUG asyncio" not in log  # ...not the libraries'
+
+
+@pytest.mark.parametrize("level", ["loud", "5"])
+def test_an_unknown_log_level_is_a_usage_error(tmp_path: Path, level: str) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "--log-level", level],
+        cwd=tmp_path,
+        capture_output=True,
+        timeout=30,
+    )
+    assert done.returncode == 2
+    assert "unknown log level" in done.stderr.decode()
