@@ -130,6 +130,13 @@ class _LingeringTransport:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
+    # Spelled out: these run for every response, and __getattr__ is the slow path.
+    def write(self, data: bytes | bytearray | memoryview) -> None:
+        self._transport.write(data)
+
+    def writelines(self, chunks: Any) -> None:
+        self._transport.writelines(chunks)
+
     def linger(self) -> None:
         self._linger = True
 
