@@ -304,6 +304,9 @@ class UpstreamConfig(_Section):
     inherit_env: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], ...] = ()
     cwd: str | None = None
     max_children: int = Field(32, ge=1)
+    #: A stdio child with no call, task or question this long is stopped (its session
+    #: stays); None: only when the cap needs its slot.
+    child_idle_seconds: float | None = Field(300.0, gt=0)
     url: str | None = None
     headers: dict[str, str] = Field(default_factory=dict)
     #: Client request headers copied upstream (e.g. [Authorization]); none unless listed.

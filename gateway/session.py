@@ -132,6 +132,11 @@ class Session:
     def busy(self) -> bool:
         return bool(self._inflight)
 
+    @property
+    def listening(self) -> bool:
+        """A connection reads the GET stream: the upstream's own messages still reach it."""
+        return self.standalone.attached
+
     def spawn(self, coro: Coroutine[Any, Any, None], name: str) -> None:
         """Run work that belongs to this session and ends with it (e.g. a tasks/result wait)."""
         self._tasks.spawn(coro, name=name)

@@ -7,10 +7,10 @@ from collections.abc import Callable, Mapping
 import aiohttp
 
 from ..config import RouteConfig
-from .base import Sink, Transport
+from .base import Transport
 from .client import Answer, UpstreamClient
 from .sse import SseTransport
-from .stdio import ChildSlots, StdioTransport
+from .stdio import ChildOwner, ChildSlots, StdioTransport
 from .streamable_http import StreamableHttpTransport
 
 __all__ = ["Answer", "UpstreamClient", "UpstreamRoute"]
@@ -25,7 +25,7 @@ class UpstreamRoute:
         self.slots = ChildSlots(route.name, route.upstream.max_children)
         self._http: aiohttp.ClientSession | None = None
 
-    def transport(self, sink: Sink, forwarded: Callable[[], Mapping[str, str]]) -> Transport:
+    def transport(self, sink: ChildOwner, forwarded: Callable[[], Mapping[str, str]]) -> Transport:
         """A transport for one session; `forwarded` gives the client headers the route copies."""
         cfg = self.config
         if cfg.transport == "stdio":

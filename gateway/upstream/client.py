@@ -1,9 +1,10 @@
 """`UpstreamClient`: one MCP client session toward the upstream, over any transport.
 
 It owns the upstream id space, matches answers to requests, and re-establishes a lost
-upstream (a stdio child that died, an HTTP upstream that forgot our session) by replaying
-the handshake before the next request, so one crash does not end the client's session.
-Messages the upstream originates go to `on_server_message`.
+upstream (a stdio child that died or was stopped while idle, an HTTP upstream that forgot
+our session) by replaying the handshake before the next request, so one crash or idle stop
+does not end the client's session. Messages the upstream originates go to
+`on_server_message`.
 """
 
 from __future__ import annotations
@@ -35,6 +36,16 @@ class Listener(Protocol):
 
     def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None: ...
 
+    @property
+    def busy(self) -> bool:
+        """True while a relayed call or a task's call is registered, sent or not yet."""
+        ...
+
+    @property
+    def listening(self) -> bool:
+        """True while the client reads what the upstream sends on its own (the GET stream)."""
+        ...
+
 
 class UpstreamClient:
     def __init__(
@@ -48,16 +59,34 @@ class UpstreamClient:
         self._listener = listener
         self._ids = itertools.count(1)
         self._pending: dict[jsonrpc.RequestId, asyncio.Future[Answer]] = {}
+        #: Requests the upstream made that we have not answered yet.
+        self._asked: set[jsonrpc.RequestId] = set()
         self._handshake: tuple[jsonrpc.Request, jsonrpc.Notification | None] | None = None
         # Alive from a successful initialize until the transport is lost; clients may send
         # requests concurrently with `notifications/initialized`, so that is not awaited.
         self._alive = False
         self._lost_reason: str | None = None
         self._reconnect_lock = asyncio.Lock()
+        self._closed = False
         self.protocol_version: str | None = None
 
     def next_id(self) -> int:
         return next(self._ids)
+
+    @property
+    def busy(self) -> bool:
+        """True while stopping the upstream would lose something: a call (relayed or a
+        task's) in flight, a question of the upstream unanswered, a handshake under way."""
+        return (
+            bool(self._pending)
+            or bool(self._asked)
+            or self._reconnect_lock.locked()
+            or self._listener.busy
+        )
+
+    @property
+    def listening(self) -> bool:
+        return self._listener.listening
 
     # Sink: called by the transport.
     def on_message(self, message: jsonrpc.Message, related: jsonrpc.RequestId | None) -> None:
@@ -69,6 +98,14 @@ class UpstreamClient:
             if isinstance(message, jsonrpc.ErrorResponse):
                 log.warning("upstream error not tied to a request: %s", message.error.message)
             return
+        if isinstance(message, jsonrpc.Request):
+            self._asked.add(message.id)
+        elif isinstance(message, jsonrpc.Notification) and message.method == (
+            "notifications/cancelled"
+        ):
+            withdrawn = jsonrpc.param(message, "requestId")
+            if jsonrpc.is_request_id(withdrawn):
+                self._asked.discard(withdrawn)
         self._listener.on_server_message(message, related)
 
     def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
@@ -93,11 +130,17 @@ class UpstreamClient:
 
     def on_lost(self, reason: str) -> None:
         log.warning("upstream lost: %s", reason)
-        self._alive = False
-        self._lost_reason = reason
+        self.on_stopped(reason)
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(UpstreamUnavailable(reason))
+
+    def on_stopped(self, reason: str) -> None:
+        """The upstream is gone (stopped while idle, or lost); the next use replays the
+        handshake. Its unanswered questions went with it."""
+        self._alive = False
+        self._lost_reason = reason
+        self._asked.clear()
 
     async def initialize(self, request: jsonrpc.Request) -> Answer:
         """Open the transport and send the client's `initialize` (under our own id)."""
@@ -121,13 +164,19 @@ class UpstreamClient:
     async def initialized(self, notification: jsonrpc.Notification) -> None:
         if self._handshake is not None:
             self._handshake = (self._handshake[0], notification)
-        await self.notify(notification)
+            if not self._alive:
+                # Stopped since initialize: the replay sends this notification, once.
+                await self._reconnect()
+                return
+        await self._transport.send(notification)
         self._transport.initialized(self.protocol_version or "2025-03-26")
 
     async def _reconnect(self) -> None:
         async with self._reconnect_lock:
             if self._alive:
                 return
+            if self._closed:
+                raise UpstreamUnavailable("the session ended")
             if self._handshake is None:
                 raise UpstreamUnavailable(self._lost_reason or "the upstream is not initialized")
             request, notification = self._handshake
@@ -182,6 +231,8 @@ class UpstreamClient:
 
     async def notify(self, message: jsonrpc.Notification | Answer) -> None:
         """Send a notification, or our answer to a request the upstream made."""
+        if isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse) and message.id is not None:
+            self._asked.discard(message.id)
         if (
             not self._alive
             and self._handshake is not None
@@ -192,6 +243,7 @@ class UpstreamClient:
 
     async def close(self) -> None:
         self._alive = False
+        self._closed = True
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(UpstreamUnavailable("the session ended"))

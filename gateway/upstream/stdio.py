@@ -1,15 +1,20 @@
 """stdio upstream: one child process per downstream session.
 
 A stdio server is a single MCP session, so children are never shared between clients. The
-child's stderr goes to the gateway log; its exit fails whatever was in flight.
+child's stderr goes to the gateway log; its exit fails whatever was in flight. A child that
+nothing waits on is stopped after `upstream.child_idle_seconds`, or at once when the route's
+cap is reached and another session needs a child; the session stays, and its next message
+starts a new child with the handshake replayed (`UpstreamClient`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from asyncio.subprocess import PIPE, Process
 from collections.abc import AsyncIterator
+from typing import Protocol
 
 from .. import jsonrpc
 from ..aio import TaskSet
@@ -54,46 +59,137 @@ async def _skip_line(stream: asyncio.StreamReader) -> int:
             return skipped + len(exc.partial)
 
 
+class ChildOwner(Sink, Protocol):
+    """The stdio transport's sink, which says whether its child may be stopped."""
+
+    @property
+    def busy(self) -> bool:
+        """True while a call, a task or a question needs the child that runs now."""
+        ...
+
+    @property
+    def listening(self) -> bool:
+        """True while a client is connected to hear what the child sends on its own."""
+        ...
+
+    def on_stopped(self, reason: str) -> None:
+        """The idle child was stopped; the next use starts another, handshake replayed."""
+
+
 class ChildSlots:
-    """The per-route cap on running stdio children."""
+    """The per-route cap on running stdio children; an idle child gives way to a new one.
+
+    Only busy children hold the cap: at the cap, the least recently used idle child is
+    stopped for the newcomer (one whose client still listens on its GET stream only when no
+    other is idle), so sessions that are never ended cannot lock a route out.
+    Every slot maps to at most one live process: a newcomer spawns only once the child it
+    replaces has exited.
+    """
 
     def __init__(self, route: str, limit: int) -> None:
         self.route = route
         self.limit = limit
-        self.running = 0
+        self._holders: set[StdioTransport] = set()
+        self._freed: list[asyncio.Future[None]] = []
 
-    def acquire(self) -> None:
-        if self.running >= self.limit:
-            raise CapacityExceeded(
-                f"route {self.route!r} already runs its maximum of {self.limit} stdio children "
-                "(upstream.max_children); end an idle session or raise the cap"
-            )
-        self.running += 1
+    @property
+    def running(self) -> int:
+        return len(self._holders)
 
-    def release(self) -> None:
-        self.running -= 1
+    async def acquire(self, holder: StdioTransport) -> None:
+        """A slot for `holder`'s next child.
+
+        Raises:
+            CapacityExceeded: every child of the route is busy.
+        """
+        while len(self._holders) >= self.limit:
+            idle = [h for h in self._holders if h.idle]
+            if idle:
+                victim = min(idle, key=lambda h: (h.listening, h.last_used))
+                self._holders.remove(victim)
+                self._holders.add(holder)
+                try:
+                    await victim.give_way()
+                except BaseException:
+                    self.release(holder)
+                    raise
+                return
+            if not any(h.stopping for h in self._holders):
+                raise CapacityExceeded(
+                    f"route {self.route!r} already runs its maximum of {self.limit} stdio "
+                    "children (upstream.max_children), each busy with a call, a task or a "
+                    "question; retry when one finishes, or raise the cap"
+                )
+            # A child stopped for idleness is on its way out: its slot comes free shortly.
+            freed = asyncio.get_running_loop().create_future()
+            self._freed.append(freed)
+            try:
+                await freed
+            finally:
+                self._freed.remove(freed)
+        self._holders.add(holder)
+
+    def release(self, holder: StdioTransport) -> None:
+        if holder in self._holders:
+            self._holders.remove(holder)
+            for freed in self._freed:
+                if not freed.done():
+                    freed.set_result(None)
+
+
+async def _stop(proc: Process) -> None:
+    """End a child: stdin closed (the stdio spec's polite shutdown), then SIGTERM, SIGKILL."""
+    try:
+        if proc.returncode is None and proc.stdin is not None:
+            proc.stdin.close()
+        for step in (proc.terminate, proc.kill):
+            try:
+                async with asyncio.timeout(2):
+                    await proc.wait()
+                return
+            except TimeoutError:
+                with contextlib.suppress(ProcessLookupError):
+                    step()
+        await proc.wait()
+    finally:
+        if proc.returncode is None:  # cancelled on the way: never leave a child behind
+            with contextlib.suppress(ProcessLookupError):
+                proc.kill()
 
 
 class StdioTransport(Transport):
-    def __init__(self, sink: Sink, config: UpstreamConfig, slots: ChildSlots) -> None:
+    def __init__(self, sink: ChildOwner, config: UpstreamConfig, slots: ChildSlots) -> None:
         super().__init__(sink)
+        self._owner = sink
         self._config = config
         self._slots = slots
+        #: The child that serves this session now; None while there is none.
         self._proc: Process | None = None
+        #: A child taken out of service and not yet exited.
+        self._exiting: Process | None = None
         self._tasks = TaskSet(f"stdio[{slots.route}]")
-        self._closing = False
-        self._holds_slot = False
+        self.last_used = 0.0
 
-    def _release_slot(self) -> None:
-        if self._holds_slot:
-            self._holds_slot = False
-            self._slots.release()
+    @property
+    def idle(self) -> bool:
+        """A running child nothing waits on: it may be stopped and started again later."""
+        return self._proc is not None and not self._owner.busy
+
+    @property
+    def listening(self) -> bool:
+        return self._owner.listening
+
+    @property
+    def stopping(self) -> bool:
+        return self._exiting is not None
+
+    def _touch(self) -> None:
+        self.last_used = asyncio.get_running_loop().time()
 
     async def start(self) -> None:
-        self._slots.acquire()
-        self._holds_slot = True
+        await self._slots.acquire(self)
         try:
-            self._proc = await asyncio.create_subprocess_exec(
+            proc = await asyncio.create_subprocess_exec(
                 *self._config.argv(),
                 stdin=PIPE,
                 stdout=PIPE,
@@ -103,19 +199,31 @@ class StdioTransport(Transport):
                 limit=MAX_LINE_BYTES,
             )
         except OSError as exc:
-            self._release_slot()
+            self._slots.release(self)
             raise UpstreamUnavailable(
                 f"cannot start stdio upstream {self._config.argv()[0]!r}: {exc.strerror or exc}"
             ) from exc
-        log.info("route %s: started stdio child pid %d", self._slots.route, self._proc.pid)
-        self._tasks.spawn(self._read_stdout(self._proc), name="stdio-stdout")
-        self._tasks.spawn(self._read_stderr(self._proc), name="stdio-stderr")
+        except BaseException:
+            self._slots.release(self)
+            raise
+        self._proc = proc
+        self._touch()
+        log.info("route %s: started stdio child pid %d", self._slots.route, proc.pid)
+        self._tasks.spawn(self._read_stdout(proc), name="stdio-stdout")
+        self._tasks.spawn(self._read_stderr(proc), name="stdio-stderr")
+        idle = self._config.child_idle_seconds
+        if idle is not None:
+            self._tasks.spawn(self._stop_when_idle(proc, idle), name="stdio-idle")
 
     async def _read_stdout(self, proc: Process) -> None:
         assert proc.stdout is not None
         source = f"route {self._slots.route}: the stdio child"
         try:
             async for line in _lines(proc.stdout):
+                if self._owner.busy:
+                    # Answers and progress count as use; what a child says unasked while
+                    # idle (logs, list changes) must not keep it from being stopped.
+                    self._touch()
                 if isinstance(line, Unreadable):
                     log.warning("%s wrote a line the gateway cannot read: %s", source, line)
                     self.sink.on_unreadable(line)
@@ -124,9 +232,9 @@ class StdioTransport(Transport):
         except ConnectionError as exc:
             log.warning("%s: its output is unreadable: %s", source, exc)
         code = await proc.wait()
-        self._release_slot()
-        self._proc = None
-        if not self._closing:
+        if self._proc is proc:  # it exited by itself, not stopped by the gateway
+            self._proc = None
+            self._slots.release(self)
             self.sink.on_lost(f"the stdio upstream process exited with code {code}")
 
     async def _read_stderr(self, proc: Process) -> None:
@@ -135,10 +243,59 @@ class StdioTransport(Transport):
             text = str(line) if isinstance(line, Unreadable) else line.decode(errors="replace")
             log.info("route %s [pid %d] %s", self._slots.route, proc.pid, text.rstrip())
 
+    async def _stop_when_idle(self, proc: Process, idle: float) -> None:
+        loop = asyncio.get_running_loop()
+        while self._proc is proc:
+            left = self.last_used + idle - loop.time()
+            if left > 0 or self._owner.busy or self._owner.listening:
+                # A busy child's idle time starts when its last call or question ends. A
+                # connected client would silently lose what the child sends on its own
+                # (resource updates, list changes, logs): its child stays.
+                await asyncio.sleep(left if left > 0 else idle)
+                continue
+            log.info(
+                "route %s: stopping stdio child pid %d, idle for %g s "
+                "(upstream.child_idle_seconds); its session keeps going",
+                self._slots.route,
+                proc.pid,
+                idle,
+            )
+            self._owner.on_stopped(f"the stdio child was stopped after {idle:g} s idle")
+            await self._stop_child()
+            self._slots.release(self)
+
+    async def give_way(self) -> None:
+        """Stop this idle child so another session's child can have its slot."""
+        proc = self._proc
+        if proc is None:
+            return
+        log.info(
+            "route %s: stopping idle stdio child pid %d for a new one "
+            "(upstream.max_children); its session keeps going",
+            self._slots.route,
+            proc.pid,
+        )
+        self._owner.on_stopped("the idle stdio child gave its slot to another session")
+        await self._stop_child()
+
+    async def _stop_child(self) -> None:
+        # Taken out of service before the first await: nothing is sent to it any more, and
+        # its exit is not reported as a loss.
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        self._exiting = proc
+        try:
+            await _stop(proc)
+        finally:
+            if self._exiting is proc:
+                self._exiting = None
+
     async def send(self, message: jsonrpc.Message) -> None:
         proc = self._proc
         if proc is None or proc.stdin is None or proc.returncode is not None:
             raise UpstreamUnavailable("the stdio upstream process is not running")
+        self._touch()
         try:
             proc.stdin.write(jsonrpc.dump(message).encode() + b"\n")
             await proc.stdin.drain()
@@ -146,20 +303,9 @@ class StdioTransport(Transport):
             raise UpstreamUnavailable("the stdio upstream process closed its input") from exc
 
     async def close(self) -> None:
-        self._closing = True
-        proc = self._proc
-        if proc is not None and proc.returncode is None:
-            # Closing stdin is the stdio spec's polite shutdown; escalate if ignored.
-            if proc.stdin is not None:
-                proc.stdin.close()
-            for step in (proc.terminate, proc.kill):
-                try:
-                    async with asyncio.timeout(2):
-                        await proc.wait()
-                    break
-                except TimeoutError:
-                    step()
-            else:
-                await proc.wait()
+        await self._stop_child()
+        exiting = self._exiting
+        if exiting is not None:  # stopped by an idle timer or for another session
+            await exiting.wait()
         await self._tasks.close()
-        self._release_slot()
+        self._slots.release(self)
