@@ -239,7 +239,9 @@ class Limits(_Section):
     active_tasks_per_principal: int | None = Field(1000, ge=1)
     requests_per_second: float | None = Field(100.0, gt=0)
     burst: int = Field(200, ge=1)
-    sessions_per_principal: int | None = Field(100, ge=1)
+    #: Each session can keep one stdio child busy, and only busy children hold a route's
+    #: cap: half of the default upstream.max_children leaves the other half to other callers.
+    sessions_per_principal: int | None = Field(16, ge=1)
     max_ttl_ms: int | None = Field(None, gt=0)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
 

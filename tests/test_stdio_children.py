@@ -15,7 +15,7 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-from gateway.config import CHILD_ENV_ALLOWED
+from gateway.config import CHILD_ENV_ALLOWED, Limits, UpstreamConfig
 from gateway.errors import INTERNAL_ERROR
 
 from .conftest import ROOT, StartGateway, mcp_client
@@ -302,6 +302,14 @@ async def test_abandoned_sessions_never_lock_out_a_route_of_four_children(
         assert len([p for p in pids(pid_dir) if alive(p)]) <= 4
         answer.set()
         assert text(await result) == "Hello, patient!"
+
+
+def test_by_default_one_caller_can_keep_at_most_half_of_a_stdio_routes_children_busy() -> None:
+    # Idle children give way, so what one caller can hold of a route is one busy child per
+    # session: its session cap must leave room for other callers.
+    sessions = Limits().sessions_per_principal
+    children = UpstreamConfig(transport="stdio", command=("server",)).max_children
+    assert sessions is not None and 2 * sessions <= children
 
 
 async def test_a_stdio_child_gets_only_the_allowed_environment_and_its_route_env(
