@@ -32,6 +32,7 @@ from .errors import (
     UnsupportedMediaType,
     UnsupportedVersion,
     UpstreamError,
+    UpstreamTimeout,
 )
 from .keys import ROUTES, RUNNER, SESSIONS, SETTINGS, TASK_API
 from .logs import printable
@@ -266,6 +267,8 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
                 type(decision.message).__name__,
                 exc.message,
             )
+            if not isinstance(decision.message, jsonrpc.Notification):
+                return _not_relayed(exc)
         return web.Response(status=202)
     if isinstance(decision, dispatch.RunAsTask):
         try:
@@ -282,6 +285,22 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
         return _json(answer)
     rewriter = _rewriter(decision.rewrite, route)
     return await _answer(request, http, session.forward(decision.request, rewriter))
+
+
+def _not_relayed(exc: UpstreamError) -> web.Response:
+    """The client's answer to a server request did not reach the upstream; it may retry.
+
+    An answer is a JSON-RPC response, which no JSON-RPC message replies to: the HTTP status
+    is the only place to say so. 502 (504 when the upstream took too long) puts the fault
+    upstream, where it is, and not on the gateway (500) or its capacity (503); the body's
+    error has a null id, as it answers no request of the client's.
+    """
+    status = 504 if isinstance(exc, UpstreamTimeout) else 502
+    message = (
+        f"the answer did not reach the upstream: {exc.message}; the request it answers "
+        "is still open, so the answer may be sent again"
+    )
+    return _json(jsonrpc.error_response(None, INTERNAL_ERROR, message), status)
 
 
 def _rewriter(which: dispatch.Rewrite | None, route: Route) -> Rewriter | None:

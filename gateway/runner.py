@@ -65,7 +65,8 @@ class TaskHost(Protocol):
         on_input: Callable[[bool], asyncio.Task[None]],
     ) -> jsonrpc.Request: ...
 
-    def end_task_call(self, upstream_id: jsonrpc.RequestId) -> bool: ...
+    async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
+        """The call ended (after its terminal write); the host may release its upstream."""
 
     def withdraw_questions(self, task_id: str, reason: str) -> None: ...
 
@@ -195,7 +196,6 @@ class TaskRunner:
         self, task: Task, host: TaskHost, outgoing: jsonrpc.Request, policy: TaskPolicy
     ) -> None:
         outcome: Outcome | None = None
-        close_upstream = False
         started = time.perf_counter()
         try:
             try:
@@ -224,16 +224,18 @@ class TaskRunner:
             # Cancellation (tasks/cancel, expiry, shutdown) leaves `outcome` None: the
             # canceller wrote the terminal status, or recovery will at the next start.
             self._running.pop(task.task_id, None)
-            close_upstream = host.end_task_call(outgoing.id)
-            if outcome is not None:
-                status, message = status_for(outcome)
-                done = await self._store.finish_task(
-                    task.task_id, status, message, outcome, self._clock()
-                )
-                if done is not None:
-                    self._changed(done, host)
-            if close_upstream:
-                await host.upstream.close()
+            try:
+                if outcome is not None:
+                    # The terminal write comes first: what the host does with the end of
+                    # the call (its session may be gone) cannot keep the task from ending.
+                    status, message = status_for(outcome)
+                    done = await self._store.finish_task(
+                        task.task_id, status, message, outcome, self._clock()
+                    )
+                    if done is not None:
+                        self._changed(done, host)
+            finally:
+                await host.end_task_call(outgoing.id)
 
     def _upstream_metrics(
         self,

@@ -9,7 +9,9 @@ routed back to the upstream under the upstream's id.
 Task calls (started by the runner) share the same maps but have no client request waiting:
 their progress goes, with the client's token and the related-task meta, to the stream of
 an open `tasks/result` for the task, else to the GET stream. A session ended while its tasks
-run keeps its upstream connection until the runner reports the last one finished.
+run keeps its upstream connection until the runner reports the last one finished; what the
+upstream sends meanwhile has no client to go to and is dropped (the task's own status still
+follows its progress), and whatever it asks gets the default answer at once.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any, TypeVar
 from . import jsonrpc
 from .aio import TaskSet
 from .config import HttpConfig
-from .errors import INTERNAL_ERROR, GatewayError
+from .errors import INTERNAL_ERROR, GatewayError, UpstreamError, UpstreamTimeout
 from .logs import printable
 from .metrics import call_outcome
 from .models import SessionRecord, Task
@@ -39,6 +41,8 @@ from .upstream import Answer, UpstreamClient
 log = logging.getLogger(__name__)
 
 _KEPT_STREAMS = 64  # finished POST streams kept for Last-Event-ID resumption
+#: Why questions of an ended session get the default answer.
+_ENDED = "the client's session ended"
 
 
 Rewriter = Callable[[Answer], Answer]
@@ -73,6 +77,8 @@ class Question:
     stream: EventStream | None = None
     seq: int = 0
     timer: asyncio.Task[None] | None = None
+    #: When (event loop time) it gets the default answer; None without an input timeout.
+    deadline: float | None = None
 
 
 class Session:
@@ -254,21 +260,22 @@ class Session:
         self._task_calls += 1
         return outgoing
 
-    def end_task_call(self, upstream_id: jsonrpc.RequestId) -> bool:
-        """Forget a finished task call; True when an ended session now needs its upstream closed."""
+    async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
+        """Forget a finished task call; an ended session releases its upstream with the last."""
         call = self._inflight.pop(upstream_id, None)
         if call is not None and call.task_id is not None:
             self.withdraw_questions(call.task_id, "the task's call ended")
         self._task_calls -= 1
-        return self._ended and self._task_calls == 0
+        if self._ended and self._task_calls == 0:
+            await self._tasks.close()  # default answers still on their way: nobody waits now
+            await self.upstream.close()
 
     def task_status(self, task: Task) -> None:
         """`notifications/tasks/status` with the full task (no related-task meta, per spec)."""
-        if not self._ended:
-            note = jsonrpc.Notification(
-                jsonrpc="2.0", method="notifications/tasks/status", params=task.wire()
-            )
-            self.standalone.push(jsonrpc.dump(note))
+        note = jsonrpc.Notification(
+            jsonrpc="2.0", method="notifications/tasks/status", params=task.wire()
+        )
+        self._push(self.standalone, note)
 
     def open_result_stream(self, task_id: str) -> EventStream:
         """The stream of a tasks/result call: the task's progress and questions go there.
@@ -299,7 +306,12 @@ class Session:
             del self._result_streams[task_id]
 
     async def deliver(self, message: jsonrpc.Notification | Answer) -> None:
-        """A client notification, or the client's answer to a server request."""
+        """A client notification, or the client's answer to a server request.
+
+        Raises:
+            UpstreamError: the upstream did not take it. An answer's request then stays
+                open, so the client may send the answer again.
+        """
         if isinstance(message, jsonrpc.Notification):
             if message.method == "notifications/cancelled":
                 # The spec says to ignore invalid cancellations; an object or array id is
@@ -325,16 +337,49 @@ class Session:
             else:
                 await self.upstream.notify(message)
             return
-        pending = self._server_requests.pop(message.id, None) if message.id is not None else None
+        down_id = message.id
+        pending = self._server_requests.pop(down_id, None) if down_id is not None else None
         if pending is None:
             log.info("session %s: dropped an answer to unknown server request", self.tag)
             return
-        question = self._questions.pop(message.id, None) if isinstance(message.id, int) else None
+        question = self._questions.pop(down_id, None) if isinstance(down_id, int) else None
         if question is not None:
             # Queue the move back to `working` before the upstream has the answer: the store
             # writes in order, so the task cannot show its final status before `working`.
             self._settled(question)
-        await self.upstream.notify(jsonrpc.with_id(message, pending[0]))
+        try:
+            await self._answer_upstream(jsonrpc.with_id(message, pending[0]))
+        except UpstreamError:
+            # Not relayed, so still unanswered upstream: open it again for the client's retry
+            # (unless its call or the session ended meanwhile, which withdrew it).
+            if down_id is None or self._ended:
+                raise
+            if question is None:
+                self._server_requests[down_id] = pending
+            elif any(c.task_id == question.task_id for c in self._inflight.values()):
+                self._server_requests[down_id] = pending
+                self._hold(question)
+                write = self._status_writes.get(question.task_id)
+                if write is not None:
+                    # Once told, the client finds the task waiting for input again.
+                    await asyncio.shield(write)
+            raise
+
+    async def _answer_upstream(self, answer: Answer) -> None:
+        """Send our answer to a request the upstream made, within the route's request timeout.
+
+        Raises:
+            UpstreamError: it could not be sent, or not within the timeout.
+        """
+        limit = self.route.upstream.config.request_timeout_seconds
+        try:
+            async with asyncio.timeout(limit):
+                await self.upstream.notify(answer)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"the upstream did not take the answer within {limit:g} s "
+                "(upstream.request_timeout_seconds)"
+            ) from exc
 
     # -- upstream -> client
 
@@ -352,6 +397,11 @@ class Session:
     ) -> None:
         call = self._related_call(related)
         if isinstance(message, jsonrpc.Request):
+            if self._ended:
+                # Nobody is left to ask: the upstream gets the default answer at once.
+                answer = _default_answer(message.id, message.method, _ENDED)
+                self._tasks.spawn(self._give_default(answer), "default answer")
+                return
             down_id = next(self._down_ids)
             if call is not None and call.task_id is not None:
                 self._ask(call, call.task_id, message, down_id)
@@ -407,17 +457,24 @@ class Session:
     def _ask(self, call: InFlight, task_id: str, request: jsonrpc.Request, down_id: int) -> None:
         event = jsonrpc.dump(_related(jsonrpc.with_id(request, down_id), task_id))
         question = Question(down_id, request.id, task_id, request.method, event, call.on_input)
-        first = not any(q.task_id == task_id for q in self._questions.values())
-        self._questions[down_id] = question
         self._server_requests[down_id] = (request.id, self.standalone)
-        if first and call.on_input is not None:
-            self._status_writes[task_id] = call.on_input(True)
         limit = self.route.policy.input_timeout_seconds
-        if self._ended:
-            limit = 0  # nobody can answer any more: give the upstream its default answer now
         if limit is not None:
-            question.timer = self._tasks.spawn(self._unanswered(question, limit), "question timer")
+            question.deadline = asyncio.get_running_loop().time() + limit
+        self._hold(question)
         self._tasks.spawn(self._post(call, question), "question delivery")
+
+    def _hold(self, question: Question) -> None:
+        """The task waits on `question`: just asked, or its answer could not be relayed."""
+        first = not any(q.task_id == question.task_id for q in self._questions.values())
+        self._questions[question.down_id] = question
+        if first and question.on_input is not None:
+            self._status_writes[question.task_id] = question.on_input(True)
+        limit = self.route.policy.input_timeout_seconds
+        if limit is not None and question.deadline is not None:
+            question.timer = self._tasks.spawn(
+                self._unanswered(question, limit, question.deadline), "question timer"
+            )
 
     async def _post(self, call: InFlight, question: Question) -> None:
         # A client must never hold a question while tasks/get still says `working`: deliver
@@ -427,32 +484,35 @@ class Session:
             await asyncio.shield(write)
         if question.down_id not in self._questions:
             return  # answered by a timeout or withdrawn meanwhile
-        stream = self._call_stream(call)
+        stream = self._open(self._call_stream(call))
+        if stream is None:
+            return  # the session is ending: its close gives the default answer
         stream.push(question.event)
         question.stream, question.seq = stream, stream.pushed
         self._server_requests[question.down_id] = (question.up_id, stream)
 
-    async def _unanswered(self, question: Question, after: float) -> None:
-        await asyncio.sleep(after)
+    async def _unanswered(self, question: Question, limit: float, deadline: float) -> None:
+        await asyncio.sleep(deadline - asyncio.get_running_loop().time())
+        reason = (
+            f"the client did not answer {question.method} within {limit:g} s "
+            "(tasks.input_timeout_seconds)"
+        )
+        await self._expire(question, reason)
+
+    async def _expire(self, question: Question, reason: str) -> None:
+        """Nobody will answer `question`: the upstream gets the default answer."""
         if self._questions.pop(question.down_id, None) is None:
             return
         self._server_requests.pop(question.down_id, None)
-        reason = (
-            f"the client did not answer {question.method} within {after:g} s "
-            "(tasks.input_timeout_seconds)"
-        )
-        # Elicitation has a way to say "nobody answered": the user dismissed the dialog.
-        answer: Answer = (
-            jsonrpc.Response(jsonrpc="2.0", id=question.up_id, result={"action": "cancel"})
-            if question.method == "elicitation/create"
-            else jsonrpc.error_response(question.up_id, INTERNAL_ERROR, reason)
-        )
         self._withdraw(question, reason)
         self._settled(question)  # before the upstream has the answer, as in deliver()
+        await self._give_default(_default_answer(question.up_id, question.method, reason))
+
+    async def _give_default(self, answer: Answer) -> None:
         try:
-            await self.upstream.notify(answer)
+            await self._answer_upstream(answer)
         except GatewayError as exc:
-            log.info("session %s: could not answer an expired question: %s", self.tag, exc.message)
+            log.info("session %s: could not give a default answer: %s", self.tag, exc.message)
 
     def withdraw_questions(self, task_id: str, reason: str) -> None:
         """The task no longer waits (its call ended or it was cancelled): tell the client."""
@@ -488,10 +548,20 @@ class Session:
                 return stream
         return self.standalone
 
+    def _open(self, stream: EventStream) -> EventStream | None:
+        """`stream`, else the GET stream, while open; None once the session is ending."""
+        if not stream.closed:
+            return stream
+        return None if self.standalone.closed else self.standalone
+
     def _push(self, stream: EventStream, message: jsonrpc.Message) -> None:
-        if stream.closed:
-            stream = self.standalone
-        stream.push(jsonrpc.dump(message))
+        target = self._open(stream)
+        if target is None:
+            # Ended or shutting down: no client can read it any more. Upstream messages keep
+            # coming for tasks that outlive their session (progress, logs, list_changed).
+            log.debug("session %s: dropped %s", self.tag, type(message).__name__)
+            return
+        target.push(jsonrpc.dump(message))
 
     def drain(self, reason: str) -> None:
         """Shutdown: answer every relayed request with an error and end the GET stream.
@@ -510,7 +580,11 @@ class Session:
         self.standalone.close()
 
     async def close(self) -> None:
-        """End the session; a running task keeps the upstream until it finishes."""
+        """End the session; a running task keeps the upstream until it finishes.
+
+        Open questions get their default answer now: nobody is left to answer them. Those
+        answers run on the session's task set, which the end of its last task call closes.
+        """
         self._ended = True
         await self._tasks.close()
         self.standalone.close()
@@ -518,6 +592,23 @@ class Session:
             stream.close()
         if self._task_calls == 0:
             await self.upstream.close()
+            return
+        # The upstream stays for the tasks: it must not wait on requests nobody will answer.
+        for question in list(self._questions.values()):
+            self._tasks.spawn(self._expire(question, _ENDED), "default answer")
+        for down_id, (up_id, _) in list(self._server_requests.items()):
+            if down_id not in self._questions:
+                del self._server_requests[down_id]
+                answer = jsonrpc.error_response(up_id, INTERNAL_ERROR, _ENDED)
+                self._tasks.spawn(self._give_default(answer), "default answer")
+
+
+def _default_answer(up_id: jsonrpc.RequestId, method: str, reason: str) -> Answer:
+    """What the upstream is told when nobody answers its request."""
+    if method == "elicitation/create":
+        # Elicitation has a way to say "nobody answered": the user dismissed the dialog.
+        return jsonrpc.Response(jsonrpc="2.0", id=up_id, result={"action": "cancel"})
+    return jsonrpc.error_response(up_id, INTERNAL_ERROR, reason)
 
 
 _Related = TypeVar("_Related", jsonrpc.Request, jsonrpc.Notification)

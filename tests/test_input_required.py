@@ -9,6 +9,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -16,8 +22,11 @@ import pytest
 from mcp import ClientSession, types
 from mcp.shared.context import RequestContext
 
-from .conftest import DEMO, ROOT, StartGateway, mcp_client
+from gateway.errors import INTERNAL_ERROR
+
+from .conftest import DEMO, ROOT, StartGateway, free_port, mcp_client, wait_for_port
 from .test_mcp_endpoint import headers
+from .test_stdio_children import pids
 from .test_tasks import RELATED, raw_session, result_request, rpc, start_task
 
 KIDS = {"transport": "stdio", "command": ["python", str(ROOT / "tests" / "stdio_upstream.py")]}
@@ -370,3 +379,96 @@ async def test_sdk_client_that_answers_too_late_leaves_the_default_answer_standi
             created.task.taskId, types.CallToolResult
         )
     assert text(result) == "No answer (cancel)"
+
+
+# -- answers the upstream cannot take
+
+
+@pytest.fixture
+def own_sdk_upstream() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
+    """An SDK upstream process of the test's own, which it may stop, resume or kill."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [sys.executable, str(ROOT / "tests" / "sdk_upstream.py"), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}/mcp", proc
+    finally:
+        proc.send_signal(signal.SIGCONT)
+        proc.kill()
+        proc.wait(10)
+
+
+async def answer_to(resp: aiohttp.ClientResponse, request_id: int) -> dict[str, Any]:
+    """The answer to `request_id` on an SSE response, past any notification before it."""
+    while True:
+        (message,) = await read_messages(resp, 1)
+        if message.get("id") == request_id and "method" not in message:
+            return message
+
+
+async def test_an_answer_the_upstream_cannot_take_is_refused_and_its_question_stays_open(
+    start_gateway: StartGateway, own_sdk_upstream: tuple[str, subprocess.Popen[bytes]]
+) -> None:
+    upstream_url, proc = own_sdk_upstream
+    upstream = {"transport": "streamable_http", "url": upstream_url, "request_timeout_seconds": 1}
+    url = f"{await start_gateway(route(upstream))}/t/mcp"
+    reply: dict[str, Any] = {
+        "jsonrpc": "2.0",
+        "result": {"action": "accept", "content": {"name": "Ada"}},
+    }
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, session_id, "ask", {})
+        message = result_request(task_id, 2)
+        async with http.post(url, json=message, headers=headers(session_id)) as stream:
+            (question,) = await read_messages(stream, 1)
+            reply["id"] = question["id"]
+            # Frozen between asking and the answer: its connections stay up, nothing answers.
+            proc.send_signal(signal.SIGSTOP)
+            try:
+                async with http.post(url, json=reply, headers=headers(session_id)) as refused:
+                    status, body = refused.status, await refused.json()
+                waiting = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, 3)
+            finally:
+                proc.send_signal(signal.SIGCONT)
+            async with http.post(url, json=reply, headers=headers(session_id)) as again:
+                assert again.status == 202
+            final = await answer_to(stream, 2)
+    # A JSON-RPC response gets no JSON-RPC reply: the HTTP status says it was not relayed.
+    assert status == 504
+    assert body["id"] is None and body["error"]["code"] == INTERNAL_ERROR
+    assert waiting["result"]["status"] == "input_required"
+    assert final["result"]["content"][0]["text"] == "Hello, Ada!"
+
+
+async def test_an_upstream_that_dies_while_asking_fails_the_task_and_withdraws_its_question(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    kids = {**KIDS, "command": [*KIDS["command"], "--pid-dir", str(pid_dir)]}
+    url = f"{await start_gateway(route(kids))}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, session_id, "ask", {})
+        message = result_request(task_id, 2)
+        async with http.post(url, json=message, headers=headers(session_id)) as stream:
+            (question,) = await read_messages(stream, 1)
+            (pid,) = pids(pid_dir)
+            os.kill(pid, signal.SIGKILL)
+            withdrawn, final = await read_messages(stream, 2)
+        # Withdrawn, so there is nothing left to relay it to: accepted and dropped, as the
+        # spec has a receiver ignore an answer to a request it no longer waits on.
+        late = {"jsonrpc": "2.0", "id": question["id"], "result": {"action": "decline"}}
+        async with http.post(url, json=late, headers=headers(session_id)) as sent:
+            assert sent.status == 202
+        got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, 3)
+    assert withdrawn["method"] == "notifications/cancelled"
+    assert withdrawn["params"]["requestId"] == question["id"]
+    assert got["result"]["status"] == "failed"
+    assert got["result"]["statusMessage"] == "the stdio upstream process exited with code -9"
+    assert final["error"]["message"] == got["result"]["statusMessage"]

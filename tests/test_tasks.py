@@ -19,7 +19,6 @@ from gateway.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 from .conftest import DEMO, ROOT, StartGateway, mcp_client
 from .fakes import FAULT_HOOKS
 from .test_mcp_endpoint import INIT, headers
-from .test_stdio_children import wait_until_dead
 
 RELATED = "io.modelcontextprotocol/related-task"
 
@@ -497,35 +496,6 @@ async def test_progress_shows_in_status_message_while_polling(start_gateway: Sta
 
 
 # -- durability, sessions, restarts, scale
-
-
-async def test_task_keeps_running_after_its_session_is_deleted(
-    start_gateway: StartGateway, tmp_path: Any
-) -> None:
-    from gateway.store import open_store
-
-    pid_dir = tmp_path / "pids"
-    pid_dir.mkdir()
-    command = ["python", str(ROOT / "tests" / "stdio_upstream.py"), "--pid-dir", str(pid_dir)]
-    url = f"{await start_gateway(route({'transport': 'stdio', 'command': command}))}/t/mcp"
-    async with aiohttp.ClientSession() as http:
-        session_id, _ = await raw_session(http, url)
-        task_id = await start_task(http, url, session_id, "slow", {"seconds": 0.8, "steps": 1})
-        async with http.delete(url, headers={"Mcp-Session-Id": session_id}) as ended:
-            assert ended.status == 200
-    (pid,) = (int(p.name) for p in pid_dir.iterdir())
-    store = await open_store(tmp_path / "gateway.db")
-    try:
-        async with asyncio.timeout(10):
-            # The store is what a later client would read; it has no event to await.
-            while (task := await store.get_task(task_id)) is None or not task.status.terminal:  # noqa: ASYNC110
-                await asyncio.sleep(0.05)
-        outcome = await store.get_outcome(task_id)
-    finally:
-        await store.close()
-    assert task.status == "completed" and outcome is not None
-    assert outcome.body["content"][0]["text"] == "slept 0.8 s"
-    await wait_until_dead(pid)  # and then the child of the ended session goes away
 
 
 async def test_restart_keeps_finished_tasks_fails_running_ones_and_the_session_carries_on(
