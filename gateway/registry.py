@@ -138,8 +138,12 @@ class SessionRegistry:
             audit(
                 "session_ended", route=session.route.name, principal=session.principal, reason=why
             )
-            await self._store.delete_session(session.id)
-            await session.close()
+            try:
+                await self._store.delete_session(session.id)
+            finally:
+                # Its child and streams go even when the store fails; a record left behind
+                # only lets its client come back, as after a restart.
+                await session.close()
 
     def start_reaper(self) -> None:
         self._tasks.spawn(self._reap(), name="session-reaper")
@@ -150,10 +154,14 @@ class SessionRegistry:
             await asyncio.sleep(min(idle / 4, 60))
             cutoff = time.monotonic() - idle
             for session in [s for s in self._sessions.values() if s.last_seen < cutoff]:
-                if session.busy:
-                    continue
+                if session.busy or session.record is None:
+                    continue  # a call in flight, or its initialize still under way
                 log.info("session %s idle for %.0f s: ended", session.tag, idle)
-                await self.end(session, "idle")
+                try:
+                    await self.end(session, "idle")
+                except Exception:
+                    # One failure (the store, say) must not leave every later session running.
+                    log.exception("session %s: ending it failed; reaping goes on", session.tag)
 
     def drain(self, reason: str) -> None:
         """Shutdown: every session answers what it relays and ends its GET stream."""

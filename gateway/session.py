@@ -153,11 +153,13 @@ class Session:
         key = f"{self._stream_prefix}{next(self._stream_keys)}"
         stream = EventStream(key, self._http.replay_buffer_events)
         self._streams[stream.key] = stream
-        while len(self._streams) > _KEPT_STREAMS:
-            oldest = next(iter(self._streams.values()))
-            if not oldest.closed:
-                break
-            self._streams.popitem(last=False)
+        excess = len(self._streams) - _KEPT_STREAMS
+        if excess > 0:
+            # The oldest closed ones go, also past streams still open: one stream open for
+            # long (a tasks/result waiting on a long task) must not keep every later one.
+            closed = (key for key, kept in self._streams.items() if kept.closed)
+            for key in list(itertools.islice(closed, excess)):
+                del self._streams[key]
         return stream
 
     def stream(self, key: str) -> EventStream | None:
@@ -522,6 +524,7 @@ class Session:
             if question.timer is not None:
                 question.timer.cancel()
             self._withdraw(question, reason)
+        self._status_writes.pop(task_id, None)
 
     def _withdraw(self, question: Question, reason: str) -> None:
         if question.stream is None:
