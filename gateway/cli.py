@@ -11,6 +11,7 @@ import sys
 from . import __version__, audit, logs, server
 from .app import create_app
 from .config import ConfigError, load_settings, route_auth
+from .store import StoreInUse
 
 
 def _resolve(host: str) -> str:
@@ -74,6 +75,6 @@ def main(argv: list[str] | None = None) -> None:
         )
     try:
         server.run(app, settings.listen, settings.http)
-    except server.ListenError as exc:
+    except (server.ListenError, StoreInUse) as exc:
         print(f"mcp-task-gateway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -5,12 +5,20 @@ several replicas can replace this one without touching them. With synchronous=FU
 COMMIT is an fsync, so all writes go through one writer coroutine that commits whatever is
 queued in one transaction (group commit); a caller returns only once its write is durable.
 Reads use a second connection and, under WAL, see committed rows only.
+
+One process at a time: `open_store` takes an exclusive lock on `<file>.lock` before its
+first statement and holds it for the store's lifetime, so a second gateway started on the
+same file stops (`StoreInUse`) instead of failing the first one's running tasks as
+"interrupted". The kernel drops the lock when the process ends, however it ends.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
 import json
+import os
 import sqlite3
 import time
 from collections.abc import Awaitable, Callable, Iterable
@@ -196,9 +204,12 @@ class SqliteTaskStore:
         writer: aiosqlite.Connection,
         reader: aiosqlite.Connection,
         on_timing: Callable[[str, float], None] | None = None,
+        lock: int | None = None,
     ) -> None:
         self._db = writer
         self._reader = reader
+        #: The descriptor holding the file's lock (see `open_store`), closed last.
+        self._lock = lock
         self._on_timing = on_timing
         self.commits = 0
         self._last_commit = 0.0
@@ -366,15 +377,21 @@ class SqliteTaskStore:
         return bytes(next(iter(rows))["value"])
 
     async def close(self) -> None:
-        """Commits the writes already queued, refuses new ones, then closes the file."""
+        """Commits the writes already queued, refuses new ones, closes the file, then lets
+        another process have it."""
         self._closing = True
         self._wake.set()
         try:
             await self._writer
         finally:
-            await self._tasks.close()
-            await self._db.close()
-            await self._reader.close()
+            try:
+                await self._tasks.close()
+                await self._db.close()
+                await self._reader.close()
+            finally:
+                if self._lock is not None:
+                    os.close(self._lock)
+                    self._lock = None
 
     async def _read(self, sql: str, *params: Any) -> Iterable[sqlite3.Row]:
         started = time.perf_counter()
@@ -526,21 +543,62 @@ async def _migrate(db: aiosqlite.Connection) -> None:
         )
 
 
+class StoreInUse(Exception):
+    """Another process holds the store; the message names the file and what to change."""
+
+
+def _lock(path: Path) -> int:
+    """The open descriptor of `<path>.lock`, exclusively locked for as long as it stays open.
+
+    Raises:
+        StoreInUse: another process (or another store in this one) holds the lock.
+    """
+    lock = path.with_name(path.name + ".lock")
+    # Python opens descriptors non-inheritable: a stdio child never holds the lock on.
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        by = f"gateway process {holder}" if holder.isdigit() else "another gateway process"
+        raise StoreInUse(
+            f"the store {path} is in use by {by} (it holds {lock}); stop that one, or give "
+            "this one another store.path"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    # Who holds it, for the message above; only a hint, the lock is what counts.
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd
+
+
 async def open_store(
     path: str | Path, on_timing: Callable[[str, float], None] | None = None
 ) -> SqliteTaskStore:
     """Opens (creating if need be) the database file and brings its schema up to date.
 
     `on_timing(operation, seconds)` hears how long each read and each commit took.
+
+    Raises:
+        StoreInUse: another process has the file open as its store; nothing was read or written.
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    writer = await _connect(path)
+    lock = _lock(path)
     try:
-        await writer.execute("PRAGMA journal_mode = WAL")
-        await _migrate(writer)
-        reader = await _connect(path)
+        writer = await _connect(path)
+        try:
+            await writer.execute("PRAGMA journal_mode = WAL")
+            await _migrate(writer)
+            reader = await _connect(path)
+        except BaseException:
+            await writer.close()
+            raise
     except BaseException:
-        await writer.close()
+        os.close(lock)
         raise
-    return SqliteTaskStore(writer, reader, on_timing)
+    return SqliteTaskStore(writer, reader, on_timing, lock)

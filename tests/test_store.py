@@ -12,7 +12,7 @@ import pytest
 
 from gateway.jsonrpc import RequestId
 from gateway.models import Outcome, SessionRecord, Task, TaskStatus
-from gateway.store import TaskStore, open_store
+from gateway.store import StoreInUse, TaskStore, open_store
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 WORKING, INPUT = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
@@ -197,6 +197,28 @@ async def test_fail_interrupted_fails_live_tasks_with_an_internal_error(
         assert await store.get_outcome(task.task_id) == Outcome.error(-32603, "gateway restarted")
     assert await store.get_task("done") == done and await store.get_outcome("done") == RESULT
     assert await store.fail_interrupted("gateway restarted", restart) == []
+
+
+async def test_a_second_store_on_the_same_file_is_refused_before_it_reads_or_writes(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tasks.db"
+    first = await open_store(path)
+    await first.create_task(make_task("running"))
+
+    with pytest.raises(StoreInUse) as refused:
+        await open_store(path)
+
+    message = str(refused.value)
+    assert str(path) in message and f"{path}.lock" in message and "store.path" in message
+    assert "\n" not in message
+    running = await first.get_task("running")
+    assert running is not None and running.status == WORKING
+    await first.close()
+    # Closing lets the next process have it; a failed attempt left nothing held.
+    second = await open_store(path)
+    assert await second.fail_interrupted("gateway restarted", T0) != []
+    await second.close()
 
 
 async def test_sessions_round_trip_are_replaced_and_deleted(store: TaskStore) -> None:
