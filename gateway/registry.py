@@ -25,6 +25,9 @@ from .store import TaskStore
 
 log = logging.getLogger(__name__)
 
+#: Sessions closed at once on shutdown.
+_CLOSING_AT_ONCE = 100
+
 
 class SessionRegistry:
     NOT_FOUND = (
@@ -169,8 +172,23 @@ class SessionRegistry:
             session.drain(reason)
 
     async def close(self) -> None:
-        """Gateway shutdown: sessions stay recorded, so clients carry on after a restart."""
+        """Gateway shutdown: sessions stay recorded, so clients carry on after a restart.
+
+        Closed side by side, a bounded number at a time: one close may take seconds (a stdio
+        child slow to exit, an upstream slow to answer DELETE), and one after another a
+        thousand of them would overrun any shutdown grace.
+        """
         await self._tasks.close()
-        for session in list(self._sessions.values()):
+        sessions = list(self._sessions.values())
+        for session in sessions:
             self._forget(session)
-            await session.close()
+        bound = asyncio.Semaphore(_CLOSING_AT_ONCE)
+
+        async def close(session: Session) -> None:
+            async with bound:
+                await session.close()
+
+        results = await asyncio.gather(*map(close, sessions), return_exceptions=True)
+        for session, result in zip(sessions, results, strict=True):
+            if isinstance(result, Exception):
+                log.warning("session %s: closing it failed: %r", session.tag, result)

@@ -351,16 +351,21 @@ class TaskRunner:
         """Shutdown: fail every running task now (its call cannot outlive the process).
 
         The terminal write is the same one a restart would make, but made while clients can
-        still hear it: a waiting tasks/result gets this outcome as its answer.
+        still hear it: a waiting tasks/result gets this outcome as its answer. One transaction
+        for them all (one fsync, not one per task); a run's own terminal write after it is
+        refused by the store, so each task still ends exactly once.
         """
-        for running in list(self._running.values()):
-            outcome = Outcome.error(INTERNAL_ERROR, message)
-            done = await self._store.finish_task(
-                running.task_id, TaskStatus.FAILED, message, outcome, self._clock()
-            )
-            running.run.cancel()
-            if done is not None:
-                self._changed(done, running.host)
+        running = list(self._running.values())
+        if not running:
+            return
+        failed = await self._store.fail_running(
+            [r.task_id for r in running], message, self._clock()
+        )
+        hosts = {r.task_id: r.host for r in running}
+        for r in running:
+            r.run.cancel()
+        for task in failed:
+            self._changed(task, hosts[task.task_id])
 
     async def recover(self) -> None:
         """At start-up: tasks a previous process left running can never finish now."""

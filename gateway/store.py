@@ -21,7 +21,7 @@ import json
 import os
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -172,6 +172,12 @@ class TaskStore(Protocol):
 
     async def fail_interrupted(self, message: str, now: datetime) -> list[Task]:
         """Start-up recovery: every live task fails with `message` and an internal-error outcome."""
+
+    async def fail_running(
+        self, task_ids: Collection[str], message: str, now: datetime
+    ) -> list[Task]:
+        """Shutdown: those of `task_ids` still live fail as `fail_interrupted` fails them, all
+        in one transaction; returns the tasks it moved (a later terminal write is refused)."""
 
     async def save_session(self, record: SessionRecord) -> None: ...
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
@@ -337,6 +343,20 @@ class SqliteTaskStore:
 
         return await self._write(fail)
 
+    async def fail_running(
+        self, task_ids: Collection[str], message: str, now: datetime
+    ) -> list[Task]:
+        failed = TaskStatus.FAILED
+        sources = [s for s in TaskStatus if may_transition(s, failed)]
+        ids = list(task_ids)
+
+        async def fail(db: aiosqlite.Connection) -> list[Task]:
+            tasks = await _transition(db, ids, sources, failed, message, now)
+            await _insert_outcomes(db, tasks, Outcome.error(-32603, message))
+            return tasks
+
+        return await self._write(fail)
+
     async def save_session(self, record: SessionRecord) -> None:
         row = (
             *(record.session_id, record.route, record.principal, record.protocol_version),
@@ -495,21 +515,27 @@ def _fail(writes: list[_Write], error: Exception) -> None:
 
 async def _transition(
     db: aiosqlite.Connection,
-    task_id: str | None,
+    which: str | Collection[str] | None,
     sources: list[TaskStatus],
     status: TaskStatus,
     message: str | None,
     now: datetime,
 ) -> list[Task]:
-    """Moves the task (or, with no `task_id`, every task) whose status is in `sources`."""
+    """Moves the task `which` names (or those it lists, or with None every task) whose status
+    is in `sources`."""
     # The status check sits in the UPDATE's WHERE: check and write are one statement.
-    one = "" if task_id is None else "task_id = ? AND"
+    key: tuple[str, ...]
+    if which is None:
+        one, key = "", ()
+    elif isinstance(which, str):
+        one, key = "task_id = ? AND", (which,)
+    else:  # one JSON array parameter, however many ids (SQLite caps the parameters)
+        one, key = "task_id IN (SELECT value FROM json_each(?)) AND", (json.dumps(list(which)),)
     marks = ",".join("?" * len(sources))
     sql = (
         "UPDATE tasks SET status = ?, status_message = ?, updated_at = ?"
         f" WHERE {one} status IN ({marks}) RETURNING {_COLUMNS}"
     )
-    key = () if task_id is None else (task_id,)
     rows = await db.execute_fetchall(sql, (status, message, _us(now), *key, *sources))
     return [_task(row) for row in rows]
 

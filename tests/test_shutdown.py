@@ -5,14 +5,21 @@ from __future__ import annotations
 import asyncio
 import json
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
+from aiohttp import web
+from aiohttp.test_utils import TestServer
+
+from gateway.runner import SHUTDOWN_MESSAGE
 
 from .conftest import ROOT, free_port, wait_for_port
+from .fakes import faulty_streamable_app
 from .test_mcp_endpoint import headers
 from .test_tasks import raw_session, result_request, rpc, start_task
 
@@ -76,3 +83,60 @@ async def test_sigterm_answers_waiting_clients_fails_running_tasks_and_exits_in_
         proc.wait(10)
     assert got["result"]["status"] == "failed"
     assert got["result"]["statusMessage"] == "interrupted: gateway shut down"
+
+
+@web.middleware
+async def slow_to_end_sessions(
+    request: web.Request, handler: Callable[[web.Request], Awaitable[web.StreamResponse]]
+) -> web.StreamResponse:
+    if request.method == "DELETE":
+        await asyncio.sleep(0.2)  # a busy upstream: a thousand of these one by one take 200 s
+    return await handler(request)
+
+
+async def test_sigterm_with_a_thousand_sessions_and_tasks_fails_them_all_and_exits_in_time(
+    tmp_path: Path,
+) -> None:
+    upstream_app = faulty_streamable_app()
+    upstream_app.middlewares.append(slow_to_end_sessions)
+    upstream = TestServer(upstream_app, host="127.0.0.1")
+    await upstream.start_server()
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+    db = tmp_path / "gateway.db"
+    config.write_text(
+        f"listen: {{host: 127.0.0.1, port: {port}}}\n"
+        f"store: {{path: {json.dumps(str(db))}}}\n"
+        "http: {shutdown_grace_seconds: 10}\n"
+        # One client address opens them all: only the per-caller caps are lifted.
+        "limits: {sessions_per_principal: null, requests_per_second: null}\n"
+        "routes: [{name: t, upstream: "
+        f"{{transport: streamable_http, url: {json.dumps(str(upstream.make_url('/mcp')))}}}}}]\n"
+    )
+    url = f"http://127.0.0.1:{port}/t/mcp"
+    proc = start(config, port)
+    try:
+        connector = aiohttp.TCPConnector(limit=32)
+        async with aiohttp.ClientSession(connector=connector) as http:
+
+            async def session_with_a_task(n: int) -> str:
+                session_id, _ = await raw_session(http, url)
+                return await start_task(http, url, session_id, "hang")
+
+            async with asyncio.timeout(60):
+                task_ids = await asyncio.gather(*map(session_with_a_task, range(1000)))
+        proc.send_signal(signal.SIGTERM)
+        started = time.monotonic()
+        code = await asyncio.to_thread(proc.wait, 30)
+        took = time.monotonic() - started
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+        await upstream.close()
+    assert code == 0 and took < 10
+    with sqlite3.connect(db) as store:  # the process is gone: the file is ours to read
+        ended = store.execute("SELECT status, status_message, COUNT(*) FROM tasks GROUP BY 1, 2")
+        assert list(ended) == [("failed", SHUTDOWN_MESSAGE, len(set(task_ids)))]
+        (outcomes,) = store.execute("SELECT COUNT(*) FROM outcomes").fetchone()
+    store.close()
+    assert outcomes == 1000

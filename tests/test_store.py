@@ -199,6 +199,30 @@ async def test_fail_interrupted_fails_live_tasks_with_an_internal_error(
     assert await store.fail_interrupted("gateway restarted", restart) == []
 
 
+async def test_fail_running_fails_the_listed_live_tasks_in_one_commit_and_only_once(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(tmp_path / "tasks.db")
+    ids = [f"t{n:04}" for n in range(1000)]
+    await asyncio.gather(*(store.create_task(make_task(i)) for i in [*ids, "other", "done"]))
+    done = await store.finish_task("done", COMPLETED, None, RESULT, T0)
+    commits = store.commits
+    shutdown = T0 + timedelta(minutes=1)
+
+    failed = await store.fail_running([*ids, "done", "unknown"], "gateway shut down", shutdown)
+
+    assert store.commits == commits + 1  # one fsync for them all, not one per task
+    assert sorted(t.task_id for t in failed) == ids
+    assert all(t.status == FAILED and t.status_message == "gateway shut down" for t in failed)
+    assert await store.get_outcome("t0999") == Outcome.error(-32603, "gateway shut down")
+    # The run's own terminal write that follows is refused: the task ends exactly once.
+    assert await store.finish_task("t0000", COMPLETED, None, RESULT, shutdown) is None
+    assert await store.get_task("done") == done and await store.get_outcome("done") == RESULT
+    other = await store.get_task("other")
+    assert other is not None and other.status == WORKING  # not listed: another process's
+    await store.close()
+
+
 async def test_a_second_store_on_the_same_file_is_refused_before_it_reads_or_writes(
     tmp_path: Path,
 ) -> None:
