@@ -94,12 +94,12 @@ async def _components(app: web.Application) -> AsyncIterator[None]:
         store, notifier, metrics, clock=utcnow, audit_arguments=settings.audit.include_arguments
     )
     await runner.recover()
-    runner.start_sweeper(settings.store.sweep_interval_seconds)
     app[STORE] = store
     app[HEALTH] = Health(store)
     app[RUNNER] = runner
     app[TASK_API] = TaskApi(store, runner, notifier, await store.secret(), clock=utcnow)
     app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
+    runner.start_sweeper(settings.store.sweep_interval_seconds, app[SESSIONS].prune_records)
     for name in app[ROUTES]:
         metrics.sessions.labels(name).set_function(partial(app[SESSIONS].count, name))
     app[SESSIONS].start_reaper()

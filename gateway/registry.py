@@ -12,6 +12,7 @@ import collections
 import logging
 import secrets
 import time
+from datetime import timedelta
 
 from . import jsonrpc
 from .aio import TaskSet
@@ -192,3 +193,16 @@ class SessionRegistry:
         for session, result in zip(sessions, results, strict=True):
             if isinstance(result, Exception):
                 log.warning("session %s: closing it failed: %r", session.tag, result)
+
+    async def prune_records(self) -> None:
+        """Delete the records of sessions no client used for the idle timeout.
+
+        Sessions live here count as used (their records are marked seen, one write for all):
+        a session the reaper keeps because a task runs keeps its record too.
+        """
+        idle = self._config.idle_timeout_seconds
+        now = utcnow()
+        before = now - timedelta(seconds=idle)
+        pruned = await self._store.prune_sessions(list(self._sessions), now, before)
+        if pruned:
+            log.info("%d session record(s) unused for %.0f s deleted", len(pruned), idle)

@@ -21,7 +21,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
@@ -106,8 +106,13 @@ class TaskRunner:
         clock: Callable[[], datetime],
         new_id: Callable[[], str] = new_task_id,
         audit_arguments: bool = False,
+        progress_interval: float = 1.0,
     ) -> None:
         self._audit_arguments = audit_arguments
+        #: At most one statusMessage write per task this often, however fast progress comes.
+        self._progress_interval = progress_interval
+        #: Tasks with a progress writer at work, and the latest message it has yet to write.
+        self._progress: dict[str, str | None] = {}
         self._store = store
         self._notifier = notifier
         self._metrics = metrics
@@ -270,8 +275,12 @@ class TaskRunner:
 
     def _on_progress(self, task_id: str, params: jsonrpc.JsonObject) -> None:
         message = progress_message(params)
-        if message is not None:
-            self._tasks.spawn(self._record_progress(task_id, message), name="task progress")
+        if message is None:
+            return
+        writing = task_id in self._progress
+        self._progress[task_id] = message  # the latest wins; the writer picks it up
+        if not writing:
+            self._tasks.spawn(self._record_progress(task_id), name="task progress")
 
     def _on_input(self, task_id: str, waiting: bool, host: TaskHost) -> asyncio.Task[None]:
         return self._tasks.spawn(self._record_input(task_id, waiting, host), name="task input")
@@ -285,9 +294,18 @@ class TaskRunner:
         if updated is not None:
             self._changed(updated, host)
 
-    async def _record_progress(self, task_id: str, message: str) -> None:
-        if await self._store.note_task(task_id, message, self._clock()) is not None:
-            self._notifier.task_changed(task_id)
+    async def _record_progress(self, task_id: str) -> None:
+        """Write the task's latest progress now, then at most once per interval while more
+        comes: an upstream may send hundreds a second, and each write is an fsync."""
+        try:
+            while (message := self._progress[task_id]) is not None:
+                self._progress[task_id] = None
+                if await self._store.note_task(task_id, message, self._clock()) is None:
+                    return  # terminal: later progress has nothing to show
+                self._notifier.task_changed(task_id)
+                await asyncio.sleep(self._progress_interval)
+        finally:
+            del self._progress[task_id]
 
     def _changed(self, task: Task, host: TaskHost | None) -> None:
         self._account(task)
@@ -388,16 +406,21 @@ class TaskRunner:
             audit("task_expired", task_id=task_id)
             self._notifier.task_changed(task_id)
 
-    def start_sweeper(self, interval: float) -> None:
-        self._tasks.spawn(self._sweep_forever(interval), name="task sweeper")
+    def start_sweeper(self, interval: float, *chores: Callable[[], Awaitable[None]]) -> None:
+        """Every `interval` seconds: `sweep()`, then each of `chores` (the store's other
+        housekeeping, such as pruning session records)."""
+        self._tasks.spawn(self._sweep_forever(interval, chores), name="task sweeper")
 
-    async def _sweep_forever(self, interval: float) -> None:
+    async def _sweep_forever(
+        self, interval: float, chores: tuple[Callable[[], Awaitable[None]], ...]
+    ) -> None:
         while True:
             await asyncio.sleep(interval)
-            try:
-                await self.sweep()
-            except Exception:
-                log.exception("sweeping expired tasks failed; will try again")
+            for chore in (self.sweep, *chores):
+                try:
+                    await chore()
+                except Exception:
+                    log.exception("store housekeeping (%s) failed; will try again", chore.__name__)
 
     async def close(self) -> None:
         await self._tasks.close()

@@ -36,6 +36,9 @@ T = TypeVar("T")
 
 #: The statuses of a task that is still running.
 _LIVE = tuple(s for s in TaskStatus if not s.terminal)
+#: The same, spelled exactly as the `tasks_live` partial index's WHERE: SQLite uses that index
+#: only for a query that repeats its condition literally (bound parameters do not count).
+_LIVE_SQL = "status IN ('working', 'input_required')"
 
 #: Applied in order once each; PRAGMA user_version counts those applied. Append, never edit.
 MIGRATIONS = [
@@ -73,8 +76,17 @@ MIGRATIONS = [
     CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
     INSERT INTO meta VALUES ('cursor_secret', randomblob(32));
     """,
+    # Sessions get a last-seen time so that records of clients that never return are pruned;
+    # the live-task index keeps the active-task cap cheap however many finished rows there are.
+    """
+    ALTER TABLE sessions ADD COLUMN last_seen INTEGER NOT NULL DEFAULT 0;
+    UPDATE sessions SET last_seen = created_at;
+    CREATE INDEX sessions_by_last_seen ON sessions (last_seen);
+    CREATE INDEX tasks_live ON tasks (owner) WHERE status IN ('working', 'input_required');
+    """,
 ]
 
+_COUNT_LIVE = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND {_LIVE_SQL}"
 _PRAGMAS = "PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
 _COLUMNS = (
     "task_id, owner, route, tool, status, status_message, created_at, updated_at, ttl_ms,"
@@ -179,9 +191,17 @@ class TaskStore(Protocol):
         """Shutdown: those of `task_ids` still live fail as `fail_interrupted` fails them, all
         in one transaction; returns the tasks it moved (a later terminal write is refused)."""
 
-    async def save_session(self, record: SessionRecord) -> None: ...
+    async def save_session(self, record: SessionRecord) -> None:
+        """Insert or update a record; an update keeps the record's last-seen time."""
+
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
     async def delete_session(self, session_id: str) -> None: ...
+
+    async def prune_sessions(
+        self, live: Collection[str], now: datetime, idle_before: datetime
+    ) -> list[str]:
+        """Mark the `live` sessions seen at `now`, then delete every record last seen before
+        `idle_before`; returns the deleted ids. One transaction."""
 
     async def secret(self) -> bytes:
         """32 random bytes made once per database, for signing list cursors."""
@@ -234,14 +254,11 @@ class SqliteTaskStore:
             None if expires is None else _us(expires),
         )
         sql = f"INSERT INTO tasks ({_COLUMNS}, expires_at) VALUES (?,?,?,?,?,?,?,?,?,?,?,?)"
-        running = _LIVE
-        marks = ",".join("?" * len(running))
-        count = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND status IN ({marks})"
 
         async def create(db: aiosqlite.Connection) -> bool:
             # The single writer makes check-then-insert atomic: no batch can slip past the cap.
             if max_active is not None:
-                (active,) = next(iter(await db.execute_fetchall(count, (task.owner, *running))))
+                (active,) = next(iter(await db.execute_fetchall(_COUNT_LIVE, (task.owner,))))
                 if active >= max_active:
                     return False
             await db.execute(sql, row)
@@ -316,11 +333,7 @@ class SqliteTaskStore:
         return await self._write(finish)
 
     async def count_active(self, owner: str) -> int:
-        running = _LIVE
-        marks = ",".join("?" * len(running))
-        rows = await self._read(
-            f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND status IN ({marks})", owner, *running
-        )
+        rows = await self._read(_COUNT_LIVE, owner)
         return int(next(iter(rows))[0])
 
     async def get_outcome(self, task_id: str) -> Outcome | None:
@@ -358,11 +371,21 @@ class SqliteTaskStore:
         return await self._write(fail)
 
     async def save_session(self, record: SessionRecord) -> None:
+        created = _us(record.created_at)
         row = (
             *(record.session_id, record.route, record.principal, record.protocol_version),
-            *(_json(record.initialize), _json(record.initialized), _us(record.created_at)),
+            *(_json(record.initialize), _json(record.initialized), created, created),
         )
-        sql = "INSERT OR REPLACE INTO sessions VALUES (?,?,?,?,?,?,?)"
+        # Not INSERT OR REPLACE: rewriting a record (its `initialized` arrives later) must not
+        # set its last-seen time back to its creation.
+        sql = (
+            "INSERT INTO sessions (session_id, route, principal, protocol_version, initialize,"
+            " initialized, created_at, last_seen) VALUES (?,?,?,?,?,?,?,?)"
+            " ON CONFLICT (session_id) DO UPDATE SET route = excluded.route,"
+            " principal = excluded.principal, protocol_version = excluded.protocol_version,"
+            " initialize = excluded.initialize, initialized = excluded.initialized,"
+            " created_at = excluded.created_at, last_seen = max(last_seen, excluded.last_seen)"
+        )
         await self._write(lambda db: db.execute(sql, row))
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
@@ -383,6 +406,25 @@ class SqliteTaskStore:
     async def delete_session(self, session_id: str) -> None:
         sql = "DELETE FROM sessions WHERE session_id = ?"
         await self._write(lambda db: db.execute(sql, (session_id,)))
+
+    async def prune_sessions(
+        self, live: Collection[str], now: datetime, idle_before: datetime
+    ) -> list[str]:
+        # One JSON array parameter, however many sessions are live (SQLite caps parameters).
+        touch = (
+            "UPDATE sessions SET last_seen = ?"
+            " WHERE session_id IN (SELECT value FROM json_each(?)) AND last_seen < ?"
+        )
+        prune = "DELETE FROM sessions WHERE last_seen < ? RETURNING session_id"
+        seen, ids = _us(now), json.dumps(list(live))
+
+        async def run(db: aiosqlite.Connection) -> list[str]:
+            await db.execute(touch, (seen, ids, seen))
+            return [
+                row["session_id"] for row in await db.execute_fetchall(prune, (_us(idle_before),))
+            ]
+
+        return await self._write(run)
 
     @property
     def last_commit(self) -> float:

@@ -12,7 +12,7 @@ import pytest
 
 from gateway.jsonrpc import RequestId
 from gateway.models import Outcome, SessionRecord, Task, TaskStatus
-from gateway.store import StoreInUse, TaskStore, open_store
+from gateway.store import _COUNT_LIVE, MIGRATIONS, StoreInUse, TaskStore, open_store
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 WORKING, INPUT = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
@@ -243,6 +243,78 @@ async def test_a_second_store_on_the_same_file_is_refused_before_it_reads_or_wri
     second = await open_store(path)
     assert await second.fail_interrupted("gateway restarted", T0) != []
     await second.close()
+
+
+async def test_the_active_task_count_reads_the_live_index_not_the_finished_rows(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "tasks.db"
+    store = await open_store(path)
+    finished = [make_task(f"old{n}", status=COMPLETED) for n in range(2000)]
+    await asyncio.gather(*(store.create_task(t) for t in finished))
+    await store.create_task(make_task("live"))
+    await store.create_task(make_task("asking", status=INPUT))
+
+    assert await store.count_active("alice") == 2
+    assert await store.create_task(make_task("third"), max_active=3) is True
+    assert await store.create_task(make_task("fourth"), max_active=3) is False
+    await store.close()
+    with sqlite3.connect(path) as db:
+        plan = " ".join(str(row) for row in db.execute(f"EXPLAIN QUERY PLAN {_COUNT_LIVE}", ("a",)))
+    # The partial index holds live rows only: the count never walks the finished ones.
+    assert "tasks_live" in plan
+
+
+async def test_session_records_unseen_for_the_idle_time_are_pruned_and_live_ones_kept(
+    tmp_path: Path,
+) -> None:
+    store = await open_store(tmp_path / "tasks.db")
+
+    def record(session_id: str, at: datetime) -> SessionRecord:
+        return SessionRecord(
+            session_id=session_id,
+            route="r",
+            protocol_version="2025-11-25",
+            initialize={},
+            created_at=at,
+        )
+
+    for session_id in ["gone", "live", "recent"]:
+        await store.save_session(record(session_id, T0))
+    await store.save_session(record("recent", T0).model_copy(update={"initialized": {"m": 1}}))
+    hour = timedelta(hours=1)
+    await store.prune_sessions(["recent"], T0 + hour / 2, T0 - hour)  # "recent" is seen
+
+    pruned = await store.prune_sessions(["live"], T0 + hour + timedelta(seconds=1), T0 + hour / 4)
+
+    assert pruned == ["gone"]
+    assert await store.get_session("gone") is None
+    assert await store.get_session("live") is not None
+    # Saving a record again (its `initialized` arrives) does not set it back to unseen.
+    await store.save_session(record("recent", T0))
+    assert await store.prune_sessions([], T0 + hour, T0 + hour / 4) == []
+    assert await store.prune_sessions([], T0 + hour, T0 + hour) == ["recent"]
+    await store.close()
+
+
+async def test_a_first_schema_file_gains_last_seen_times_from_creation(tmp_path: Path) -> None:
+    path = tmp_path / "tasks.db"
+    with sqlite3.connect(path) as db:  # what a gateway of the first schema left
+        db.executescript(MIGRATIONS[0] + "; PRAGMA user_version = 1;")
+        for session_id, at in [("older", T0), ("newer", T0 + timedelta(minutes=10))]:
+            row = (session_id, "r", None, "2025-11-25", "{}", None, _microseconds(at))
+            db.execute("INSERT INTO sessions VALUES (?,?,?,?,?,?,?)", row)
+    db.close()
+
+    store = await open_store(path)
+    pruned = await store.prune_sessions([], T0 + timedelta(hours=2), T0 + timedelta(minutes=5))
+
+    assert pruned == ["older"] and await store.get_session("newer") is not None
+    await store.close()
+
+
+def _microseconds(at: datetime) -> int:
+    return (at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
 async def test_sessions_round_trip_are_replaced_and_deleted(store: TaskStore) -> None:
