@@ -1,3 +1,3 @@
-from .cli import main
+from gateway.cli import main
 
 main()

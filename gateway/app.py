@@ -27,10 +27,11 @@ from functools import partial
 
 from aiohttp import web
 
-from . import middleware
-from .config import Settings
-from .health import Health
-from .keys import (
+from gateway.config.settings import Settings
+from gateway.http import middleware
+from gateway.http.health import Health
+from gateway.http.urls import add_routes
+from gateway.keys import (
     ALLOWED_HOSTS,
     HEALTH,
     METRICS,
@@ -41,15 +42,14 @@ from .keys import (
     STORE,
     TASK_API,
 )
-from .metrics import Metrics
-from .models import utcnow
-from .notifier import Notifier
-from .registry import SessionRegistry
-from .route import Route
-from .routes import add_routes
-from .runner import SHUTDOWN_MESSAGE, TaskRunner
-from .store import open_store
-from .task_api import TaskApi
+from gateway.observability.metrics import Metrics
+from gateway.route import Route
+from gateway.session.registry import SessionRegistry
+from gateway.tasks.api import TaskApi
+from gateway.tasks.models import utcnow
+from gateway.tasks.notifier import Notifier
+from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner
+from gateway.tasks.store.sqlite import open_store
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -8,10 +8,12 @@ import logging
 import socket
 import sys
 
-from . import __version__, audit, logs, server
-from .app import create_app
-from .config import ConfigError, load_settings, route_auth
-from .store import StoreInUse
+from gateway import __version__
+from gateway.app import create_app
+from gateway.config.settings import ConfigError, load_settings, route_auth
+from gateway.http import server
+from gateway.observability import audit, logs
+from gateway.tasks.store.sqlite import StoreInUse
 
 
 def _resolve(host: str) -> str:

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from .config import Settings
-from .health import Health
-from .metrics import Metrics
-from .registry import SessionRegistry
-from .route import Route
-from .runner import TaskRunner
-from .store import TaskStore
-from .task_api import TaskApi
+from gateway.config.settings import Settings
+from gateway.http.health import Health
+from gateway.observability.metrics import Metrics
+from gateway.route import Route
+from gateway.session.registry import SessionRegistry
+from gateway.tasks.api import TaskApi
+from gateway.tasks.runner import TaskRunner
+from gateway.tasks.store.sqlite import TaskStore
 
 SETTINGS = web.AppKey("settings", Settings)
 SESSIONS = web.AppKey("sessions", SessionRegistry)

@@ -6,11 +6,11 @@ upstream (a connection pool or the stdio child cap). Built once per route at sta
 
 from __future__ import annotations
 
-from .auth import Authenticator
-from .config import RouteConfig, Settings, route_auth, route_limits
-from .limits import RateLimiter
-from .metrics import Metrics
-from .upstream import UpstreamRoute
+from gateway.config.settings import RouteConfig, Settings, route_auth, route_limits
+from gateway.observability.metrics import Metrics
+from gateway.security.auth import Authenticator
+from gateway.security.limits import RateLimiter
+from gateway.upstream import UpstreamRoute
 
 
 class Route:

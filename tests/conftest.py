@@ -17,9 +17,9 @@ from aiohttp.test_utils import TestServer
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
-from gateway import server
 from gateway.app import create_app
-from gateway.config import ListenConfig, Settings, parse_settings
+from gateway.config.settings import ListenConfig, Settings, parse_settings
+from gateway.http import server
 
 from .fakes import faulty_streamable_app, legacy_sse_app
 

@@ -18,7 +18,7 @@ from typing import Any
 
 from aiohttp import web
 
-from gateway.legacy_server import (
+from gateway.demo.server import (
     DEMO_TOOLS,
     INVALID_REQUEST,
     EchoArgs,

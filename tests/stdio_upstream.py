@@ -16,8 +16,7 @@ from typing import NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.demo import serve_stdio  # noqa: E402
-from gateway.legacy_server import (  # noqa: E402
+from gateway.demo.server import (
     DEMO_TOOLS,
     NAME_SCHEMA,
     PROTOCOL_VERSIONS,
@@ -27,6 +26,7 @@ from gateway.legacy_server import (  # noqa: E402
     ToolContext,
     text_result,
 )
+from gateway.demo.stdio import serve_stdio
 
 
 async def crash(ctx: ToolContext, args: NoArgs) -> NoReturn:

@@ -16,8 +16,8 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from gateway.auth import Authenticator, AuthError, Principal
-from gateway.config import Settings, parse_settings
+from gateway.config.settings import Settings, parse_settings
+from gateway.security.auth import Authenticator, AuthError, Principal
 
 SECRET = "a-test-secret-that-is-at-least-32-bytes-long"
 ROUTES = [{"name": "r", "upstream": {"transport": "sse", "url": "http://127.0.0.1:9/sse"}}]

@@ -21,9 +21,9 @@ from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import RSAAlgorithm
 
-from gateway.auth import Authenticator, AuthError, IdentityProviderUnavailable, Principal
-from gateway.config import parse_settings
-from gateway.errors import INTERNAL_ERROR
+from gateway.config.settings import parse_settings
+from gateway.protocol.errors import INTERNAL_ERROR
+from gateway.security.auth import Authenticator, AuthError, IdentityProviderUnavailable, Principal
 
 from .conftest import DEMO, StartGateway, free_port
 from .test_mcp_endpoint import INIT, headers
@@ -159,7 +159,7 @@ async def test_an_unreachable_identity_provider_gives_503_and_is_logged_once(
     for refusal in (first, second):
         assert (refusal.http_status, refusal.code) == (503, INTERNAL_ERROR)
         assert refusal.message == UNAVAILABLE and 1 <= int(refusal.headers["Retry-After"]) <= 30
-    warnings = [r for r in caplog.records if r.name == "gateway.auth"]
+    warnings = [r for r in caplog.records if r.name == "gateway.security.auth"]
     assert len(warnings) == 1 and url in warnings[0].getMessage()
 
 
@@ -206,7 +206,7 @@ async def test_the_provider_coming_back_is_used_and_logged(
     provider.status = 200
 
     assert await auth.authenticate(_bearer(key, "k1")) == ALICE
-    messages = [r.getMessage() for r in caplog.records if r.name == "gateway.auth"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "gateway.security.auth"]
     assert len(messages) == 2 and "fetched again" in messages[1]
 
 

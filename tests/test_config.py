@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gateway.config import (
+from gateway.config.settings import (
     ConfigError,
     JwtConfig,
     load_settings,

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
-from gateway import dispatch, jsonrpc
-from gateway.config import TaskPolicy
-from gateway.errors import INVALID_PARAMS, METHOD_NOT_FOUND
+from gateway.config.settings import TaskPolicy
+from gateway.protocol import dispatch, jsonrpc
+from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 
 POLICY = TaskPolicy(tools={"quick": "forbidden", "report": "required"})
 

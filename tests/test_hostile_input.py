@@ -17,16 +17,16 @@ import httpx
 import pytest
 from aiohttp import web
 
-from gateway import server
 from gateway.app import create_app
-from gateway.config import ListenConfig
-from gateway.errors import (
+from gateway.config.settings import ListenConfig
+from gateway.http import server
+from gateway.keys import STORE
+from gateway.protocol.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
     PARSE_ERROR,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
-from gateway.keys import STORE
 
 from .conftest import StartGateway
 from .test_mcp_endpoint import INIT, error_of, headers, open_session
@@ -390,7 +390,7 @@ async def test_allowed_hosts_from_config_replace_the_loopback_default(
 def test_a_gateway_listening_beyond_loopback_checks_no_host_unless_configured(
     make_settings: Any,
 ) -> None:
-    from gateway.middleware import allowed_hosts
+    from gateway.http.middleware import allowed_hosts
 
     http = make_settings().http
     assert allowed_hosts(http, "0.0.0.0") is None

@@ -13,12 +13,12 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway import server
 from gateway.app import create_app
-from gateway.config import ListenConfig, Settings
+from gateway.config.settings import ListenConfig, Settings
+from gateway.demo.server import Message, NoArgs, Tool, ToolContext, text_result
+from gateway.http import server
 from gateway.keys import STORE
-from gateway.legacy_server import Message, NoArgs, Tool, ToolContext, text_result
-from gateway.store import SqliteTaskStore
+from gateway.tasks.store.sqlite import SqliteTaskStore
 
 from .conftest import DEMO
 from .fakes import legacy_sse_app

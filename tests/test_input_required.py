@@ -22,7 +22,7 @@ import pytest
 from mcp import ClientSession, types
 from mcp.shared.context import RequestContext
 
-from gateway.errors import INTERNAL_ERROR
+from gateway.protocol.errors import INTERNAL_ERROR
 
 from .conftest import DEMO, ROOT, StartGateway, free_port, mcp_client, wait_for_port
 from .test_mcp_endpoint import headers

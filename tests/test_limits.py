@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.errors import LimitExceeded
-from gateway.limits import RateLimiter
+from gateway.protocol.errors import LimitExceeded
+from gateway.security.limits import RateLimiter
 
 
 class Clock:

@@ -12,7 +12,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from gateway.errors import (
+from gateway.protocol.errors import (
     INVALID_REQUEST,
     METHOD_NOT_FOUND,
     PARSE_ERROR,

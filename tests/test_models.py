@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.models import TERMINAL, Outcome, TaskStatus, may_transition, status_for
+from gateway.tasks.models import TERMINAL, Outcome, TaskStatus, may_transition, status_for
 
 WORKING, INPUT, DONE, FAILED, CANCELLED = (
     TaskStatus.WORKING,

@@ -13,8 +13,8 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import McpError
 
-from gateway import audit
-from gateway.config import AuditConfig
+from gateway.config.settings import AuditConfig
+from gateway.observability import audit
 
 from .conftest import DEMO, StartGateway, free_port, mcp_client
 

@@ -10,13 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from gateway import jsonrpc
-from gateway.config import Limits, TaskPolicy, UpstreamConfig
-from gateway.metrics import Metrics
-from gateway.models import Task, TaskStatus, utcnow
-from gateway.notifier import Notifier
-from gateway.runner import TaskRunner
-from gateway.store import open_store
+from gateway.config.settings import Limits, TaskPolicy, UpstreamConfig
+from gateway.observability.metrics import Metrics
+from gateway.protocol import jsonrpc
+from gateway.tasks.models import Task, TaskStatus, utcnow
+from gateway.tasks.notifier import Notifier
+from gateway.tasks.runner import TaskRunner
+from gateway.tasks.store.sqlite import open_store
 from gateway.upstream import UpstreamClient
 from gateway.upstream.base import Transport
 

@@ -26,7 +26,7 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-from gateway.errors import INVALID_PARAMS, METHOD_NOT_FOUND, SERVER_ERROR
+from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND, SERVER_ERROR
 
 from .conftest import DEMO, StartGateway
 from .test_mcp_endpoint import INIT, headers

@@ -16,7 +16,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.runner import SHUTDOWN_MESSAGE
+from gateway.tasks.runner import SHUTDOWN_MESSAGE
 
 from .conftest import ROOT, free_port, wait_for_port
 from .fakes import faulty_streamable_app

@@ -15,8 +15,8 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-from gateway.config import CHILD_ENV_ALLOWED, Limits, UpstreamConfig
-from gateway.errors import INTERNAL_ERROR
+from gateway.config.settings import CHILD_ENV_ALLOWED, Limits, UpstreamConfig
+from gateway.protocol.errors import INTERNAL_ERROR
 
 from .conftest import ROOT, StartGateway, mcp_client
 from .test_mcp_endpoint import INIT, headers, open_session, read_events

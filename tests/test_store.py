@@ -10,9 +10,9 @@ from typing import Any
 
 import pytest
 
-from gateway.jsonrpc import RequestId
-from gateway.models import Outcome, SessionRecord, Task, TaskStatus
-from gateway.store import _COUNT_LIVE, MIGRATIONS, StoreInUse, TaskStore, open_store
+from gateway.protocol.jsonrpc import RequestId
+from gateway.tasks.models import Outcome, SessionRecord, Task, TaskStatus
+from gateway.tasks.store.sqlite import _COUNT_LIVE, MIGRATIONS, StoreInUse, TaskStore, open_store
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 WORKING, INPUT = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED

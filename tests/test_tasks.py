@@ -14,7 +14,7 @@ from aiohttp.test_utils import TestServer
 from mcp import ClientSession, types
 from mcp.shared.exceptions import McpError
 
-from gateway.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
+from gateway.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 
 from .conftest import DEMO, ROOT, StartGateway, mcp_client
 from .fakes import FAULT_HOOKS
@@ -742,8 +742,8 @@ async def test_a_task_left_working_by_a_crashed_process_fails_at_the_next_start(
     from datetime import UTC, datetime
 
     from gateway.app import create_app
-    from gateway.models import Task, TaskStatus
-    from gateway.store import open_store
+    from gateway.tasks.models import Task, TaskStatus
+    from gateway.tasks.store.sqlite import open_store
 
     settings = make_settings(route())
     store = await open_store(settings.store.path)  # what a SIGKILLed process leaves behind

@@ -8,7 +8,7 @@ from aiohttp.test_utils import TestServer
 from mcp import types
 from mcp.shared.exceptions import McpError
 
-from gateway.errors import INTERNAL_ERROR
+from gateway.protocol.errors import INTERNAL_ERROR
 
 from .conftest import StartGateway, free_port, mcp_client
 from .fakes import FAULT_HOOKS

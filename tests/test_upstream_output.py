@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 from mcp import ClientSession, types
 from mcp.shared.exceptions import McpError
 
-from gateway.errors import INTERNAL_ERROR, UpstreamProtocolError
+from gateway.protocol.errors import INTERNAL_ERROR, UpstreamProtocolError
 from gateway.upstream import sse_reader
 
 from .conftest import ROOT, StartGateway, mcp_client

@@ -14,7 +14,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.upstream.unreadable import MAX_LINE_BYTES  # noqa: E402
+from gateway.upstream.unreadable import MAX_LINE_BYTES
 
 BROKEN = ("deep", "not_utf8", "too_long", "nameless")
 TOOLS = ("pid", "bare_cr", "split_crlf", *BROKEN)

@@ -6,12 +6,12 @@ from collections.abc import Callable, Mapping
 
 import aiohttp
 
-from ..config import RouteConfig
-from .base import Transport
-from .client import Answer, UpstreamClient
-from .sse import SseTransport
-from .stdio import ChildOwner, ChildSlots, StdioTransport
-from .streamable_http import StreamableHttpTransport
+from gateway.config.settings import RouteConfig
+from gateway.upstream.base import Transport
+from gateway.upstream.client import Answer, UpstreamClient
+from gateway.upstream.sse import SseTransport
+from gateway.upstream.stdio import ChildOwner, ChildSlots, StdioTransport
+from gateway.upstream.streamable_http import StreamableHttpTransport
 
 __all__ = ["Answer", "UpstreamClient", "UpstreamRoute"]
 

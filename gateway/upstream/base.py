@@ -12,9 +12,9 @@ import logging
 from abc import ABC, abstractmethod
 from typing import Protocol
 
-from ..jsonrpc import Message, RequestId
-from . import unreadable
-from .unreadable import Unreadable
+from gateway.protocol.jsonrpc import Message, RequestId
+from gateway.upstream import unreadable
+from gateway.upstream.unreadable import Unreadable
 
 log = logging.getLogger(__name__)
 

@@ -15,12 +15,12 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from .. import jsonrpc
-from ..config import UpstreamConfig
-from ..errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
-from .base import Transport
-from .streamable_http import UpstreamSessionExpired
-from .unreadable import Unreadable
+from gateway.config.settings import UpstreamConfig
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
+from gateway.upstream.base import Transport
+from gateway.upstream.streamable_http import UpstreamSessionExpired
+from gateway.upstream.unreadable import Unreadable
 
 log = logging.getLogger(__name__)
 

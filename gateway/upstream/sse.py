@@ -13,12 +13,12 @@ from urllib.parse import urljoin, urlsplit
 
 import aiohttp
 
-from .. import jsonrpc
-from ..aio import TaskSet
-from ..config import UpstreamConfig
-from ..errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
-from . import sse_reader
-from .base import Sink, Transport
+from gateway.aio import TaskSet
+from gateway.config.settings import UpstreamConfig
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.upstream import sse_reader
+from gateway.upstream.base import Sink, Transport
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import re
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
-from ..errors import UpstreamProtocolError
-from .unreadable import MAX_LINE_BYTES
+from gateway.protocol.errors import UpstreamProtocolError
+from gateway.upstream.unreadable import MAX_LINE_BYTES
 
 _LINE_END = re.compile(rb"\r\n?|\n")
 

@@ -16,12 +16,12 @@ from asyncio.subprocess import PIPE, Process
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from .. import jsonrpc
-from ..aio import TaskSet
-from ..config import UpstreamConfig
-from ..errors import CapacityExceeded, UpstreamUnavailable
-from .base import Sink, Transport
-from .unreadable import MAX_LINE_BYTES, Unreadable, unreadable
+from gateway.aio import TaskSet
+from gateway.config.settings import UpstreamConfig
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import CapacityExceeded, UpstreamUnavailable
+from gateway.upstream.base import Sink, Transport
+from gateway.upstream.unreadable import MAX_LINE_BYTES, Unreadable, unreadable
 
 log = logging.getLogger(__name__)
 

@@ -13,18 +13,18 @@ from collections.abc import Callable, Mapping
 
 import aiohttp
 
-from .. import jsonrpc
-from ..aio import TaskSet
-from ..config import UpstreamConfig
-from ..errors import (
+from gateway.aio import TaskSet
+from gateway.config.settings import UpstreamConfig
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import (
     InvalidRequest,
     ParseError,
     UpstreamProtocolError,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
-from . import sse_reader, unreadable
-from .base import Sink, Transport
+from gateway.upstream import sse_reader, unreadable
+from gateway.upstream.base import Sink, Transport
 
 log = logging.getLogger(__name__)
 

@@ -13,8 +13,8 @@ import json
 import re
 from dataclasses import dataclass
 
-from .. import jsonrpc
-from ..errors import InvalidRequest, ParseError
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import InvalidRequest, ParseError
 
 #: The longest line an upstream may send (a stdio line, a line of an SSE stream). One line
 #: carries one message, so this is also the largest answer that can cross the gateway.

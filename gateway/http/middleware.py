@@ -11,12 +11,17 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from . import jsonrpc
-from .config import HttpConfig
-from .errors import INTERNAL_ERROR, ForbiddenOrigin, GatewayError, MisdirectedRequest
-from .keys import ALLOWED_HOSTS, METRICS, SETTINGS
-from .logs import printable
-from .sse import STARTED as STREAMING
+from gateway.config.settings import HttpConfig
+from gateway.http.sse import STARTED as STREAMING
+from gateway.keys import ALLOWED_HOSTS, METRICS, SETTINGS
+from gateway.observability.logs import printable
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import (
+    INTERNAL_ERROR,
+    ForbiddenOrigin,
+    GatewayError,
+    MisdirectedRequest,
+)
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from .jsonrpc import JsonObject, RequestId
+from gateway.protocol.jsonrpc import JsonObject, RequestId
 
 
 class TaskStatus(StrEnum):

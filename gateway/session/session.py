@@ -26,17 +26,17 @@ from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from . import jsonrpc
-from .aio import TaskSet
-from .config import HttpConfig
-from .errors import INTERNAL_ERROR, GatewayError, UpstreamError, UpstreamTimeout
-from .logs import printable
-from .metrics import call_outcome
-from .models import SessionRecord, Task
-from .rewrite import RELATED_TASK
-from .route import Route
-from .sse import EventStream
-from .upstream import Answer, UpstreamClient
+from gateway.aio import TaskSet
+from gateway.config.settings import HttpConfig
+from gateway.http.sse import EventStream
+from gateway.observability.logs import printable
+from gateway.observability.metrics import call_outcome
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, UpstreamError, UpstreamTimeout
+from gateway.protocol.rewrite import RELATED_TASK
+from gateway.route import Route
+from gateway.tasks.models import SessionRecord, Task
+from gateway.upstream import Answer, UpstreamClient
 
 log = logging.getLogger(__name__)
 

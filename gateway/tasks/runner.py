@@ -26,16 +26,16 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any, Protocol
 
-from . import jsonrpc
-from .aio import TaskSet
-from .audit import audit
-from .config import Limits, TaskPolicy
-from .errors import INTERNAL_ERROR, GatewayError, TaskError, TaskLimitReached
-from .metrics import Metrics, call_outcome
-from .models import Outcome, Task, TaskStatus, status_for
-from .notifier import Notifier
-from .store import TaskStore
-from .upstream import UpstreamClient
+from gateway.aio import TaskSet
+from gateway.config.settings import Limits, TaskPolicy
+from gateway.observability.audit import audit
+from gateway.observability.metrics import Metrics, call_outcome
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, TaskError, TaskLimitReached
+from gateway.tasks.models import Outcome, Task, TaskStatus, status_for
+from gateway.tasks.notifier import Notifier
+from gateway.tasks.store.sqlite import TaskStore
+from gateway.upstream import UpstreamClient
 
 log = logging.getLogger(__name__)
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from . import jsonrpc
-from .config import TaskPolicy
-from .errors import INVALID_PARAMS, METHOD_NOT_FOUND
+from gateway.config.settings import TaskPolicy
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 
 TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
 #: Tasks exist from this protocol revision on; older clients see a plain proxy.

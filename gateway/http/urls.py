@@ -6,9 +6,9 @@ from functools import partial
 
 from aiohttp import web
 
-from . import mcp_endpoint
-from .config import Settings
-from .keys import HEALTH, METRICS
+from gateway.config.settings import Settings
+from gateway.http import endpoint as mcp_endpoint
+from gateway.keys import HEALTH, METRICS
 
 
 async def healthz(request: web.Request) -> web.Response:

@@ -14,15 +14,15 @@ import secrets
 import time
 from datetime import timedelta
 
-from . import jsonrpc
-from .aio import TaskSet
-from .audit import audit
-from .config import HttpConfig, SessionsConfig
-from .errors import CapacityExceeded, LimitExceeded, SessionNotFound
-from .models import SessionRecord, utcnow
-from .route import Route
-from .session import Session
-from .store import TaskStore
+from gateway.aio import TaskSet
+from gateway.config.settings import HttpConfig, SessionsConfig
+from gateway.observability.audit import audit
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import CapacityExceeded, LimitExceeded, SessionNotFound
+from gateway.route import Route
+from gateway.session.session import Session
+from gateway.tasks.models import SessionRecord, utcnow
+from gateway.tasks.store.sqlite import TaskStore
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ from typing import Any, TypeAlias, TypeVar, cast
 
 from pydantic import BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError
 
-from .errors import InvalidRequest, ParseError
+from gateway.protocol.errors import InvalidRequest, ParseError
 
 RequestId: TypeAlias = StrictInt | StrictStr
 JsonObject: TypeAlias = dict[str, Any]

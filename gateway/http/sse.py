@@ -17,7 +17,7 @@ from collections.abc import AsyncGenerator, AsyncIterator
 
 from aiohttp import web
 
-from .config import HttpConfig
+from gateway.config.settings import HttpConfig
 
 log = logging.getLogger(__name__)
 

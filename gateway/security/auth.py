@@ -36,8 +36,8 @@ from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from jwt.types import JWKDict, Options
 from pydantic import BaseModel, ConfigDict
 
-from .config import AuthConfig, JwtConfig
-from .errors import INTERNAL_ERROR, GatewayError
+from gateway.config.settings import AuthConfig, JwtConfig
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
 
 log = logging.getLogger(__name__)
 

@@ -17,16 +17,16 @@ import json
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from . import jsonrpc, rewrite
-from .audit import audit
-from .config import TaskPolicy
-from .errors import INTERNAL_ERROR, TaskError
-from .models import Task
-from .notifier import Notifier
-from .runner import TaskRunner
-from .session import Session
-from .sse import EventStream
-from .store import TaskStore
+from gateway.config.settings import TaskPolicy
+from gateway.http.sse import EventStream
+from gateway.observability.audit import audit
+from gateway.protocol import jsonrpc, rewrite
+from gateway.protocol.errors import INTERNAL_ERROR, TaskError
+from gateway.session.session import Session
+from gateway.tasks.models import Task
+from gateway.tasks.notifier import Notifier
+from gateway.tasks.runner import TaskRunner
+from gateway.tasks.store.sqlite import TaskStore
 
 Answer = jsonrpc.Response | jsonrpc.ErrorResponse
 

@@ -30,8 +30,8 @@ from typing import Any, cast
 from aiohttp import web, web_protocol
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 
-from .config import HttpConfig, ListenConfig
-from .logs import printable
+from gateway.config.settings import HttpConfig, ListenConfig
+from gateway.observability.logs import printable
 
 log = logging.getLogger(__name__)
 

@@ -13,7 +13,7 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.legacy_server import DEMO_TOOLS, PROTOCOL_VERSIONS, LegacyServer, Tool
+from gateway.demo.server import DEMO_TOOLS, PROTOCOL_VERSIONS, LegacyServer, Tool
 
 logger = logging.getLogger("gateway.demo")
 
@@ -69,7 +69,3 @@ def main() -> None:
     parser.parse_args()
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(name)s: %(message)s")
     asyncio.run(serve_stdio())
-
-
-if __name__ == "__main__":
-    main()

@@ -13,8 +13,8 @@ import logging.handlers
 import sys
 from typing import Any
 
-from .config import AuditConfig
-from .models import iso, utcnow
+from gateway.config.settings import AuditConfig
+from gateway.tasks.models import iso, utcnow
 
 log = logging.getLogger("gateway.audit")
 

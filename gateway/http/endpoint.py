@@ -14,11 +14,16 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from . import dispatch, jsonrpc, rewrite, sse
-from .audit import audit
-from .auth import MISSING_TOKEN, AuthError
-from .config import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig
-from .errors import (
+from gateway.config.settings import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig
+from gateway.http import sse
+from gateway.http.middleware import METHOD as METHOD_KEY
+from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY
+from gateway.http.middleware import ROUTE as ROUTE_KEY
+from gateway.keys import ROUTES, RUNNER, SESSIONS, SETTINGS, TASK_API
+from gateway.observability.audit import audit
+from gateway.observability.logs import printable
+from gateway.protocol import dispatch, jsonrpc, rewrite
+from gateway.protocol.errors import (
     INTERNAL_ERROR,
     InvalidRequest,
     LimitExceeded,
@@ -34,15 +39,11 @@ from .errors import (
     UpstreamError,
     UpstreamTimeout,
 )
-from .keys import ROUTES, RUNNER, SESSIONS, SETTINGS, TASK_API
-from .logs import printable
-from .middleware import METHOD as METHOD_KEY
-from .middleware import REQUEST_ID as REQUEST_ID_KEY
-from .middleware import ROUTE as ROUTE_KEY
-from .registry import SessionRegistry
-from .route import Route
-from .session import Rewriter, Session
-from .upstream import Answer
+from gateway.route import Route
+from gateway.security.auth import MISSING_TOKEN, AuthError
+from gateway.session.registry import SessionRegistry
+from gateway.session.session import Rewriter, Session
+from gateway.upstream import Answer
 
 log = logging.getLogger(__name__)
 

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from . import jsonrpc
-from .config import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, TaskPolicy
-from .models import Outcome
+from gateway.config.settings import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, TaskPolicy
+from gateway.protocol import jsonrpc
+from gateway.tasks.models import Outcome
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 IMMEDIATE_RESPONSE = "io.modelcontextprotocol/model-immediate-response"

@@ -15,8 +15,8 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from . import jsonrpc
-from .errors import UpstreamProtocolError, UpstreamTimeout
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import UpstreamProtocolError, UpstreamTimeout
 
 PREFIX = "mcp_gateway"
 

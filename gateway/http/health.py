@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from .store import TaskStore
+from gateway.tasks.store.sqlite import TaskStore
 
 log = logging.getLogger(__name__)
 

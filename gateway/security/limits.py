@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .errors import LimitExceeded
+from gateway.protocol.errors import LimitExceeded
 
 
 @dataclass(slots=True)

@@ -29,8 +29,8 @@ from typing import Any, Protocol, TypeVar
 
 import aiosqlite
 
-from .aio import TaskSet
-from .models import Outcome, SessionRecord, Task, TaskStatus, may_transition
+from gateway.aio import TaskSet
+from gateway.tasks.models import Outcome, SessionRecord, Task, TaskStatus, may_transition
 
 T = TypeVar("T")
 
