@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from gateway.tasks.models import TERMINAL, Outcome, TaskStatus, may_transition, status_for
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import TERMINAL, TaskStatus, may_transition, status_for
 
 WORKING, INPUT, DONE, FAILED, CANCELLED = (
     TaskStatus.WORKING,

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from gateway.protocol.jsonrpc import RequestId
-from gateway.tasks.models import Outcome, SessionRecord, Task, TaskStatus
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import SessionRecord, Task, TaskStatus
 from gateway.tasks.store.sqlite import _COUNT_LIVE, MIGRATIONS, StoreInUse, TaskStore, open_store
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)

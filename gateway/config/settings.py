@@ -27,10 +27,6 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails, PydanticCustomError
 
-# The gateway's own protocol revisions, newest last. Upstreams may speak any of them.
-SUPPORTED_PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
-LATEST_PROTOCOL_VERSION = SUPPORTED_PROTOCOL_VERSIONS[-1]
-
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 
 

@@ -16,9 +16,11 @@ from typing import Any, Generic, TypeVar
 
 from pydantic import BaseModel, Field
 
+from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
+
 logger = logging.getLogger(__name__)
 
-PROTOCOL_VERSIONS = ("2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25")
+PROTOCOL_VERSIONS = SUPPORTED_PROTOCOL_VERSIONS
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
 INVALID_REQUEST = -32600

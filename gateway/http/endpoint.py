@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
-from gateway.config.settings import SUPPORTED_PROTOCOL_VERSIONS, HttpConfig
+from gateway.config.settings import HttpConfig
 from gateway.http import sse
 from gateway.http.middleware import METHOD as METHOD_KEY
 from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY
@@ -39,10 +39,12 @@ from gateway.protocol.errors import (
     UpstreamError,
     UpstreamTimeout,
 )
+from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
 from gateway.route import Route
 from gateway.security.auth import MISSING_TOKEN, AuthError
 from gateway.session.registry import SessionRegistry
 from gateway.session.session import Rewriter, Session
+from gateway.session.streams import EventStream
 from gateway.upstream import Answer
 
 log = logging.getLogger(__name__)
@@ -281,7 +283,7 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
         return _json(rewrite.create_task_result(decision.request.id, task.wire(), policy))
     if isinstance(decision, dispatch.TaskApi):
         answer = await request.app[TASK_API].answer(session, decision.request, policy)
-        if isinstance(answer, sse.EventStream):
+        if isinstance(answer, EventStream):
             return await _answer(request, http, answer)
         return _json(answer)
     rewriter = _rewriter(decision.rewrite, route)
@@ -353,7 +355,7 @@ async def _initialize(
 
 
 async def _answer(
-    request: web.Request, http: HttpConfig, stream: sse.EventStream
+    request: web.Request, http: HttpConfig, stream: EventStream
 ) -> web.StreamResponse:
     """JSON if the answer arrives alone within the window, else the stream as SSE."""
     if http.json_window_seconds > 0:

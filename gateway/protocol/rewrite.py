@@ -4,9 +4,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.config.settings import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS, TaskPolicy
+from gateway.config.settings import TaskPolicy
 from gateway.protocol import jsonrpc
-from gateway.tasks.models import Outcome
+from gateway.protocol.outcome import Outcome
+from gateway.protocol.versions import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS
 
 RELATED_TASK = "io.modelcontextprotocol/related-task"
 IMMEDIATE_RESPONSE = "io.modelcontextprotocol/model-immediate-response"

@@ -28,13 +28,13 @@ from typing import Any, TypeVar
 
 from gateway.aio import TaskSet
 from gateway.config.settings import HttpConfig
-from gateway.http.sse import EventStream
 from gateway.observability.logs import printable
 from gateway.observability.metrics import call_outcome
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, UpstreamError, UpstreamTimeout
 from gateway.protocol.rewrite import RELATED_TASK
 from gateway.route import Route
+from gateway.session.streams import EventStream
 from gateway.tasks.models import SessionRecord, Task
 from gateway.upstream import Answer, UpstreamClient
 

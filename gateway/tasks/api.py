@@ -18,11 +18,11 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 from gateway.config.settings import TaskPolicy
-from gateway.http.sse import EventStream
 from gateway.observability.audit import audit
 from gateway.protocol import jsonrpc, rewrite
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
 from gateway.session.session import Session
+from gateway.session.streams import EventStream
 from gateway.tasks.models import Task
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import TaskRunner

@@ -11,11 +11,11 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
-from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from gateway.protocol.jsonrpc import JsonObject, RequestId
+from gateway.protocol.outcome import Outcome
 
 
 class TaskStatus(StrEnum):
@@ -97,22 +97,6 @@ class Task(BaseModel):
         if self.status_message is not None:
             out["statusMessage"] = self.status_message
         return out
-
-
-class Outcome(BaseModel):
-    """What the upstream call produced: its result object or its JSON-RPC error object."""
-
-    model_config = ConfigDict(frozen=True)
-
-    kind: Literal["result", "error"]
-    body: JsonObject
-
-    @classmethod
-    def error(cls, code: int, message: str, data: Any = None) -> Outcome:
-        body: JsonObject = {"code": code, "message": message}
-        if data is not None:
-            body["data"] = data
-        return cls(kind="error", body=body)
 
 
 def _first_text(result: JsonObject) -> str | None:

@@ -32,7 +32,8 @@ from gateway.observability.audit import audit
 from gateway.observability.metrics import Metrics, call_outcome
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, TaskError, TaskLimitReached
-from gateway.tasks.models import Outcome, Task, TaskStatus, status_for
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import Task, TaskStatus, status_for
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.store.sqlite import TaskStore
 from gateway.upstream import UpstreamClient

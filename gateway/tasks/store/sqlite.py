@@ -30,7 +30,8 @@ from typing import Any, Protocol, TypeVar
 import aiosqlite
 
 from gateway.aio import TaskSet
-from gateway.tasks.models import Outcome, SessionRecord, Task, TaskStatus, may_transition
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import SessionRecord, Task, TaskStatus, may_transition
 
 T = TypeVar("T")
 

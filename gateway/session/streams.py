@@ -1,0 +1,135 @@
+"""Resumable event streams of a session, toward the client.
+
+An `EventStream` is one logical stream of a session (the GET stream, or the stream of one
+POST). Its events are numbered and kept in a bounded buffer, so the HTTP connection that
+carries them can drop and be replaced: a GET with `Last-Event-ID: <stream>:<n>` resumes after
+event n. At most one connection reads a stream at a time, so no message is ever delivered on
+two connections (the transport spec forbids broadcasting). `gateway.http.sse` writes a stream
+to a connection; this module knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator
+
+log = logging.getLogger(__name__)
+
+
+class EventStream:
+    def __init__(self, key: str, capacity: int) -> None:
+        self.key = key
+        self._events: collections.deque[tuple[int, str]] = collections.deque(maxlen=capacity)
+        self._next = 1
+        # Created only when someone waits: most streams are answered before anyone does.
+        self._changed: asyncio.Event | None = None
+        self._reader = 0
+        self.closed = False
+        #: The last event handed to a connection: where a GET without Last-Event-ID starts.
+        self.sent = 0
+        #: The upstream framed this answer as SSE, so the client gets SSE too.
+        self.sse = False
+        self._cut_at: int | None = None
+        #: A connection is reading this stream now.
+        self.attached = False
+
+    def push(self, data: str) -> None:
+        """Append one event (a serialised JSON-RPC message)."""
+        if self.closed:
+            raise RuntimeError(f"stream {self.key} is closed")
+        if len(self._events) == self._events.maxlen:
+            log.warning("SSE stream %s dropped its oldest unread event (buffer full)", self.key)
+        self._events.append((self._next, data))
+        self._next += 1
+        self._wake()
+
+    def close(self) -> None:
+        """No more events; readers finish once they have sent what is buffered."""
+        self.closed = True
+        self._wake()
+
+    def want_sse(self) -> None:
+        self.sse = True
+        self._wake()
+
+    def interrupt(self) -> None:
+        """End the connection reading now (or the next one) after the events pushed so far.
+
+        The upstream closed its stream at this point; what comes later goes only to the
+        connection that resumes with a GET and Last-Event-ID, as it would without us.
+        """
+        self.sse = True
+        self._cut_at = self._next - 1
+        self._wake()
+
+    def retract(self, seq: int) -> bool:
+        """Take back event `seq` if no connection was handed it yet; True if taken back."""
+        if seq <= self.sent:
+            return False
+        kept = [e for e in self._events if e[0] != seq]
+        taken = len(kept) != len(self._events)
+        self._events = collections.deque(kept, maxlen=self._events.maxlen)
+        return taken
+
+    def first_event(self) -> str | None:
+        return self._events[0][1] if self._events else None
+
+    @property
+    def pushed(self) -> int:
+        return self._next - 1
+
+    async def wait_changed(self) -> None:
+        if self._changed is None:
+            self._changed = asyncio.Event()
+        await self._changed.wait()
+
+    def _wake(self) -> None:
+        if self._changed is not None:
+            self._changed.set()
+            self._changed = None
+
+    def event_id(self, seq: int) -> str:
+        return f"{self.key}:{seq}"
+
+    async def follow(self, after: int, idle: float) -> AsyncGenerator[tuple[int, str] | None, None]:
+        """Events after `after`, then new ones as they come; None after `idle` quiet seconds.
+
+        Ends when the stream is closed and drained, or when another reader takes over.
+        """
+        self._reader += 1
+        me = self._reader
+        self._wake()  # a previous reader sees it was replaced and ends
+        self.attached = True
+        try:
+            async for item in self._follow(me, after, idle):
+                yield item
+        finally:
+            if self._reader == me:
+                self.attached = False
+
+    async def _follow(
+        self, me: int, after: int, idle: float
+    ) -> AsyncIterator[tuple[int, str] | None]:
+        while self._reader == me:
+            cut = self._cut_at
+            item = next(
+                (e for e in self._events if e[0] > after and (cut is None or e[0] <= cut)), None
+            )
+            if item is not None:
+                # Marked as handed out before it is written: from here on it cannot be
+                # retracted to go to another stream instead (never delivered twice).
+                after = self.sent = item[0]
+                yield item
+                continue
+            if cut is not None:
+                self._cut_at = None
+                return
+            if self.closed:
+                return
+            try:
+                async with asyncio.timeout(idle):
+                    await self.wait_changed()
+            except TimeoutError:
+                yield None
