@@ -11,7 +11,7 @@ import sys
 from gateway import __version__
 from gateway.app import create_app
 from gateway.config.settings import ConfigError, load_settings, route_auth
-from gateway.http import server
+from gateway.http import listen
 from gateway.observability import audit, logs
 from gateway.tasks.store.sqlite import StoreInUse
 
@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> None:
             "route %s at %s -> %s upstream", route.name, route.http_path, route.upstream.transport
         )
     try:
-        server.run(app, settings.listen, settings.http)
-    except (server.ListenError, StoreInUse) as exc:
+        listen.run(app, settings.listen, settings.http)
+    except (listen.ListenError, StoreInUse) as exc:
         print(f"mcp-task-gateway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

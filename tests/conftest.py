@@ -19,7 +19,7 @@ from mcp.client.streamable_http import streamable_http_client
 
 from gateway.app import create_app
 from gateway.config.settings import ListenConfig, Settings, parse_settings
-from gateway.http import server
+from gateway.http import listen
 
 from .fakes import faulty_streamable_app, legacy_sse_app
 
@@ -83,8 +83,8 @@ async def start_gateway(make_settings: Callable[..., Settings]) -> AsyncIterator
 
     async def start(routes: list[dict[str, Any]] | None = None, **sections: Any) -> str:
         settings = make_settings(routes, **sections)
-        listen = ListenConfig(host="127.0.0.1", port=0)
-        runner = await server.start(create_app(settings), listen, settings.http)
+        address = ListenConfig(host="127.0.0.1", port=0)
+        runner = await listen.start(create_app(settings), address, settings.http)
         runners.append(runner)
         host, port = runner.addresses[0][:2]
         return f"http://{host}:{port}"

@@ -1,7 +1,7 @@
 """What a careless or hostile client sends: every case gets a clear 4xx or JSON-RPC error, the
 session it came in goes on, and nothing is an HTTP 500 or a traceback.
 
-The gateway runs on the server the command runs (`gateway.server`), over real HTTP.
+The gateway runs on the server the command runs (`gateway.http.listen`), over real HTTP.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config.settings import ListenConfig
-from gateway.http import server
+from gateway.http import listen
 from gateway.keys import STORE
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
@@ -285,7 +285,7 @@ async def test_a_defect_becomes_minus_32603_without_detail_logged_once_with_its_
 
     # A handler with a defect, behind the same middlewares as every route.
     app.router.add_post("/defect", defect)
-    runner = await server.start(app, ListenConfig(port=0), make_settings().http)
+    runner = await listen.start(app, ListenConfig(port=0), make_settings().http)
     try:
         host, port = runner.addresses[0][:2]
         with caplog.at_level(logging.ERROR):
@@ -407,7 +407,7 @@ async def test_healthz_costs_at_most_one_write_however_often_it_is_asked(
     make_settings: Any,
 ) -> None:
     app = create_app(make_settings())
-    runner = await server.start(app, ListenConfig(port=0), make_settings().http)
+    runner = await listen.start(app, ListenConfig(port=0), make_settings().http)
     try:
         host, port = runner.addresses[0][:2]
         store = app[STORE]
@@ -432,7 +432,7 @@ async def test_healthz_says_unavailable_without_internals_when_the_store_takes_n
     make_settings: Any, caplog: pytest.LogCaptureFixture
 ) -> None:
     app = create_app(make_settings())
-    runner = await server.start(app, ListenConfig(port=0), make_settings().http)
+    runner = await listen.start(app, ListenConfig(port=0), make_settings().http)
     try:
         host, port = runner.addresses[0][:2]
         await app[STORE].close()  # the store goes away under a running gateway

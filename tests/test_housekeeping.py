@@ -16,7 +16,7 @@ from aiohttp.test_utils import TestServer
 from gateway.app import create_app
 from gateway.config.settings import ListenConfig, Settings
 from gateway.demo.server import Message, NoArgs, Tool, ToolContext, text_result
-from gateway.http import server
+from gateway.http import listen
 from gateway.keys import STORE
 from gateway.tasks.store.sqlite import SqliteTaskStore
 
@@ -28,7 +28,7 @@ from .test_tasks import raw_session, route, rpc, start_task
 
 async def serve(settings: Settings) -> tuple[web.AppRunner, str]:
     app = create_app(settings)
-    runner = await server.start(app, ListenConfig(host="127.0.0.1", port=0), settings.http)
+    runner = await listen.start(app, ListenConfig(host="127.0.0.1", port=0), settings.http)
     host, port = runner.addresses[0][:2]
     return runner, f"http://{host}:{port}/t/mcp"
 

@@ -1,0 +1,192 @@
+"""Listening: bind the port, run the app on the guarded server, stop on a signal.
+
+The port is bound before the app starts, so a second gateway on a taken port stops before it
+opens the store; a port in use is `ListenError`, one line for the command to print. The soft
+file descriptor limit is raised to the hard one, and the total connection cap derived from it.
+`serve()` runs until SIGTERM or SIGINT, then stops as aiohttp's `run_app` does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import logging
+import resource
+import socket
+from collections.abc import Callable
+
+from aiohttp import web
+
+from gateway.config.settings import HttpConfig, ListenConfig
+from gateway.http.server import ConnectionGuard, GuardedRunner
+
+log = logging.getLogger(__name__)
+
+#: Connections asyncio accepts in one go, before any of them is counted by the guard.
+_BACKLOG = 128
+#: Descriptors kept for the store, logs, upstream connections and stdio children's pipes.
+_FD_RESERVE = 64
+
+
+class ListenError(Exception):
+    """The gateway cannot listen where it was told to; the message says what to change."""
+
+
+def raise_fd_limit() -> int:
+    """Raise the soft descriptor limit to the hard one (as servers do); return it."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20)
+    if soft != resource.RLIM_INFINITY and soft < hard:
+        try:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+            soft = hard
+        except (ValueError, OSError):
+            pass  # a container may forbid it: the soft limit is what we have
+    return int(soft)
+
+
+def guard_for(http: HttpConfig) -> ConnectionGuard:
+    limit = raise_fd_limit()
+    # Half the descriptors for clients, and never so many that one burst of accepts (which
+    # asyncio takes before our count sees them) on top of them runs out: EMFILE would stop
+    # the listener, /healthz included, for a second at a time.
+    default = max(16, min(limit // 2, limit - _BACKLOG - _FD_RESERVE))
+    return ConnectionGuard(http, http.max_connections or default)
+
+
+async def start(
+    app: web.Application, listen: ListenConfig, http: HttpConfig, handle_signals: bool = False
+) -> web.AppRunner:
+    """Bind, then start `app` on the guarded server; the caller cleans the runner up.
+
+    Raises:
+        ListenError: the address is in use or cannot be bound.
+    """
+    # Bound before the app starts: a second gateway on a taken port must stop before it
+    # opens the store and recovers (fails) the first one's running tasks.
+    sockets = _bind(listen)
+    runner = GuardedRunner(
+        app,
+        guard_for(http),
+        handle_signals=handle_signals,
+        # A client that goes away cancels its handler at once (a dropped tasks/result stream
+        # hands its question back for the next call), rather than at the next keep-alive write.
+        handler_cancellation=True,
+        access_log=None,
+        shutdown_timeout=http.shutdown_grace_seconds,
+        keepalive_timeout=75.0,
+    )
+    try:
+        await runner.setup()
+        for sock in sockets:
+            await web.SockSite(runner, sock, backlog=_BACKLOG).start()
+    except BaseException:
+        await runner.cleanup()
+        for sock in sockets:
+            sock.close()
+        raise
+    return runner
+
+
+async def serve(
+    app: web.Application,
+    listen: ListenConfig,
+    http: HttpConfig,
+    on_started: Callable[[], None] = lambda: None,
+) -> None:
+    """Serve `app` until SIGTERM or SIGINT; then stop as aiohttp's run_app does.
+
+    Raises:
+        ListenError: the address is in use or cannot be bound.
+    """
+    runner = await start(app, listen, http, handle_signals=True)
+    try:
+        on_started()
+        await asyncio.Event().wait()  # the signal handlers raise GracefulExit out of here
+    finally:
+        await runner.cleanup()
+
+
+def _bind(listen: ListenConfig) -> list[socket.socket]:
+    """Listening sockets for every address `listen.host` names (as asyncio would bind).
+
+    Raises:
+        ListenError: an address is in use or cannot be bound.
+    """
+    try:
+        infos = socket.getaddrinfo(
+            listen.host or None,
+            listen.port,
+            type=socket.SOCK_STREAM,
+            flags=socket.AI_PASSIVE,
+        )
+    except socket.gaierror as exc:
+        raise ListenError(f"cannot listen on {listen.host}: {exc.strerror}") from None
+    sockets: list[socket.socket] = []
+    try:
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            sock.listen(_BACKLOG)
+            sock.setblocking(False)
+    except OSError as exc:
+        for sock in sockets:
+            sock.close()
+        raise ListenError(_bind_error(listen, exc)) from None
+    return sockets
+
+
+def _bind_error(listen: ListenConfig, exc: OSError) -> str:
+    where = f"{listen.host}:{listen.port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"cannot listen on {where}: the port is in use (another gateway?); "
+            "choose another with --port or listen.port"
+        )
+    if exc.errno == errno.EADDRNOTAVAIL:
+        return f"cannot listen on {where}: no such local address (listen.host or --host)"
+    if exc.errno == errno.EACCES:
+        return f"cannot listen on {where}: permission denied (ports below 1024 need privileges)"
+    return f"cannot listen on {where}: {exc.strerror or exc}"
+
+
+def run(app: web.Application, listen: ListenConfig, http: HttpConfig) -> None:
+    """Run `serve()` on a new event loop until a signal stops it.
+
+    Raises:
+        ListenError: as `serve()`.
+    """
+    loop = asyncio.new_event_loop()
+    asyncio.set_event_loop(loop)
+    main = loop.create_task(serve(app, listen, http, on_started=lambda: _started(listen)))
+    try:
+        loop.run_until_complete(main)
+    except (web.GracefulExit, KeyboardInterrupt):
+        pass
+    finally:
+        if not main.done():
+            main.cancel()
+            try:
+                loop.run_until_complete(main)
+            except asyncio.CancelledError:
+                pass
+        _cancel_rest(loop)
+        loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.close()
+
+
+def _started(listen: ListenConfig) -> None:
+    log.info("listening on http://%s:%d", listen.host, listen.port)
+
+
+def _cancel_rest(loop: asyncio.AbstractEventLoop) -> None:
+    rest = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    for task in rest:
+        task.cancel()
+    if rest:
+        loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
