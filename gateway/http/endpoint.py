@@ -9,134 +9,32 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import re
-from dataclasses import dataclass
 
 from aiohttp import web
 
 from gateway.config.settings import HttpConfig
-from gateway.http import sse
+from gateway.http import admission, sse
 from gateway.http.middleware import METHOD as METHOD_KEY
 from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY
 from gateway.http.middleware import ROUTE as ROUTE_KEY
 from gateway.keys import ROUTES, RUNNER, SESSIONS, SETTINGS, TASK_API
-from gateway.observability.audit import audit
 from gateway.observability.logs import printable
 from gateway.protocol import dispatch, jsonrpc, rewrite
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
     InvalidRequest,
-    LimitExceeded,
     NotAcceptable,
-    PayloadTooLarge,
-    RequestTimeout,
-    SessionNotFound,
-    SessionRequired,
     TaskError,
-    Unauthorized,
     UnsupportedMediaType,
-    UnsupportedVersion,
     UpstreamError,
     UpstreamTimeout,
 )
-from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
 from gateway.route import Route
-from gateway.security.auth import MISSING_TOKEN, AuthError
-from gateway.session.registry import SessionRegistry
-from gateway.session.session import Rewriter, Session
+from gateway.session.session import Rewriter
 from gateway.session.streams import EventStream
 from gateway.upstream import Answer
 
 log = logging.getLogger(__name__)
-
-SESSION_HEADER = "Mcp-Session-Id"
-VERSION_HEADER = "Mcp-Protocol-Version"
-#: Where 2026-07-28 clients put their version in every request, besides the header.
-MODERN_VERSION_META = "io.modelcontextprotocol/protocolVersion"
-
-
-def _accepts(request: web.Request, *media_types: str) -> bool:
-    """Whether the Accept header lists every one of `media_types` (or a wildcard for it)."""
-    accepted = {
-        part.split(";")[0].strip().lower() for part in request.headers.get("Accept", "").split(",")
-    }
-    return "*/*" in accepted or all(
-        media in accepted or f"{media.split('/')[0]}/*" in accepted for media in media_types
-    )
-
-
-_SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
-
-
-def _check_version(request: web.Request) -> None:
-    version = request.headers.get(VERSION_HEADER)
-    if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
-        raise InvalidRequest(
-            f"Unsupported MCP-Protocol-Version {printable(version, 40)!r}",
-            {"requested": printable(version, 40), "supported": list(SUPPORTED_PROTOCOL_VERSIONS)},
-        )
-
-
-def _check_modern_version(request: web.Request, message: jsonrpc.Message | None = None) -> None:
-    """A request with no session that pins a version we do not serve (2026-07-28 clients,
-    which have no sessions) learns which versions we do, in 2026-07-28's own terms, so a
-    client that can fall back to `initialize` does, and one that cannot says why."""
-    version: object = request.headers.get(VERSION_HEADER)
-    if version is None and isinstance(message, jsonrpc.Request | jsonrpc.Notification):
-        version = (jsonrpc.param(message, "_meta") or {}).get(MODERN_VERSION_META)
-    if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
-        version = printable(str(version), 40)
-        raise UnsupportedVersion(
-            f"Unsupported protocol version {version!r}: this gateway serves "
-            f"{', '.join(SUPPORTED_PROTOCOL_VERSIONS)} (send initialize to start a session)",
-            {"requested": version, "supported": list(SUPPORTED_PROTOCOL_VERSIONS)},
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class _Caller:
-    principal: str | None
-    #: Whom the per-principal limits count: the principal, or without one the client address.
-    key: str
-
-
-async def _admit(request: web.Request, route: Route) -> _Caller:
-    """Authenticate and rate-limit one request, before anything else is done for it.
-
-    Failed authentications are rate-limited per client address, so guessing credentials or
-    flooding the audit log stops at the burst. Anonymous requests in a session are limited
-    per session once the session is known (see `_session`), the rest per address.
-
-    Raises:
-        Unauthorized: missing or invalid credentials (401, WWW-Authenticate: Bearer).
-        LimitExceeded: over the caller's request rate (429, Retry-After).
-    """
-    address = f"address:{request.remote}"
-    try:
-        principal = await route.authenticator.authenticate(request.headers.get("Authorization"))
-    except AuthError as exc:
-        _check_rate(route, address)
-        route.metrics.auth_failures.labels(route.name).inc()
-        audit("auth_failed", route=route.name, reason=exc.reason, remote=request.remote)
-        raise Unauthorized(
-            f"Unauthorized: {exc.reason}",
-            headers={"WWW-Authenticate": _challenge(exc.reason)},
-        ) from None
-    if principal is not None:
-        caller = _Caller(principal.name, f"principal:{principal.name}")
-        _check_rate(route, caller.key)
-        return caller
-    if not request.headers.get(SESSION_HEADER):
-        _check_rate(route, address)
-    return _Caller(None, address)
-
-
-def _check_rate(route: Route, key: str) -> None:
-    try:
-        route.rate.check(key)
-    except LimitExceeded:
-        route.metrics.limited.labels(route.name, "requests").inc()
-        raise
 
 
 def _method_label(message: jsonrpc.Message) -> str:
@@ -145,74 +43,7 @@ def _method_label(message: jsonrpc.Message) -> str:
     return "notification" if isinstance(message, jsonrpc.Notification) else "response"
 
 
-def _challenge(reason: str) -> str:
-    # RFC 6750 section 3.1: no error code when the request carried no credentials at all;
-    # otherwise why the token was refused (reasons never hold credentials).
-    if reason == MISSING_TOKEN:
-        return 'Bearer realm="mcp-task-gateway"'
-    quoted = reason.replace("\\", "/").replace('"', "'")
-    return f'Bearer realm="mcp-task-gateway", error="invalid_token", error_description="{quoted}"'
-
-
-async def _session(request: web.Request, route: Route, caller: _Caller) -> Session:
-    session_id = request.headers.get(SESSION_HEADER)
-    if not session_id:
-        _check_modern_version(request)
-        raise SessionRequired("Bad Request: missing MCP-Session-Id header; initialize first")
-    _check_version(request)
-    try:
-        if not _SESSION_ID.fullmatch(session_id):
-            # The spec's session ids are visible ASCII; ours are base64url. Anything else
-            # (including bytes that are not UTF-8) names no session, and is answered so.
-            raise SessionNotFound(SessionRegistry.NOT_FOUND)
-        session = await request.app[SESSIONS].get(session_id, route, caller.principal, caller.key)
-    except SessionNotFound:
-        if caller.principal is None:
-            _check_rate(route, caller.key)  # made-up session ids buy no fresh rate bucket
-        raise
-    if caller.principal is None:
-        _check_rate(route, f"session:{session.id}")
-    _remember_forwarded(request, route, session)
-    return session
-
-
-def _remember_forwarded(request: web.Request, route: Route, session: Session) -> None:
-    """The latest values of the client headers the route copies upstream (none by default)."""
-    for name in route.upstream.config.forward_headers:
-        value = request.headers.get(name)
-        if value is not None:
-            session.forwarded[name] = value
-
-
-async def _read_body(request: web.Request, limit: int, seconds: float) -> bytes:
-    """The whole body, however it is chunked, within `seconds` and `limit` bytes.
-
-    Raises:
-        PayloadTooLarge: the body is (or announces itself as) longer than `limit`.
-        RequestTimeout: it did not arrive in time (a slow sender holds no connection long).
-    """
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(
-            f"request body of {request.content_length} bytes exceeds the "
-            f"limit of {limit} bytes (limits.max_body_bytes)"
-        )
-    body = bytearray()
-    try:
-        async with asyncio.timeout(seconds):
-            async for chunk in request.content.iter_any():
-                body += chunk
-                if len(body) > limit:
-                    raise PayloadTooLarge(
-                        f"request body exceeds the limit of {limit} bytes (limits.max_body_bytes)"
-                    )
-    except TimeoutError:
-        raise RequestTimeout(
-            f"the request body did not arrive within {seconds:g} s (http.body_timeout_seconds)"
-        ) from None
-    return bytes(body)
-
-
-def _json(
+def _json_response(
     message: jsonrpc.Message | str, status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
     body = message if isinstance(message, str) else jsonrpc.dump(message)
@@ -223,18 +54,20 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
     route = request.app[ROUTES][route_name]
     request[ROUTE_KEY] = route_name
     http = request.app[SETTINGS].http
-    caller = await _admit(request, route)
+    caller = await admission.admit(request, route)
     ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
     if ctype != "application/json":
         raise UnsupportedMediaType(
             f"Content-Type must be application/json, not {ctype or 'absent'!r}"
         )
-    if not _accepts(request, "application/json", "text/event-stream"):
+    if not admission.accepts(request, "application/json", "text/event-stream"):
         raise NotAcceptable(
             "Not Acceptable: the Accept header must list both application/json "
             "and text/event-stream"
         )
-    body = await _read_body(request, route.limits.max_body_bytes, http.body_timeout_seconds)
+    body = await admission.read_body(
+        request, route.limits.max_body_bytes, http.body_timeout_seconds
+    )
     message = jsonrpc.parse(body)
     request[METHOD_KEY] = _method_label(message)
     if log.isEnabledFor(logging.DEBUG):
@@ -244,22 +77,22 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
     if isinstance(message, jsonrpc.Request):
         request[REQUEST_ID_KEY] = message.id
     policy = route.policy
-    if not request.headers.get(SESSION_HEADER):
+    if not request.headers.get(admission.SESSION_HEADER):
         first = dispatch.decide(message, policy, None)
         if isinstance(first, dispatch.Initialize):
             return await _initialize(request, route, first.request, caller)
-        _check_modern_version(request, message)
+        admission.check_modern_version(request, message)
         if isinstance(first, dispatch.Reject):
-            return _json(jsonrpc.error_response(first.request.id, first.code, first.message))
+            return _json_response(jsonrpc.error_response(first.request.id, first.code, first.message))
 
-    session = await _session(request, route, caller)
+    session = await admission.session_for(request, route, caller)
     decision = dispatch.decide(message, policy, session.protocol_version, route.lists_tasks)
     if isinstance(decision, dispatch.Initialize):
         raise InvalidRequest(
             "initialize must be sent without MCP-Session-Id: it opens a new session"
         )
     if isinstance(decision, dispatch.Reject):
-        return _json(jsonrpc.error_response(decision.request.id, decision.code, decision.message))
+        return _json_response(jsonrpc.error_response(decision.request.id, decision.code, decision.message))
     if isinstance(decision, dispatch.Deliver):
         try:
             await session.deliver(decision.message)
@@ -279,13 +112,13 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
                 session, route.name, decision.request, policy, route.limits
             )
         except TaskError as exc:
-            return _json(jsonrpc.error_response(decision.request.id, exc.code, exc.message))
-        return _json(rewrite.create_task_result(decision.request.id, task.wire(), policy))
+            return _json_response(jsonrpc.error_response(decision.request.id, exc.code, exc.message))
+        return _json_response(rewrite.create_task_result(decision.request.id, task.wire(), policy))
     if isinstance(decision, dispatch.TaskApi):
         answer = await request.app[TASK_API].answer(session, decision.request, policy)
         if isinstance(answer, EventStream):
             return await _answer(request, http, answer)
-        return _json(answer)
+        return _json_response(answer)
     rewriter = _rewriter(decision.rewrite, route)
     return await _answer(request, http, session.forward(decision.request, rewriter))
 
@@ -303,7 +136,7 @@ def _not_relayed(exc: UpstreamError) -> web.Response:
         f"the answer did not reach the upstream: {exc.message}; the request it answers "
         "is still open, so the answer may be sent again"
     )
-    return _json(jsonrpc.error_response(None, INTERNAL_ERROR, message), status)
+    return _json_response(jsonrpc.error_response(None, INTERNAL_ERROR, message), status)
 
 
 def _rewriter(which: dispatch.Rewrite | None, route: Route) -> Rewriter | None:
@@ -321,23 +154,23 @@ def _rewriter(which: dispatch.Rewrite | None, route: Route) -> Rewriter | None:
 
 
 async def _initialize(
-    request: web.Request, route: Route, init: jsonrpc.Request, caller: _Caller
+    request: web.Request, route: Route, init: jsonrpc.Request, caller: admission.Caller
 ) -> web.Response:
     sessions = request.app[SESSIONS]
-    session = sessions.create(route, caller.principal, caller.key)
-    _remember_forwarded(request, route, session)
+    session = sessions.create(route, caller.principal, caller.limit_key)
+    admission.remember_forwarded(request, route, session)
     try:
         answer = await session.upstream.initialize(init)
     except UpstreamError as exc:
         await sessions.end(session)
         message = f"upstream unavailable: {exc.message}"
-        return _json(jsonrpc.error_response(init.id, INTERNAL_ERROR, message))
+        return _json_response(jsonrpc.error_response(init.id, INTERNAL_ERROR, message))
     except BaseException:
         await sessions.end(session)  # e.g. the route's child cap: no half-open session stays
         raise
     if isinstance(answer, jsonrpc.ErrorResponse):
         await sessions.end(session)
-        return _json(jsonrpc.with_id(answer, init.id))
+        return _json_response(jsonrpc.with_id(answer, init.id))
     session.protocol_version = rewrite.negotiate_version(init)
     offer = dispatch.tasks_offered(route.policy, session.protocol_version)
     result = rewrite.initialize_result(
@@ -351,7 +184,7 @@ async def _initialize(
         session.protocol_version,
         session.upstream.protocol_version,
     )
-    return _json(result, headers={SESSION_HEADER: session.id})
+    return _json_response(result, headers={admission.SESSION_HEADER: session.id})
 
 
 async def _answer(
@@ -371,7 +204,7 @@ async def _answer(
         first = stream.first_event()
         assert first is not None
         stream.sent = 1
-        return _json(first)
+        return _json_response(first)
     return await sse.serve(request, stream, after=0, prime=True, config=http)
 
 
@@ -379,10 +212,10 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
     route = request.app[ROUTES][route_name]
     request[ROUTE_KEY] = route_name
     http = request.app[SETTINGS].http
-    caller = await _admit(request, route)
-    if not _accepts(request, "text/event-stream"):
+    caller = await admission.admit(request, route)
+    if not admission.accepts(request, "text/event-stream"):
         raise NotAcceptable("Not Acceptable: the Accept header must list text/event-stream")
-    session = await _session(request, route, caller)
+    session = await admission.session_for(request, route, caller)
     last_event_id = request.headers.get("Last-Event-ID")
     if last_event_id is None:
         stream = session.standalone
@@ -404,7 +237,7 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
 async def delete(route_name: str, request: web.Request) -> web.Response:
     route = request.app[ROUTES][route_name]
     request[ROUTE_KEY] = route_name
-    session = await _session(request, route, await _admit(request, route))
+    session = await admission.session_for(request, route, await admission.admit(request, route))
     await request.app[SESSIONS].end(session)
     log.info("route %s: session %s ended by the client", route.name, session.tag)
     return web.Response(status=200)

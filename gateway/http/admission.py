@@ -1,0 +1,197 @@
+"""Admission: what a request must pass before the endpoint acts on it.
+
+In order: credentials (401 with a Bearer challenge; failures rate-limited per address), the
+caller's request rate (429), the headers (Accept 406, Content-Type 415, protocol version 400),
+the body (read whole however it is chunked: 413 beyond the limit, 408 when too slow), and the
+session the request names (404 for an unknown, ended or foreign one, answered alike).
+
+A `Caller` says who is asking: `principal` is who authenticated (None without
+authentication), `limit_key` whom the per-caller limits count (the principal, else the
+client address, or the session once it is known).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+from dataclasses import dataclass
+
+from aiohttp import web
+
+from gateway.keys import SESSIONS
+from gateway.observability.audit import audit
+from gateway.observability.logs import printable
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import (
+    InvalidRequest,
+    LimitExceeded,
+    PayloadTooLarge,
+    RequestTimeout,
+    SessionNotFound,
+    SessionRequired,
+    Unauthorized,
+    UnsupportedVersion,
+)
+from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
+from gateway.route import Route
+from gateway.security.auth import MISSING_TOKEN, AuthError
+from gateway.session.registry import SessionRegistry
+from gateway.session.session import Session
+
+SESSION_HEADER = "Mcp-Session-Id"
+VERSION_HEADER = "Mcp-Protocol-Version"
+#: Where 2026-07-28 clients put their version in every request, besides the header.
+MODERN_VERSION_META = "io.modelcontextprotocol/protocolVersion"
+
+
+def accepts(request: web.Request, *media_types: str) -> bool:
+    """Whether the Accept header lists every one of `media_types` (or a wildcard for it)."""
+    accepted = {
+        part.split(";")[0].strip().lower() for part in request.headers.get("Accept", "").split(",")
+    }
+    return "*/*" in accepted or all(
+        media in accepted or f"{media.split('/')[0]}/*" in accepted for media in media_types
+    )
+
+
+_SESSION_ID = re.compile(r"[\x21-\x7e]{1,256}")
+
+
+def check_version(request: web.Request) -> None:
+    version = request.headers.get(VERSION_HEADER)
+    if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
+        raise InvalidRequest(
+            f"Unsupported MCP-Protocol-Version {printable(version, 40)!r}",
+            {"requested": printable(version, 40), "supported": list(SUPPORTED_PROTOCOL_VERSIONS)},
+        )
+
+
+def check_modern_version(request: web.Request, message: jsonrpc.Message | None = None) -> None:
+    """A request with no session that pins a version we do not serve (2026-07-28 clients,
+    which have no sessions) learns which versions we do, in 2026-07-28's own terms, so a
+    client that can fall back to `initialize` does, and one that cannot says why."""
+    version: object = request.headers.get(VERSION_HEADER)
+    if version is None and isinstance(message, jsonrpc.Request | jsonrpc.Notification):
+        version = (jsonrpc.param(message, "_meta") or {}).get(MODERN_VERSION_META)
+    if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
+        version = printable(str(version), 40)
+        raise UnsupportedVersion(
+            f"Unsupported protocol version {version!r}: this gateway serves "
+            f"{', '.join(SUPPORTED_PROTOCOL_VERSIONS)} (send initialize to start a session)",
+            {"requested": version, "supported": list(SUPPORTED_PROTOCOL_VERSIONS)},
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Caller:
+    principal: str | None
+    #: Whom the per-principal limits count: the principal, or without one the client address.
+    limit_key: str
+
+
+async def admit(request: web.Request, route: Route) -> Caller:
+    """Authenticate and rate-limit one request, before anything else is done for it.
+
+    Failed authentications are rate-limited per client address, so guessing credentials or
+    flooding the audit log stops at the burst. Anonymous requests in a session are limited
+    per session once the session is known (see `session_for`), the rest per address.
+
+    Raises:
+        Unauthorized: missing or invalid credentials (401, WWW-Authenticate: Bearer).
+        LimitExceeded: over the caller's request rate (429, Retry-After).
+    """
+    address = f"address:{request.remote}"
+    try:
+        principal = await route.authenticator.authenticate(request.headers.get("Authorization"))
+    except AuthError as exc:
+        check_rate(route, address)
+        route.metrics.auth_failures.labels(route.name).inc()
+        audit("auth_failed", route=route.name, reason=exc.reason, remote=request.remote)
+        raise Unauthorized(
+            f"Unauthorized: {exc.reason}",
+            headers={"WWW-Authenticate": challenge(exc.reason)},
+        ) from None
+    if principal is not None:
+        caller = Caller(principal.name, f"principal:{principal.name}")
+        check_rate(route, caller.limit_key)
+        return caller
+    if not request.headers.get(SESSION_HEADER):
+        check_rate(route, address)
+    return Caller(None, address)
+
+
+def check_rate(route: Route, key: str) -> None:
+    try:
+        route.rate.check(key)
+    except LimitExceeded:
+        route.metrics.limited.labels(route.name, "requests").inc()
+        raise
+
+
+def challenge(reason: str) -> str:
+    # RFC 6750 section 3.1: no error code when the request carried no credentials at all;
+    # otherwise why the token was refused (reasons never hold credentials).
+    if reason == MISSING_TOKEN:
+        return 'Bearer realm="mcp-task-gateway"'
+    quoted = reason.replace("\\", "/").replace('"', "'")
+    return f'Bearer realm="mcp-task-gateway", error="invalid_token", error_description="{quoted}"'
+
+
+async def session_for(request: web.Request, route: Route, caller: Caller) -> Session:
+    session_id = request.headers.get(SESSION_HEADER)
+    if not session_id:
+        check_modern_version(request)
+        raise SessionRequired("Bad Request: missing MCP-Session-Id header; initialize first")
+    check_version(request)
+    try:
+        if not _SESSION_ID.fullmatch(session_id):
+            # The spec's session ids are visible ASCII; ours are base64url. Anything else
+            # (including bytes that are not UTF-8) names no session, and is answered so.
+            raise SessionNotFound(SessionRegistry.NOT_FOUND)
+        session = await request.app[SESSIONS].get(
+            session_id, route, caller.principal, caller.limit_key
+        )
+    except SessionNotFound:
+        if caller.principal is None:
+            check_rate(route, caller.limit_key)  # made-up session ids buy no fresh rate bucket
+        raise
+    if caller.principal is None:
+        check_rate(route, f"session:{session.id}")
+    remember_forwarded(request, route, session)
+    return session
+
+
+def remember_forwarded(request: web.Request, route: Route, session: Session) -> None:
+    """The latest values of the client headers the route copies upstream (none by default)."""
+    for name in route.upstream.config.forward_headers:
+        value = request.headers.get(name)
+        if value is not None:
+            session.forwarded[name] = value
+
+
+async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
+    """The whole body, however it is chunked, within `seconds` and `limit` bytes.
+
+    Raises:
+        PayloadTooLarge: the body is (or announces itself as) longer than `limit`.
+        RequestTimeout: it did not arrive in time (a slow sender holds no connection long).
+    """
+    if request.content_length is not None and request.content_length > limit:
+        raise PayloadTooLarge(
+            f"request body of {request.content_length} bytes exceeds the "
+            f"limit of {limit} bytes (limits.max_body_bytes)"
+        )
+    body = bytearray()
+    try:
+        async with asyncio.timeout(seconds):
+            async for chunk in request.content.iter_any():
+                body += chunk
+                if len(body) > limit:
+                    raise PayloadTooLarge(
+                        f"request body exceeds the limit of {limit} bytes (limits.max_body_bytes)"
+                    )
+    except TimeoutError:
+        raise RequestTimeout(
+            f"the request body did not arrive within {seconds:g} s (http.body_timeout_seconds)"
+        ) from None
+    return bytes(body)
