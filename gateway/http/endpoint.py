@@ -43,6 +43,11 @@ def _method_label(message: jsonrpc.Message) -> str:
     return "notification" if isinstance(message, jsonrpc.Notification) else "response"
 
 
+def _error(request_id: jsonrpc.RequestId | None, code: int, message: str) -> web.Response:
+    """A JSON-RPC error under the request's id, in an ordinary 200 response."""
+    return _json_response(jsonrpc.error_response(request_id, code, message))
+
+
 def _json_response(
     message: jsonrpc.Message | str, status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
@@ -83,7 +88,7 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
             return await _initialize(request, route, first.request, caller)
         admission.check_modern_version(request, message)
         if isinstance(first, dispatch.Reject):
-            return _json_response(jsonrpc.error_response(first.request.id, first.code, first.message))
+            return _error(first.request.id, first.code, first.message)
 
     session = await admission.session_for(request, route, caller)
     decision = dispatch.decide(message, policy, session.protocol_version, route.lists_tasks)
@@ -92,7 +97,7 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
             "initialize must be sent without MCP-Session-Id: it opens a new session"
         )
     if isinstance(decision, dispatch.Reject):
-        return _json_response(jsonrpc.error_response(decision.request.id, decision.code, decision.message))
+        return _error(decision.request.id, decision.code, decision.message)
     if isinstance(decision, dispatch.Deliver):
         try:
             await session.deliver(decision.message)
@@ -112,7 +117,7 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
                 session, route.name, decision.request, policy, route.limits
             )
         except TaskError as exc:
-            return _json_response(jsonrpc.error_response(decision.request.id, exc.code, exc.message))
+            return _error(decision.request.id, exc.code, exc.message)
         return _json_response(rewrite.create_task_result(decision.request.id, task.wire(), policy))
     if isinstance(decision, dispatch.TaskApi):
         answer = await request.app[TASK_API].answer(session, decision.request, policy)
@@ -164,7 +169,7 @@ async def _initialize(
     except UpstreamError as exc:
         await sessions.end(session)
         message = f"upstream unavailable: {exc.message}"
-        return _json_response(jsonrpc.error_response(init.id, INTERNAL_ERROR, message))
+        return _error(init.id, INTERNAL_ERROR, message)
     except BaseException:
         await sessions.end(session)  # e.g. the route's child cap: no half-open session stays
         raise
