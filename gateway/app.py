@@ -27,7 +27,7 @@ from functools import partial
 
 from aiohttp import web
 
-from gateway.config.settings import Settings
+from gateway.config import Settings
 from gateway.http import middleware
 from gateway.http.health import Health
 from gateway.http.urls import add_routes

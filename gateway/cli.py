@@ -10,7 +10,7 @@ import sys
 
 from gateway import __version__
 from gateway.app import create_app
-from gateway.config.settings import ConfigError, load_settings, route_auth
+from gateway.config import ConfigError, load_settings, route_auth
 from gateway.http import listen
 from gateway.observability import audit, logs
 from gateway.tasks.store.sqlite import StoreInUse

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from gateway.config.settings import Settings
+from gateway.config import Settings
 from gateway.http.health import Health
 from gateway.observability.metrics import Metrics
 from gateway.route import Route

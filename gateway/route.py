@@ -6,7 +6,7 @@ upstream (a connection pool or the stdio child cap). Built once per route at sta
 
 from __future__ import annotations
 
-from gateway.config.settings import RouteConfig, Settings, route_auth, route_limits
+from gateway.config import RouteConfig, Settings, route_auth, route_limits
 from gateway.observability.metrics import Metrics
 from gateway.security.auth import Authenticator
 from gateway.security.limits import RateLimiter

@@ -18,7 +18,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from gateway.app import create_app
-from gateway.config.settings import ListenConfig, Settings, parse_settings
+from gateway.config import ListenConfig, Settings, parse_settings
 from gateway.http import listen
 
 from .fakes import faulty_streamable_app, legacy_sse_app

@@ -16,7 +16,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
-from gateway.config.settings import Settings, parse_settings
+from gateway.config import Settings, parse_settings
 from gateway.security.auth import Authenticator, AuthError, Principal
 
 SECRET = "a-test-secret-that-is-at-least-32-bytes-long"

@@ -21,7 +21,7 @@ from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import RSAAlgorithm
 
-from gateway.config.settings import parse_settings
+from gateway.config import parse_settings
 from gateway.protocol.errors import INTERNAL_ERROR
 from gateway.security.auth import Authenticator, AuthError, IdentityProviderUnavailable, Principal
 

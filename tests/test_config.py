@@ -11,7 +11,7 @@ import pytest
 import yaml
 from pydantic import BaseModel
 
-from gateway.config.settings import (
+from gateway.config import (
     ConfigError,
     JwtConfig,
     load_settings,

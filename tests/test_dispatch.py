@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from gateway.config.settings import TaskPolicy
+from gateway.config import TaskPolicy
 from gateway.protocol import dispatch, jsonrpc
 from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 

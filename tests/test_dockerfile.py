@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from gateway.config.settings import Settings, load_settings
+from gateway.config import Settings, load_settings
 
 from .conftest import ROOT
 

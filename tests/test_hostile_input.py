@@ -18,7 +18,7 @@ import pytest
 from aiohttp import web
 
 from gateway.app import create_app
-from gateway.config.settings import ListenConfig
+from gateway.config import ListenConfig
 from gateway.http import listen
 from gateway.keys import STORE
 from gateway.protocol.errors import (

@@ -14,7 +14,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
-from gateway.config.settings import ListenConfig, Settings
+from gateway.config import ListenConfig, Settings
 from gateway.demo.server import Message, NoArgs, Tool, ToolContext, text_result
 from gateway.http import listen
 from gateway.keys import STORE

@@ -13,7 +13,7 @@ import pytest
 from mcp import types
 from mcp.shared.exceptions import McpError
 
-from gateway.config.settings import AuditConfig
+from gateway.config import AuditConfig
 from gateway.observability import audit
 
 from .conftest import DEMO, StartGateway, free_port, mcp_client

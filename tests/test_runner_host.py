@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway.config.settings import Limits, TaskPolicy, UpstreamConfig
+from gateway.config import Limits, TaskPolicy, UpstreamConfig
 from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc
 from gateway.tasks.models import Task, TaskStatus, utcnow

@@ -14,7 +14,7 @@ import aiohttp
 from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
-from gateway.config.settings import Settings
+from gateway.config import Settings
 from gateway.keys import ROUTES, SESSIONS
 
 from .conftest import DEMO, ROOT, StartGateway

@@ -15,7 +15,7 @@ from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 from mcp.shared.exceptions import McpError
 
-from gateway.config.settings import CHILD_ENV_ALLOWED, Limits, UpstreamConfig
+from gateway.config import CHILD_ENV_ALLOWED, Limits, UpstreamConfig
 from gateway.protocol.errors import INTERNAL_ERROR
 
 from .conftest import ROOT, StartGateway, mcp_client

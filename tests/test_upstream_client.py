@@ -3,7 +3,7 @@ for idleness), and the handshake replayed once after an idle stop."""
 
 from __future__ import annotations
 
-from gateway.config.settings import UpstreamConfig
+from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.upstream import UpstreamClient
 from gateway.upstream.base import Transport

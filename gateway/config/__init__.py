@@ -1,0 +1,53 @@
+"""Configuration: the YAML file, validated once at start-up, with errors that name the key.
+
+`loading` reads the file and substitutes `${VAR}`s; `settings` is the whole file, built
+from `sections` (gateway-wide), `auth` and `routes`; `base` holds what they share. This
+package is a leaf: it imports nothing else of the gateway. Components get their slice.
+"""
+
+from gateway.config.auth import ApiKey, AuthConfig, JwtConfig
+from gateway.config.base import ConfigError
+from gateway.config.loading import load_settings, parse_settings
+from gateway.config.routes import (
+    CHILD_ENV_ALLOWED,
+    RouteConfig,
+    TaskPolicy,
+    TaskSupport,
+    UpstreamConfig,
+)
+from gateway.config.sections import (
+    AuditConfig,
+    HttpConfig,
+    Limits,
+    LimitsOverride,
+    ListenConfig,
+    MetricsConfig,
+    SessionsConfig,
+    StoreConfig,
+)
+from gateway.config.settings import Settings, route_auth, route_limits
+
+__all__ = [
+    "CHILD_ENV_ALLOWED",
+    "ApiKey",
+    "AuditConfig",
+    "AuthConfig",
+    "ConfigError",
+    "HttpConfig",
+    "JwtConfig",
+    "Limits",
+    "LimitsOverride",
+    "ListenConfig",
+    "MetricsConfig",
+    "RouteConfig",
+    "SessionsConfig",
+    "Settings",
+    "StoreConfig",
+    "TaskPolicy",
+    "TaskSupport",
+    "UpstreamConfig",
+    "load_settings",
+    "parse_settings",
+    "route_auth",
+    "route_limits",
+]

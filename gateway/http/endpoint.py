@@ -12,7 +12,7 @@ import logging
 
 from aiohttp import web
 
-from gateway.config.settings import HttpConfig
+from gateway.config import HttpConfig
 from gateway.http import admission, sse
 from gateway.http.middleware import METHOD as METHOD_KEY
 from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from gateway.config.settings import HttpConfig, ListenConfig
+from gateway.config import HttpConfig, ListenConfig
 from gateway.http.server import ConnectionGuard, GuardedRunner
 
 log = logging.getLogger(__name__)

@@ -11,7 +11,7 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
-from gateway.config.settings import HttpConfig
+from gateway.config import HttpConfig
 from gateway.http.sse import STARTED as STREAMING
 from gateway.keys import ALLOWED_HOSTS, METRICS, SETTINGS
 from gateway.observability.logs import printable

@@ -25,7 +25,7 @@ from typing import Any, cast
 from aiohttp import web, web_protocol
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 
-from gateway.config.settings import HttpConfig
+from gateway.config import HttpConfig
 from gateway.observability.logs import printable
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ import logging
 
 from aiohttp import web
 
-from gateway.config.settings import HttpConfig
+from gateway.config import HttpConfig
 from gateway.session.streams import EventStream
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from functools import partial
 
 from aiohttp import web
 
-from gateway.config.settings import Settings
+from gateway.config import Settings
 from gateway.http import endpoint as mcp_endpoint
 from gateway.keys import HEALTH, METRICS
 

@@ -13,7 +13,7 @@ import logging.handlers
 import sys
 from typing import Any
 
-from gateway.config.settings import AuditConfig
+from gateway.config import AuditConfig
 from gateway.tasks.models import iso, utcnow
 
 log = logging.getLogger("gateway.audit")

@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from gateway.config.settings import TaskPolicy
+from gateway.config import TaskPolicy
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from gateway.config.settings import TaskPolicy
+from gateway.config import TaskPolicy
 from gateway.protocol import jsonrpc
 from gateway.protocol.outcome import Outcome
 from gateway.protocol.versions import LATEST_PROTOCOL_VERSION, SUPPORTED_PROTOCOL_VERSIONS

@@ -36,7 +36,7 @@ from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from jwt.types import JWKDict, Options
 from pydantic import BaseModel, ConfigDict
 
-from gateway.config.settings import AuthConfig, JwtConfig
+from gateway.config import AuthConfig, JwtConfig
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
 
 log = logging.getLogger(__name__)

@@ -6,7 +6,7 @@ from collections.abc import Callable, Mapping
 
 import aiohttp
 
-from gateway.config.settings import RouteConfig
+from gateway.config import RouteConfig
 from gateway.upstream.base import Transport
 from gateway.upstream.client import Answer, UpstreamClient
 from gateway.upstream.sse import SseTransport

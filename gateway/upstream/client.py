@@ -15,7 +15,7 @@ import logging
 from collections.abc import Callable
 from typing import Protocol
 
-from gateway.config.settings import UpstreamConfig
+from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
 from gateway.upstream.base import Transport

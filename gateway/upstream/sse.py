@@ -14,7 +14,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 
 from gateway.aio import TaskSet
-from gateway.config.settings import UpstreamConfig
+from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.upstream import sse_reader

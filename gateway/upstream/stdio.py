@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 from typing import Protocol
 
 from gateway.aio import TaskSet
-from gateway.config.settings import UpstreamConfig
+from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import CapacityExceeded, UpstreamUnavailable
 from gateway.upstream.base import Sink, Transport

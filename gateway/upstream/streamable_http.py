@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping
 import aiohttp
 
 from gateway.aio import TaskSet
-from gateway.config.settings import UpstreamConfig
+from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import (
     InvalidRequest,

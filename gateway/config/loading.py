@@ -1,0 +1,133 @@
+"""Loading: the YAML file read, `${VAR}` references replaced, the result validated.
+
+`load_settings(path)` reads YAML, replaces `${VAR}` references with environment values, and
+validates the result; every failure names the file and the key path. Components receive
+their slice of the settings, never `os.environ`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import (
+    ValidationError,
+)
+from pydantic_core import ErrorDetails
+
+from gateway.config.base import ConfigError
+from gateway.config.routes import demo_route
+from gateway.config.settings import Settings
+
+_ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
+def _substitute_env(value: Any, where: str, env: dict[str, str]) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: _substitute_env(v, f"{where}.{k}" if where else str(k), env)
+            for k, v in value.items()
+        }
+    if isinstance(value, list):
+        return [_substitute_env(v, f"{where}[{i}]", env) for i, v in enumerate(value)]
+    if isinstance(value, str):
+
+        def lookup(match: re.Match[str]) -> str:
+            name = match.group(1)
+            if name not in env:
+                raise ConfigError(f"{where}: environment variable {name} is not set")
+            return env[name]
+
+        return _ENV_REF.sub(lookup, value)
+    return value
+
+
+def _key_path(loc: tuple[int | str, ...]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out or "(top level)"
+
+
+def parse_settings(data: Any, source: str, env: dict[str, str] | None = None) -> Settings:
+    """Validate decoded YAML.
+
+    Raises:
+        ConfigError: naming `source` and the offending key.
+    """
+    if data is None:
+        data = {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{source}: the top level must be a mapping of keys")
+    try:
+        env = dict(os.environ) if env is None else env
+        data = _substitute_env(data, "", env)
+        return Settings.model_validate(data, context={"env": env})
+    except ConfigError as exc:
+        raise ConfigError(f"{source}: {exc}") from None
+    except ValidationError as exc:
+        errors = exc.errors()
+        # A route that fails validation also makes `routes` look empty; report only the cause.
+        if any(e["type"] != "too_short" for e in errors):
+            errors = [e for e in errors if e["type"] != "too_short"]
+        lines = []
+        lines = [f"{source}: {_key_path(loc)}: {msg}" for loc, msg in map(_explained, errors)]
+        raise ConfigError("\n".join(lines)) from None
+
+
+def _explained(err: ErrorDetails) -> tuple[tuple[int | str, ...], str]:
+    """The key path and message of one validation error, in the terms of the YAML file."""
+    loc, kind = err["loc"], err["type"]
+    # Model-level validators report at the model's path with a "Value error, " prefix.
+    msg = err["msg"].removeprefix("Value error, ")
+    if kind == "config_key":  # see refusal
+        loc = (*loc, str(err.get("ctx", {})["key"]))
+    elif kind == "extra_forbidden":
+        msg = "unknown key"
+    elif kind == "missing" and loc == ("routes",):
+        msg = "required: list at least one route (the demo runs only when no --config is given)"
+    elif kind in ("tuple_type", "list_type"):
+        # Never the value itself: after ${VAR} substitution it may hold a secret.
+        msg = "a list is expected"
+        if loc[-1:] == ("command",):
+            msg += " (program and arguments, e.g. [python, -m, server])"
+        if isinstance(err["input"], str):
+            msg += ", not a single string"
+    return loc, msg
+
+
+def load_settings(path: str | Path | None) -> Settings:
+    """Load settings from a YAML file, or, when `path` is None, the built-in defaults, which
+    serve the bundled demo (the same as config/gateway.yaml).
+
+    Raises:
+        ConfigError: unreadable file, bad YAML or invalid settings.
+    """
+    if path is None:
+        return Settings(routes=(demo_route(),))
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
+    return parse_settings(data, str(path))
+
+
+def _yaml_problem(exc: yaml.YAMLError) -> str:
+    # PyYAML's own text quotes the offending line, which may hold a secret: keep the positions.
+    if not isinstance(exc, yaml.MarkedYAMLError):
+        return type(exc).__name__
+
+    def at(mark: yaml.Mark | None) -> str:
+        return "" if mark is None else f"line {mark.line + 1}, column {mark.column + 1}"
+
+    text = ": ".join(p for p in (at(exc.problem_mark), exc.problem or "syntax error") if p)
+    if exc.context:
+        text += f" ({exc.context}{' at ' + at(exc.context_mark) if exc.context_mark else ''})"
+    return text

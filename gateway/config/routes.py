@@ -1,0 +1,136 @@
+"""A route: its upstream (stdio, Streamable HTTP or HTTP+SSE), its task policy, and its own
+auth and limits where they differ from the gateway's."""
+
+from __future__ import annotations
+
+import os
+import sys
+from typing import Annotated, Literal
+
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    model_validator,
+)
+
+from gateway.config.auth import AuthConfig
+from gateway.config.base import Section
+from gateway.config.sections import LimitsOverride
+
+#: What a stdio child inherits from the gateway's environment, when set: enough to find
+#: programs, a home, a locale, a time zone and a temporary directory; no secret.
+CHILD_ENV_ALLOWED = (
+    "PATH", "HOME", "USER", "LOGNAME", "SHELL", "TERM", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR"
+)  # fmt: skip
+
+
+class UpstreamConfig(Section):
+    transport: Literal["stdio", "streamable_http", "sse"]
+    command: tuple[str, ...] | None = None
+    env: dict[str, str] = Field(default_factory=dict)
+    #: Further variables a stdio child inherits from the gateway's environment, by name.
+    inherit_env: tuple[Annotated[str, Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")], ...] = ()
+    cwd: str | None = None
+    max_children: int = Field(32, ge=1)
+    #: A stdio child with no call, task or question this long is stopped (its session
+    #: stays); None: only when the cap needs its slot.
+    child_idle_seconds: float | None = Field(300.0, gt=0)
+    url: str | None = None
+    headers: dict[str, str] = Field(default_factory=dict)
+    #: Client request headers copied upstream (e.g. [Authorization]); none unless listed.
+    forward_headers: tuple[str, ...] = ()
+    connect_timeout_seconds: float = Field(10.0, gt=0)
+    request_timeout_seconds: float | None = Field(300.0, gt=0)
+    _inherited: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _transport_fields(self) -> UpstreamConfig:
+        if self.transport == "stdio":
+            if not self.command:
+                raise ValueError("transport stdio needs `command` (a list: program and args)")
+            if self.url is not None:
+                raise ValueError("`url` is for streamable_http and sse, not stdio")
+        else:
+            if not self.url:
+                raise ValueError(f"transport {self.transport} needs `url`")
+            if self.command is not None:
+                raise ValueError("`command` is for stdio only")
+        return self
+
+    @model_validator(mode="after")
+    def _read_inherited(self, info: ValidationInfo) -> UpstreamConfig:
+        if self.transport == "stdio":
+            # Read with the file, like ${VAR}; a section built in code (the default demo
+            # route) has no loading context and takes the process's environment.
+            env = (info.context or {}).get("env", os.environ)
+            names = (*CHILD_ENV_ALLOWED, *self.inherit_env)
+            self._inherited = {name: env[name] for name in names if name in env}
+        return self
+
+    def child_env(self) -> dict[str, str]:
+        """A stdio child's whole environment: the allowed part of the gateway's, then `env`."""
+        return {**self._inherited, **self.env}
+
+    def argv(self) -> list[str]:
+        """The child's command line; a bare `python` means the interpreter running us."""
+        argv = list(self.command or ())
+        if argv and argv[0] in ("python", "python3"):
+            argv[0] = sys.executable
+        return argv
+
+
+TaskSupport = Literal["optional", "required", "forbidden"]
+
+
+class TaskPolicy(Section):
+    """How a route's tools may be called as gateway-owned tasks."""
+
+    enabled: bool = True
+    default: TaskSupport = "optional"
+    tools: dict[str, TaskSupport] = Field(default_factory=dict)
+    default_ttl_ms: int = Field(3_600_000, gt=0)
+    max_ttl_ms: int = Field(86_400_000, gt=0)
+    poll_interval_ms: int = Field(1000, gt=0)
+    time_limit_seconds: float | None = Field(3600.0, gt=0)
+    input_timeout_seconds: float | None = Field(600.0, gt=0)
+    immediate_response: str | None = None
+    list_page_size: int = Field(50, ge=1, le=1000)
+    cursor_max_age_seconds: float = Field(3600.0, gt=0)
+
+    def support(self, tool: str) -> TaskSupport:
+        return self.tools.get(tool, self.default)
+
+    def ttl(self, requested: int | None) -> int:
+        """The ttl a task gets: the request's, clamped to max_ttl_ms, or the default."""
+        return min(requested if requested is not None else self.default_ttl_ms, self.max_ttl_ms)
+
+    @model_validator(mode="after")
+    def _ttl_order(self) -> TaskPolicy:
+        if self.default_ttl_ms > self.max_ttl_ms:
+            raise ValueError("default_ttl_ms must not exceed max_ttl_ms")
+        return self
+
+
+RouteName = Annotated[str, Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$", max_length=64)]
+
+
+class RouteConfig(Section):
+    name: RouteName
+    path: str | None = Field(None, pattern=r"^/[^?#]*$")
+    upstream: UpstreamConfig
+    tasks: TaskPolicy = TaskPolicy()
+    #: Replaces the gateway's `auth` for this route when it sets `mode` or credentials.
+    auth: AuthConfig | None = None
+    limits: LimitsOverride = LimitsOverride()
+
+    @property
+    def http_path(self) -> str:
+        return self.path or f"/{self.name}/mcp"
+
+
+def demo_route() -> RouteConfig:
+    return RouteConfig(
+        name="demo",
+        upstream=UpstreamConfig(transport="stdio", command=("python", "-m", "gateway.demo")),
+    )

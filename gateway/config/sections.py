@@ -1,0 +1,110 @@
+"""The gateway-wide sections: where it listens, its store, HTTP behaviour, limits, sessions,
+audit and metrics."""
+
+from __future__ import annotations
+
+from pydantic import (
+    Field,
+    PrivateAttr,
+    ValidationInfo,
+    model_validator,
+)
+
+from gateway.config.base import Section, secret_from_env
+
+
+class ListenConfig(Section):
+    host: str = "127.0.0.1"
+    port: int = Field(8080, ge=0, le=65535)
+
+
+class StoreConfig(Section):
+    path: str = "data/gateway.db"
+    sweep_interval_seconds: float = Field(30.0, gt=0)
+
+
+class HttpConfig(Section):
+    allowed_origins: tuple[str, ...] = (
+        "http://localhost:*",
+        "http://127.0.0.1:*",
+        "http://[::1]:*",
+    )
+    keepalive_seconds: float = Field(15.0, gt=0)
+    replay_buffer_events: int = Field(256, ge=1)
+    json_window_seconds: float = Field(0.5, ge=0)
+    sse_retry_ms: int = Field(1000, ge=0)
+    shutdown_grace_seconds: float = Field(10.0, gt=0)
+    #: Host names (any port) a request's Host header may carry; `*.example.com` matches
+    #: sub-domains, `*` anything. Null: the loopback names when listening on loopback (DNS
+    #: rebinding cannot reach us by another name), otherwise no check.
+    allowed_hosts: tuple[str, ...] | None = None
+    #: A request's head (request line and headers) must arrive within this many seconds of
+    #: the connection opening or going idle; its body within body_timeout_seconds.
+    header_timeout_seconds: float = Field(10.0, gt=0)
+    body_timeout_seconds: float = Field(30.0, gt=0)
+    #: Open connections one client address may hold (null: no cap). Behind a reverse proxy
+    #: every client shares the proxy's address: raise it or set null there.
+    max_connections_per_address: int | None = Field(256, ge=1)
+    #: Open client connections in all (null: half the process's file descriptor limit,
+    #: which is raised to its hard limit at start, less room for a burst of accepts). At the
+    #: cap, a connection still waiting for its request head is closed to make room, so
+    #: /healthz and real clients get in.
+    max_connections: int | None = Field(None, ge=16)
+
+
+class Limits(Section):
+    """Abuse limits per principal (per session when no authentication is configured)."""
+
+    active_tasks_per_principal: int | None = Field(1000, ge=1)
+    requests_per_second: float | None = Field(100.0, gt=0)
+    burst: int = Field(200, ge=1)
+    #: Each session can keep one stdio child busy, and only busy children hold a route's
+    #: cap: half of the default upstream.max_children leaves the other half to other callers.
+    sessions_per_principal: int | None = Field(16, ge=1)
+    max_ttl_ms: int | None = Field(None, gt=0)
+    max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+
+
+class LimitsOverride(Section):
+    """A route's changes to the global limits; null keys keep the global value."""
+
+    active_tasks_per_principal: int | None = Field(None, ge=1)
+    requests_per_second: float | None = Field(None, gt=0)
+    burst: int | None = Field(None, ge=1)
+    sessions_per_principal: int | None = Field(None, ge=1)
+    max_ttl_ms: int | None = Field(None, gt=0)
+    max_body_bytes: int | None = Field(None, ge=1024)
+
+
+class AuditConfig(Section):
+    #: JSON lines go to this file (rotated), or to stderr when null.
+    file: str | None = None
+    max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
+    backups: int = Field(5, ge=0)
+    #: Tool arguments in task_created events: off, as they may hold personal data.
+    include_arguments: bool = False
+
+
+class MetricsConfig(Section):
+    enabled: bool = True
+    #: Serve /metrics on its own address (e.g. {host: 0.0.0.0, port: 9464}) instead of the
+    #: gateway's; null keeps it on the gateway's listen address.
+    listen: ListenConfig | None = None
+    #: Require `Authorization: Bearer <token>` with the token from this variable.
+    bearer_token_env: str | None = Field(None, pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    _token: str = PrivateAttr("")
+
+    @property
+    def bearer_token(self) -> str:
+        return self._token
+
+    @model_validator(mode="after")
+    def _read_token(self, info: ValidationInfo) -> MetricsConfig:
+        if self.bearer_token_env is not None:
+            self._token = secret_from_env(info, self.bearer_token_env)
+        return self
+
+
+class SessionsConfig(Section):
+    max_sessions: int = Field(1000, ge=1)
+    idle_timeout_seconds: float = Field(3600.0, gt=0)
