@@ -17,7 +17,8 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from gateway.config import Settings, parse_settings
-from gateway.security.auth import Authenticator, AuthError, Principal
+from gateway.security.auth import Authenticator, Principal
+from gateway.security.errors import AuthError
 
 SECRET = "a-test-secret-that-is-at-least-32-bytes-long"
 ROUTES = [{"name": "r", "upstream": {"transport": "sse", "url": "http://127.0.0.1:9/sse"}}]

@@ -23,7 +23,8 @@ from jwt.algorithms import RSAAlgorithm
 
 from gateway.config import parse_settings
 from gateway.protocol.errors import INTERNAL_ERROR
-from gateway.security.auth import Authenticator, AuthError, IdentityProviderUnavailable, Principal
+from gateway.security.auth import Authenticator, Principal
+from gateway.security.errors import AuthError, IdentityProviderUnavailable
 
 from .conftest import DEMO, StartGateway, free_port
 from .test_mcp_endpoint import INIT, headers

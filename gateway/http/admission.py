@@ -34,7 +34,7 @@ from gateway.protocol.errors import (
 )
 from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
 from gateway.route import Route
-from gateway.security.auth import MISSING_TOKEN, AuthError
+from gateway.security.errors import MISSING_TOKEN, AuthError
 from gateway.session.registry import SessionRegistry
 from gateway.session.session import Session
 

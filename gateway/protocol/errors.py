@@ -16,7 +16,7 @@
     │   ├── Unauthorized              (-32600, 401) missing or invalid credentials
     │   ├── LimitExceeded             (-32600, 429) a per-principal limit (rate, sessions)
     │   └── CapacityExceeded          (-32603, 503) a configured cap (sessions, children) is reached
-    ├── auth.IdentityProviderUnavailable (-32603, 503) a jwks_url key set cannot be fetched now
+    ├── security.errors.IdentityProviderUnavailable (-32603, 503) a jwks_url key set is unfetchable
     └── UpstreamError                 the upstream could not give an answer (plane a)
         ├── UpstreamUnavailable       connection refused/reset, child died, stream ended early
         ├── UpstreamTimeout           no answer within the route's timeout

@@ -1,0 +1,25 @@
+"""Why a caller was refused: safe to log and to show, never holding the credential."""
+
+from __future__ import annotations
+
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
+
+#: The reason for a request that carried no credentials at all (it gets a bare challenge).
+MISSING_TOKEN = "missing bearer token"
+
+
+class AuthError(Exception):
+    """Missing or invalid credentials. `reason` is safe to log and to show the client: it
+    never contains the credential."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+class IdentityProviderUnavailable(GatewayError):
+    """The `jwks_url` key set cannot be fetched now, so the token cannot be checked (503 with
+    Retry-After). The message names neither the URL nor the error: those are logged."""
+
+    code = INTERNAL_ERROR
+    http_status = 503

@@ -1,0 +1,287 @@
+"""JWT verification: the configured key (a shared secret, a PEM key, a JWK set file) or an
+identity provider's JWK set at `jwks_url`.
+
+A JWK set at `jwks_url` is the one thing fetched at request time: PyJWKClient fetches and
+caches it with blocking I/O, so it runs in a worker thread, one fetch at a time, and at most
+once per cooldown for unknown key ids or after a failure. While the set cannot be fetched,
+requests that need it get `IdentityProviderUnavailable` (503), not a 401: their tokens may
+be fine, and a 401 would send well-behaved clients back to the identity provider.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+import time
+from collections.abc import Sequence
+from pathlib import Path
+
+import jwt
+from cryptography.exceptions import UnsupportedAlgorithm
+from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
+from cryptography.hazmat.primitives.serialization import load_pem_public_key
+from jwt.algorithms import ECAlgorithm, RSAAlgorithm
+from jwt.types import JWKDict, Options
+
+from gateway.config import JwtConfig
+from gateway.security.errors import AuthError, IdentityProviderUnavailable
+
+log = logging.getLogger(__name__)
+
+# RFC 7518 §3.2: an HS256 key MUST be at least as long as the hash output. PyJWT would only
+# warn about a shorter one, and it would warn on every request.
+_MIN_HS256_SECRET_BYTES = 32
+
+# The first entry that matches wins. InvalidSignatureError is a subclass of DecodeError.
+_REASONS: tuple[tuple[type[jwt.PyJWTError], str], ...] = (
+    (jwt.ExpiredSignatureError, "token expired"),
+    (jwt.ImmatureSignatureError, "token not yet valid"),
+    (jwt.InvalidAudienceError, "wrong audience"),
+    (jwt.InvalidIssuerError, "wrong issuer"),
+    (jwt.InvalidSignatureError, "invalid signature"),
+    (jwt.InvalidAlgorithmError, "algorithm not allowed"),
+    (jwt.DecodeError, "malformed token"),
+)
+
+
+#: One JWKS fetch may take this long; the requests that need it wait as long at most.
+_JWKS_TIMEOUT_SECONDS = 5.0
+
+
+class JwtVerifier:
+    """The JWT half of `Authenticator`: the key, or key set, that verifies tokens."""
+
+    def __init__(self, config: JwtConfig) -> None:
+        self._config = config
+        self._algorithms = list(config.algorithms)
+        self._options: Options = {
+            "require": ["exp", config.principal_claim],
+            # Off only by an explicit `verify_audience: false` (config requires `audience`
+            # otherwise); without an audience PyJWT would refuse every token that has an `aud`.
+            "verify_aud": config.verify_audience,
+        }
+        self._key: str | jwt.PyJWK | None = None  # HS256 secret or PEM key: used for every token
+        self._by_kid: dict[str, jwt.PyJWK] = {}
+        self._sole: jwt.PyJWK | None = None  # the JWKS key that kid-less tokens may use
+        self._remote: _RemoteKeys | None = None
+        if "HS256" in config.algorithms:  # config forbids mixing it with RS256/ES256
+            if len(config.secret.encode()) < _MIN_HS256_SECRET_BYTES:
+                raise ValueError(
+                    f"jwt.secret_env: the HS256 secret in {config.secret_env} must be at least "
+                    f"{_MIN_HS256_SECRET_BYTES} bytes (RFC 7518 §3.2)"
+                )
+            self._key = config.secret
+        elif config.public_key_file is not None:
+            self._key = _load_pem(config.public_key_file, self._algorithms)
+        elif config.jwks_url is not None:
+            self._remote = _RemoteKeys(config.jwks_url, config)
+        else:
+            assert config.jwks_file is not None  # JwtConfig's validator guarantees one of them
+            keys = _load_jwks(config.jwks_file, self._algorithms)
+            self._by_kid = {key.key_id: key for key in keys if key.key_id is not None}
+            self._sole = keys[0] if len(keys) == 1 else None
+
+    async def verify(self, token: str) -> str:
+        """Return the principal claim of a valid token.
+
+        Raises:
+            AuthError: the token is malformed, not valid now, or not signed by our key.
+            IdentityProviderUnavailable: the `jwks_url` key set is needed and cannot be fetched.
+        """
+        claim = self._config.principal_claim
+        try:
+            if self._key is not None:
+                key = self._key
+            elif self._remote is not None:
+                key = await self._remote.key(jwt.get_unverified_header(token).get("kid"))
+            else:
+                key = self._key_from_set(token)
+            claims = jwt.decode(
+                token,
+                key,
+                algorithms=self._algorithms,
+                options=self._options,
+                audience=self._config.audience,
+                issuer=self._config.issuer,
+                leeway=self._config.leeway_seconds,
+            )
+        except jwt.MissingRequiredClaimError as exc:
+            raise AuthError(f"token is missing claim {exc.claim}") from None
+        except jwt.PyJWTError as exc:
+            # `from None`: PyJWT's messages may quote decoded parts of the token.
+            reason = next((r for kind, r in _REASONS if isinstance(exc, kind)), "invalid token")
+            raise AuthError(reason) from None
+        name = claims[claim]
+        if not isinstance(name, str) or not name:
+            raise AuthError(f"claim {claim} must be a non-empty string")
+        return name
+
+    def _key_from_set(self, token: str) -> jwt.PyJWK:
+        kid = jwt.get_unverified_header(token).get("kid")
+        if kid is None:
+            if self._sole is None:
+                raise AuthError("token has no key id")
+            return self._sole
+        key = self._by_kid.get(kid)
+        if key is None:
+            raise AuthError("unknown key id")
+        return key
+
+
+class _RemoteKeys:
+    """The JWK set at `jwks_url`, fetched and cached by PyJWKClient. Its fetches block, so they
+    run in a worker thread, one at a time; a key already in its cache is found on the loop."""
+
+    def __init__(self, url: str, config: JwtConfig) -> None:
+        self._url = url
+        self._algorithms = config.algorithms
+        # cooldown_duration: an unknown kid forces a refetch at most once per cooldown.
+        self._client = jwt.PyJWKClient(
+            url,
+            lifespan=config.jwks_cache_seconds,
+            cooldown_duration=config.jwks_cooldown_seconds,
+            timeout=_JWKS_TIMEOUT_SECONDS,
+        )
+        self._cooldown = config.jwks_cooldown_seconds
+        self._lock = asyncio.Lock()
+        self._retry_at = 0.0  # time.monotonic() before which a failed fetch is not retried
+        self._failing = False  # the outage is logged once, when it starts
+        self._warned: set[str] = set()  # kids of unusable keys, each logged once
+
+    async def key(self, kid: object) -> jwt.PyJWK:
+        """The key the token's `kid` names, fetching the set when it is not cached.
+
+        Raises:
+            AuthError: no kid, or none of the set's keys has it, or that key is unusable.
+            IdentityProviderUnavailable: the set was needed and cannot be fetched.
+        """
+        if not isinstance(kid, str):
+            raise AuthError("token has no key id")
+        key = self._cached(kid)
+        if key is None:
+            async with self._lock:  # one fetch at a time; who waited may find it cached
+                key = self._cached(kid) or await self._fetch(kid)
+        try:
+            return _checked(key, f"jwt.jwks_url: {self._url}")
+        except ValueError as exc:
+            if kid not in self._warned:
+                self._warned.add(kid)
+                log.warning("key %r: %s", kid, exc)
+            raise AuthError("unknown key id") from None
+
+    def _cached(self, kid: str) -> jwt.PyJWK | None:
+        cache = self._client.jwk_set_cache
+        key_set = cache.get() if cache is not None else None  # None once the lifespan is over
+        if key_set is None:
+            return None
+        # The keys PyJWKClient.get_signing_key would choose from.
+        return next(
+            (k for k in key_set.keys if k.key_id == kid and k.public_key_use in ("sig", None)),
+            None,
+        )
+
+    async def _fetch(self, kid: str) -> jwt.PyJWK:
+        wait = self._retry_at - time.monotonic()
+        if wait > 0:
+            raise self._unavailable(wait)
+        try:
+            key = await asyncio.to_thread(self._client.get_signing_key, kid)
+        except jwt.PyJWKClientConnectionError as exc:
+            raise self._failed(exc) from None
+        except jwt.PyJWKClientError as exc:
+            if self._cached_set_is_fresh():  # the set came; the kid is not in it
+                self._recovered()
+                raise AuthError("unknown key id") from None
+            raise self._failed(exc) from None  # the answer was not a JWK set
+        except (jwt.PyJWKSetError, ValueError) as exc:  # not JSON, or no usable key in it
+            raise self._failed(exc) from None
+        self._recovered()
+        return key
+
+    def _cached_set_is_fresh(self) -> bool:
+        cache = self._client.jwk_set_cache
+        return cache is not None and cache.get() is not None
+
+    def _failed(self, exc: Exception) -> IdentityProviderUnavailable:
+        self._retry_at = time.monotonic() + self._cooldown
+        if not self._failing:
+            self._failing = True
+            log.warning(
+                "jwt.jwks_url %s: cannot fetch the key set (%s); tokens that need it get 503 "
+                "until a fetch succeeds (retried at most every %gs)",
+                self._url,
+                exc,
+                self._cooldown,
+            )
+        return self._unavailable(self._cooldown)
+
+    def _recovered(self) -> None:
+        if self._failing:
+            self._failing = False
+            log.warning("jwt.jwks_url %s: the key set can be fetched again", self._url)
+
+    @staticmethod
+    def _unavailable(wait: float) -> IdentityProviderUnavailable:
+        return IdentityProviderUnavailable(
+            "identity provider unavailable: try again later",
+            headers={"Retry-After": str(max(1, math.ceil(wait)))},
+        )
+
+
+def _read(path: str, config_key: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise ValueError(f"{config_key}: cannot read {path}: {exc.strerror}") from None
+
+
+def _load_pem(path: str, algorithms: Sequence[str]) -> jwt.PyJWK:
+    where = f"jwt.public_key_file: {path}"
+    data = _read(path, "jwt.public_key_file")
+    try:
+        public_key = load_pem_public_key(data)
+    except (ValueError, UnsupportedAlgorithm):
+        raise ValueError(f"{where}: not a PEM public key") from None
+    jwk: JWKDict
+    if isinstance(public_key, RSAPublicKey):
+        jwk = RSAAlgorithm.to_jwk(public_key, as_dict=True)
+    elif isinstance(public_key, EllipticCurvePublicKey):
+        jwk = ECAlgorithm.to_jwk(public_key, as_dict=True)
+    else:
+        raise ValueError(f"{where}: neither an RSA nor an EC public key")
+    # As a PyJWK the key is bound to one algorithm (by type and curve), so PyJWT refuses a
+    # token whose header names another one. That refusal stops algorithm confusion.
+    key = jwt.PyJWK(jwk)
+    if key.algorithm_name not in algorithms:
+        raise ValueError(f"{where}: a {key.algorithm_name} key, but algorithms are {algorithms}")
+    return _checked(key, where)
+
+
+def _load_jwks(path: str, algorithms: Sequence[str]) -> list[jwt.PyJWK]:
+    where = f"jwt.jwks_file: {path}"
+    text = _read(path, "jwt.jwks_file")
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError("the top level must be an object with `keys`")
+        key_set = jwt.PyJWKSet.from_dict(data)
+    except (ValueError, jwt.PyJWTError) as exc:
+        raise ValueError(f"{where}: not a JWK set: {exc}") from None
+    # Issuers often publish keys for several algorithms. Keep those we may verify with.
+    keys = [key for key in key_set if key.algorithm_name in algorithms]
+    if not keys:
+        raise ValueError(f"{where}: no key for the algorithms {algorithms}")
+    return [_checked(key, where) for key in keys]
+
+
+def _checked(key: jwt.PyJWK, where: str) -> jwt.PyJWK:
+    # A private key cannot verify a signature. A short key would make PyJWT warn on every request.
+    if not isinstance(key.key, RSAPublicKey | EllipticCurvePublicKey):
+        raise ValueError(f"{where}: holds a private key; give only the public key")
+    too_short = key.Algorithm.check_key_length(key.key)
+    if too_short:
+        raise ValueError(f"{where}: {too_short}")
+    return key
