@@ -19,19 +19,15 @@ from typing import Any
 from aiohttp import web
 
 from gateway.demo.server import (
-    DEMO_TOOLS,
-    INVALID_REQUEST,
-    EchoArgs,
     LegacyServer,
     Message,
-    NoArgs,
     Tool,
     ToolContext,
-    echo,
     text_result,
 )
+from gateway.demo.tools import DEMO_TOOLS, EchoArgs, NoArgs, echo
+from gateway.protocol.errors import INVALID_REQUEST, PARSE_ERROR
 
-PARSE_ERROR = -32700
 SESSION_NOT_FOUND = -32001
 
 

@@ -16,17 +16,9 @@ from typing import NoReturn
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from gateway.demo.server import (
-    DEMO_TOOLS,
-    NAME_SCHEMA,
-    PROTOCOL_VERSIONS,
-    Message,
-    NoArgs,
-    Tool,
-    ToolContext,
-    text_result,
-)
+from gateway.demo.server import PROTOCOL_VERSIONS, Message, Tool, ToolContext, text_result
 from gateway.demo.stdio import serve_stdio
+from gateway.demo.tools import DEMO_TOOLS, NAME_SCHEMA, NoArgs
 
 
 async def crash(ctx: ToolContext, args: NoArgs) -> NoReturn:

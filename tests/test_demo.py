@@ -21,7 +21,9 @@ from mcp import ClientSession, McpError, StdioServerParameters, types
 from mcp.client.sse import sse_client
 from mcp.client.stdio import stdio_client
 
-from gateway.demo.server import DEMO_TOOLS, METHOD_NOT_FOUND, LegacyServer, Message
+from gateway.demo.server import LegacyServer, Message
+from gateway.demo.tools import DEMO_TOOLS
+from gateway.protocol.errors import METHOD_NOT_FOUND
 from tests.fakes import FAULT_HOOKS, SESSION_NOT_FOUND, faulty_streamable_app, legacy_sse_app
 
 REPO_ROOT = Path(__file__).resolve().parent.parent

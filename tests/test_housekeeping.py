@@ -15,7 +15,8 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
 from gateway.config import ListenConfig, Settings
-from gateway.demo.server import Message, NoArgs, Tool, ToolContext, text_result
+from gateway.demo.server import Message, Tool, ToolContext, text_result
+from gateway.demo.tools import NoArgs
 from gateway.http import listen
 from gateway.keys import STORE
 from gateway.tasks.store.sqlite import SqliteTaskStore

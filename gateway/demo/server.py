@@ -14,8 +14,9 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel
 
+from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
 
 logger = logging.getLogger(__name__)
@@ -23,9 +24,6 @@ logger = logging.getLogger(__name__)
 PROTOCOL_VERSIONS = SUPPORTED_PROTOCOL_VERSIONS
 LOG_LEVELS = ("debug", "info", "notice", "warning", "error", "critical", "alert", "emergency")
 
-INVALID_REQUEST = -32600
-METHOD_NOT_FOUND = -32601
-INVALID_PARAMS = -32602
 
 RequestId = str | int
 Message = dict[str, Any]
@@ -240,90 +238,3 @@ class LegacyServer:
         except Exception as exc:
             # A failing tool is a result the model can read, not a protocol failure.
             return text_result(f"{type(exc).__name__}: {exc}", is_error=True)
-
-
-class EchoArgs(BaseModel):
-    text: str
-
-
-class SlowArgs(BaseModel):
-    seconds: float = Field(default=3, ge=0)
-    steps: int = Field(default=5, ge=1)
-
-
-class AskArgs(BaseModel):
-    question: str = "What is your name?"
-
-
-class SampleArgs(BaseModel):
-    prompt: str
-
-
-class LogArgs(BaseModel):
-    message: str
-
-
-class NoArgs(BaseModel):
-    pass
-
-
-NAME_SCHEMA: Message = {
-    "type": "object",
-    "properties": {"name": {"type": "string"}},
-    "required": ["name"],
-}
-
-
-async def echo(ctx: ToolContext, args: EchoArgs) -> Message:
-    return text_result(args.text, structured={"text": args.text})
-
-
-async def slow(ctx: ToolContext, args: SlowArgs) -> Message:
-    for step in range(1, args.steps + 1):
-        await asyncio.sleep(args.seconds / args.steps)
-        await ctx.progress(step, args.steps, f"step {step}/{args.steps}")
-    return text_result(f"slept {args.seconds:g} s")
-
-
-async def ask(ctx: ToolContext, args: AskArgs) -> Message:
-    answer = await ctx.elicit(args.question, NAME_SCHEMA)
-    if answer.get("action") != "accept":
-        return text_result(f"No answer ({answer.get('action')})")
-    return text_result(f"Hello, {answer['content']['name']}!")
-
-
-async def sample(ctx: ToolContext, args: SampleArgs) -> Message:
-    reply = await ctx.sample(args.prompt)
-    # Since 2025-11-25 the content may be a list of blocks.
-    blocks = reply["content"] if isinstance(reply["content"], list) else [reply["content"]]
-    return text_result("".join(block["text"] for block in blocks if block["type"] == "text"))
-
-
-async def fail(ctx: ToolContext, args: NoArgs) -> Message:
-    return text_result("the tool failed on purpose", is_error=True)
-
-
-async def error(ctx: ToolContext, args: NoArgs) -> Message:
-    raise RpcError(-32000, "upstream error on purpose")
-
-
-async def roots(ctx: ToolContext, args: NoArgs) -> Message:
-    listed = await ctx.list_roots()
-    return text_result("\n".join(root["uri"] for root in listed["roots"]))
-
-
-async def log(ctx: ToolContext, args: LogArgs) -> Message:
-    await ctx.log("info", args.message)
-    return text_result("logged")
-
-
-DEMO_TOOLS: tuple[Tool[Any], ...] = (
-    Tool("echo", "Returns the text it was given.", EchoArgs, echo),
-    Tool("slow", "Sleeps `seconds` in `steps`, reporting progress after each.", SlowArgs, slow),
-    Tool("ask", "Asks the user for their name (elicitation).", AskArgs, ask),
-    Tool("sample", "Asks the client's model to answer `prompt` (sampling).", SampleArgs, sample),
-    Tool("fail", "Returns an isError result.", NoArgs, fail),
-    Tool("error", "Answers with a JSON-RPC error.", NoArgs, error),
-    Tool("roots", "Lists the client's root URIs, one per line.", NoArgs, roots),
-    Tool("log", "Sends `message` as an info log notification.", LogArgs, log),
-)

@@ -13,7 +13,8 @@ import threading
 from collections.abc import Sequence
 from typing import Any
 
-from gateway.demo.server import DEMO_TOOLS, PROTOCOL_VERSIONS, LegacyServer, Tool
+from gateway.demo.server import PROTOCOL_VERSIONS, LegacyServer, Tool
+from gateway.demo.tools import DEMO_TOOLS
 
 logger = logging.getLogger("gateway.demo")
 
