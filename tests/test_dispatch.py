@@ -27,8 +27,8 @@ def request(method: str, **params: Any) -> jsonrpc.Request:
         (request("tools/call", name="quick", task={}), "2025-11-25", dispatch.Reject),
         (request("tools/call", name="report"), "2025-11-25", dispatch.Reject),
         (request("tools/call", name="report", task={}), "2025-11-25", dispatch.RunAsTask),
-        (request("tasks/get", taskId="t"), "2025-11-25", dispatch.TaskApi),
-        (request("tasks/list"), "2025-11-25", dispatch.TaskApi),
+        (request("tasks/get", taskId="t"), "2025-11-25", dispatch.Local),
+        (request("tasks/list"), "2025-11-25", dispatch.Local),
         (request("tools/list"), "2025-11-25", dispatch.Forward),
         (request("resources/read", uri="x"), "2025-11-25", dispatch.Forward),
         # Older clients see a plain proxy: tasks/* and `task` go upstream untouched or dropped.

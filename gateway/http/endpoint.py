@@ -119,7 +119,7 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
         except TaskError as exc:
             return _error(decision.request.id, exc.code, exc.message)
         return _json_response(rewrite.create_task_result(decision.request.id, task.wire(), policy))
-    if isinstance(decision, dispatch.TaskApi):
+    if isinstance(decision, dispatch.Local):
         answer = await request.app[TASK_API].answer(session, decision.request, policy)
         if isinstance(answer, EventStream):
             return await _answer(request, http, answer)

@@ -7,7 +7,8 @@ names the path the message takes:
     Initialize   open a session: initialize the upstream, answer with our own session id
     Reject       answer an error at once (a server/discover probe, a task-policy violation)
     RunAsTask    a task-augmented tools/call: the gateway creates and runs the task
-    TaskApi      tasks/get, tasks/result, tasks/list, tasks/cancel: answered from the store
+    Local        tasks/get, tasks/result, tasks/list, tasks/cancel: answered by the task API
+                 from the store, never the upstream
     Forward      relay a request to the upstream; the answer comes back on its stream,
                  rewritten when `rewrite` says so (tools/list gains execution.taskSupport)
     Deliver      relay a notification, or the client's answer to a server request
@@ -52,7 +53,7 @@ class RunAsTask:
 
 
 @dataclass(frozen=True, slots=True)
-class TaskApi:
+class Local:
     request: jsonrpc.Request
 
 
@@ -67,7 +68,7 @@ class Deliver:
     message: jsonrpc.Notification | jsonrpc.Response | jsonrpc.ErrorResponse
 
 
-Decision = Initialize | Reject | RunAsTask | TaskApi | Forward | Deliver
+Decision = Initialize | Reject | RunAsTask | Local | Forward | Deliver
 
 
 def tasks_offered(policy: TaskPolicy, protocol_version: str | None) -> bool:
@@ -108,7 +109,7 @@ def decide(
             "(auth.list_tasks_without_auth opts in)",
         )
     if message.method in TASK_METHODS:
-        return TaskApi(message)
+        return Local(message)
     if message.method == "tools/list":
         return Forward(message, Rewrite.TOOLS_LIST)
     if message.method == "tools/call":
