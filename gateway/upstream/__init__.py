@@ -1,4 +1,15 @@
-"""Upstream MCP servers: one transport per kind behind `Transport`, driven by `UpstreamClient`."""
+"""The upstream side: where a call leaves the gateway for a server that knows nothing of tasks.
+
+`UpstreamClient` (client) is one upstream session: it replays the client's handshake when the
+connection is lost, maps ids, and turns every failure into `UpstreamUnavailable`,
+`UpstreamTimeout` or `UpstreamProtocolError`. Below it one `Transport` (base) per kind:
+`streamable_http` (POST, JSON or SSE answers, a GET stream), `legacy_sse` (the 2024-11-05
+HTTP+SSE transport) and `stdio` (a child process per session, under the route's cap, idle
+children stopped). `sse_reader` parses upstream event streams, `unreadable` is what a
+message that cannot be parsed becomes. `UpstreamRoute` is what a route's sessions share: an
+HTTP connection pool or the stdio child cap. This package knows nothing of sessions, tasks
+or the client side.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +20,7 @@ import aiohttp
 from gateway.config import RouteConfig
 from gateway.upstream.base import Transport
 from gateway.upstream.client import Answer, UpstreamClient
-from gateway.upstream.sse import SseTransport
+from gateway.upstream.legacy_sse import SseTransport
 from gateway.upstream.stdio import ChildOwner, ChildSlots, StdioTransport
 from gateway.upstream.streamable_http import StreamableHttpTransport
 
