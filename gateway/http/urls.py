@@ -1,4 +1,13 @@
-"""The URL table: every path the gateway serves, on one screen."""
+"""The URL table: every path the gateway serves, on one screen. This is where a request goes.
+
+    POST|GET|DELETE  /{route}/mcp (or routes[].path)   one Streamable HTTP endpoint per route
+    GET              /healthz                           cheap health for load balancers
+    GET              /metrics                           Prometheus (unless metrics.listen
+                                                        gives it its own address)
+
+What happens to a request is decided next, in `gateway.protocol.dispatch`; when a task runs,
+in `gateway.tasks.runner`.
+"""
 
 from __future__ import annotations
 

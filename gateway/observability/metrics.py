@@ -148,9 +148,6 @@ class Metrics:
             for limit in ("requests", "sessions", "active_tasks"):
                 self.limited.labels(route, limit)
 
-    def route(self, name: str) -> str:
-        return name if name in self._routes else "other"
-
     @staticmethod
     def method(name: str) -> str:
         return name if name in METHODS else "other"
