@@ -91,10 +91,10 @@ async def test_a_withdrawn_question_leaves_nothing_behind_in_its_session(
         assert app is not None
         session = await app[SESSIONS].get(session_id, app[ROUTES]["t"], None, "")
         leftovers: dict[str, Any] = {
-            "questions": session._questions,
-            "server requests": session._server_requests,
-            "status writes": session._status_writes,
-            "result streams": session._result_streams,
+            "questions": session._questions._waiting,
+            "server requests": session._questions._asked,
+            "status writes": session._questions._status_writes,
+            "result streams": session._streams._results,
         }
     finally:
         await server.close()

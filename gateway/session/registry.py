@@ -15,7 +15,7 @@ import time
 from datetime import timedelta
 
 from gateway.aio import TaskSet
-from gateway.config.settings import HttpConfig, SessionsConfig
+from gateway.config import HttpConfig, SessionsConfig
 from gateway.observability.audit import audit
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import CapacityExceeded, LimitExceeded, SessionNotFound

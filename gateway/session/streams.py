@@ -4,18 +4,25 @@ An `EventStream` is one logical stream of a session (the GET stream, or the stre
 POST). Its events are numbered and kept in a bounded buffer, so the HTTP connection that
 carries them can drop and be replaced: a GET with `Last-Event-ID: <stream>:<n>` resumes after
 event n. At most one connection reads a stream at a time, so no message is ever delivered on
-two connections (the transport spec forbids broadcasting). `gateway.http.sse` writes a stream
-to a connection; this module knows nothing of HTTP.
+two connections (the transport spec forbids broadcasting). `Streams` holds one session's
+streams and knows where a message goes when its own stream has closed. `gateway.http.sse`
+writes a stream to a connection; this module knows nothing of HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import itertools
 import logging
+import secrets
 from collections.abc import AsyncGenerator, AsyncIterator
 
+from gateway.protocol import jsonrpc
+
 log = logging.getLogger(__name__)
+
+_KEPT_STREAMS = 64  # finished POST streams kept for Last-Event-ID resumption
 
 
 class EventStream:
@@ -133,3 +140,76 @@ class EventStream:
                     await self.wait_changed()
             except TimeoutError:
                 yield None
+
+
+class Streams:
+    """One session's streams: the GET stream, one per POST (the latest kept for resumption),
+    and the stream of each task's open tasks/result call."""
+
+    def __init__(self, capacity: int, tag: str) -> None:
+        self._capacity = capacity
+        self._tag = tag
+        # Event ids must never repeat within a session, and a session outlives a restart of
+        # the gateway: a random prefix per incarnation keeps old Last-Event-IDs from naming
+        # new streams.
+        self._prefix = secrets.token_hex(3)
+        self._keys = itertools.count(1)
+        #: The GET stream: what belongs to no request, and what outlives a request's stream.
+        self.standalone = EventStream(f"{self._prefix}0", capacity)
+        self._kept: collections.OrderedDict[str, EventStream] = collections.OrderedDict()
+        self._results: dict[str, EventStream] = {}
+
+    def new(self) -> EventStream:
+        key = f"{self._prefix}{next(self._keys)}"
+        stream = EventStream(key, self._capacity)
+        self._kept[stream.key] = stream
+        excess = len(self._kept) - _KEPT_STREAMS
+        if excess > 0:
+            # The oldest closed ones go, also past streams still open: one stream open for
+            # long (a tasks/result waiting on a long task) must not keep every later one.
+            closed = (key for key, kept in self._kept.items() if kept.closed)
+            for key in list(itertools.islice(closed, excess)):
+                del self._kept[key]
+        return stream
+
+    def get(self, key: str) -> EventStream | None:
+        return self.standalone if key == self.standalone.key else self._kept.get(key)
+
+    def open_result(self, task_id: str) -> EventStream:
+        """A new stream for a tasks/result call: the task's messages go there from now on."""
+        stream = self.new()
+        self._results[task_id] = stream
+        return stream
+
+    def close_result(self, task_id: str, stream: EventStream) -> None:
+        stream.close()
+        if self._results.get(task_id) is stream:
+            del self._results[task_id]
+
+    def of_task(self, task_id: str) -> EventStream:
+        """Where a task's messages go: its open tasks/result stream, else the GET stream."""
+        stream = self._results.get(task_id)
+        if stream is not None and not stream.closed:
+            return stream
+        return self.standalone
+
+    def writable(self, stream: EventStream) -> EventStream | None:
+        """`stream`, else the GET stream, while open; None once the session is ending."""
+        if not stream.closed:
+            return stream
+        return None if self.standalone.closed else self.standalone
+
+    def push(self, stream: EventStream, message: jsonrpc.Message) -> None:
+        """Send `message` on `stream`, else on the GET stream; dropped once both are closed."""
+        target = self.writable(stream)
+        if target is None:
+            # Ended or shutting down: no client can read it any more. Upstream messages keep
+            # coming for tasks that outlive their session (progress, logs, list_changed).
+            log.debug("session %s: dropped %s", self._tag, type(message).__name__)
+            return
+        target.push(jsonrpc.dump(message))
+
+    def close(self) -> None:
+        self.standalone.close()
+        for stream in self._kept.values():
+            stream.close()

@@ -1,0 +1,301 @@
+"""What the upstream asks the client: its server requests, and the questions tasks wait on.
+
+A server request gets an id from the session's downstream id space and goes to the stream of
+the call it belongs to, else to the GET stream; the client's answer goes back upstream under
+the upstream's id. One asked during a task's call is that task's question (elicitation,
+sampling, roots): the task is `input_required` from its first open question until its last
+is settled. A question carries the related-task meta and is delivered only once that status
+is committed, on the task's tasks/result stream or else the GET stream; a later tasks/result
+takes it over when the client cannot be reading it where it went. It ends in one of five
+ways: the client answers, the upstream cancels it, nobody answers within
+`tasks.input_timeout_seconds` or before the session ends (the default answer goes upstream),
+or the task's call ends or the task is cancelled (the client is told it was withdrawn).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TypeVar
+
+from gateway.aio import TaskSet
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, UpstreamError, UpstreamTimeout
+from gateway.protocol.rewrite import RELATED_TASK
+from gateway.route import Route
+from gateway.session.streams import EventStream, Streams
+from gateway.upstream import Answer, UpstreamClient
+
+log = logging.getLogger(__name__)
+
+#: Why questions of an ended session get the default answer.
+_ENDED = "the client's session ended"
+
+#: Told True when a task starts waiting for the client's input, False when it no longer is;
+#: returns the status write, which a question's delivery waits for.
+OnInput = Callable[[bool], asyncio.Task[None]]
+
+
+@dataclass(slots=True)
+class Question:
+    """A server request a task waits on (elicitation, sampling, roots): input_required."""
+
+    down_id: int
+    up_id: jsonrpc.RequestId
+    task_id: str
+    method: str
+    event: str
+    on_input: OnInput | None
+    #: Where and as which event it was last delivered; None until it was.
+    stream: EventStream | None = None
+    seq: int = 0
+    timer: asyncio.Task[None] | None = None
+    #: When (event loop time) it gets the default answer; None without an input timeout.
+    deadline: float | None = None
+
+
+class Questions:
+    """A session's open server requests by downstream id, and which of them tasks wait on."""
+
+    def __init__(
+        self,
+        route: Route,
+        upstream: UpstreamClient,
+        streams: Streams,
+        tasks: TaskSet,
+        calling: Callable[[str], bool],
+        tag: str,
+    ) -> None:
+        self._route = route
+        self._upstream = upstream
+        self._streams = streams
+        self._tasks = tasks
+        #: Whether a task's call is still in flight: only then may its question stay open.
+        self._calling = calling
+        self._tag = tag
+        self._down_ids = itertools.count(1)
+        #: Every server request the client may still answer: its upstream id, and its stream.
+        self._asked: dict[jsonrpc.RequestId, tuple[jsonrpc.RequestId, EventStream]] = {}
+        #: Those a task waits on.
+        self._waiting: dict[int, Question] = {}
+        self._status_writes: dict[str, asyncio.Task[None]] = {}
+        self._ended = False
+
+    def ask(self, request: jsonrpc.Request, stream: EventStream) -> None:
+        """Relay a server request that no task waits on, on `stream`."""
+        if self._ended:
+            self._answer_now(request)
+            return
+        down_id = next(self._down_ids)
+        self._asked[down_id] = (request.id, stream)
+        self._streams.push(stream, jsonrpc.with_id(request, down_id))
+
+    def ask_for_task(
+        self, request: jsonrpc.Request, task_id: str, on_input: OnInput | None
+    ) -> None:
+        """A task's call asks the client: the task waits for input until it is settled."""
+        if self._ended:
+            self._answer_now(request)
+            return
+        down_id = next(self._down_ids)
+        event = jsonrpc.dump(related_to_task(jsonrpc.with_id(request, down_id), task_id))
+        question = Question(down_id, request.id, task_id, request.method, event, on_input)
+        self._asked[down_id] = (request.id, self._streams.standalone)
+        limit = self._route.policy.input_timeout_seconds
+        if limit is not None:
+            question.deadline = asyncio.get_running_loop().time() + limit
+        self._hold(question)
+        self._tasks.spawn(self._post(question), "question delivery")
+
+    def redeliver(self, task_id: str, stream: EventStream) -> None:
+        """A tasks/result stream opened: the task's questions the client may not be reading
+        where they went (a tasks/result stream nobody reads, or still unread on the GET
+        stream) move to it."""
+        for question in self._waiting.values():
+            if question.task_id != task_id or question.stream is None:
+                continue  # not delivered yet: its delivery will pick this stream
+            if question.stream is self._streams.standalone:
+                # Only if the GET stream has not handed it out: it moves, it is not copied.
+                lost = self._streams.standalone.retract(question.seq)
+            else:
+                lost = not question.stream.attached
+            if lost:
+                stream.push(question.event)
+                question.stream, question.seq = stream, stream.pushed
+                self._asked[question.down_id] = (question.up_id, stream)
+
+    async def answer(self, message: Answer) -> None:
+        """The client's answer to a server request: relay it to the upstream.
+
+        Raises:
+            UpstreamError: the upstream did not take it. The request then stays open, so
+                the client may send the answer again.
+        """
+        down_id = message.id
+        pending = self._asked.pop(down_id, None) if down_id is not None else None
+        if pending is None:
+            log.info("session %s: dropped an answer to unknown server request", self._tag)
+            return
+        question = self._waiting.pop(down_id, None) if isinstance(down_id, int) else None
+        if question is not None:
+            # Queue the move back to `working` before the upstream has the answer: the store
+            # writes in order, so the task cannot show its final status before `working`.
+            self._settled(question)
+        try:
+            await self._answer_upstream(jsonrpc.with_id(message, pending[0]))
+        except UpstreamError:
+            # Not relayed, so still unanswered upstream: open it again for the client's retry
+            # (unless its call or the session ended meanwhile, which withdrew it).
+            if down_id is None or self._ended:
+                raise
+            if question is None:
+                self._asked[down_id] = pending
+            elif self._calling(question.task_id):
+                self._asked[down_id] = pending
+                self._hold(question)
+                write = self._status_writes.get(question.task_id)
+                if write is not None:
+                    # Once told, the client finds the task waiting for input again.
+                    await asyncio.shield(write)
+            raise
+
+    def cancelled_upstream(self, message: jsonrpc.Notification) -> None:
+        """The upstream withdrew one of its requests: tell the client, by our downstream id."""
+        for asked_id, (up_id, stream) in list(self._asked.items()):
+            if up_id == jsonrpc.param(message, "requestId"):
+                del self._asked[asked_id]
+                self._streams.push(stream, jsonrpc.with_param(message, "requestId", asked_id))
+                question = self._waiting.pop(asked_id, None) if isinstance(asked_id, int) else None
+                if question is not None:
+                    self._settled(question)
+
+    def withdraw(self, task_id: str, reason: str) -> None:
+        """The task no longer waits (its call ended or it was cancelled): tell the client."""
+        for question in [q for q in self._waiting.values() if q.task_id == task_id]:
+            del self._waiting[question.down_id]
+            self._asked.pop(question.down_id, None)
+            if question.timer is not None:
+                question.timer.cancel()
+            self._withdraw(question, reason)
+        self._status_writes.pop(task_id, None)
+
+    def end(self) -> None:
+        """The session ended: what the upstream asks from now on gets the default answer."""
+        self._ended = True
+
+    def answer_open_by_default(self) -> None:
+        """The upstream stays for running tasks: it must not wait on requests nobody will
+        answer, so every open one gets its default answer (on the session's task set)."""
+        for question in list(self._waiting.values()):
+            self._tasks.spawn(self._expire(question, _ENDED), "default answer")
+        for down_id, (up_id, _) in list(self._asked.items()):
+            if down_id not in self._waiting:
+                del self._asked[down_id]
+                answer = jsonrpc.error_response(up_id, INTERNAL_ERROR, _ENDED)
+                self._tasks.spawn(self._give_default(answer), "default answer")
+
+    def _answer_now(self, request: jsonrpc.Request) -> None:
+        # Nobody is left to ask: the upstream gets the default answer at once.
+        answer = _default_answer(request.id, request.method, _ENDED)
+        self._tasks.spawn(self._give_default(answer), "default answer")
+
+    def _hold(self, question: Question) -> None:
+        """The task waits on `question`: just asked, or its answer could not be relayed."""
+        first = not any(q.task_id == question.task_id for q in self._waiting.values())
+        self._waiting[question.down_id] = question
+        if first and question.on_input is not None:
+            self._status_writes[question.task_id] = question.on_input(True)
+        limit = self._route.policy.input_timeout_seconds
+        if limit is not None and question.deadline is not None:
+            question.timer = self._tasks.spawn(
+                self._unanswered(question, limit, question.deadline), "question timer"
+            )
+
+    async def _post(self, question: Question) -> None:
+        # A client must never hold a question while tasks/get still says `working`: deliver
+        # only once the input_required status is committed.
+        write = self._status_writes.get(question.task_id)
+        if write is not None:
+            await asyncio.shield(write)
+        if question.down_id not in self._waiting:
+            return  # answered by a timeout or withdrawn meanwhile
+        stream = self._streams.writable(self._streams.of_task(question.task_id))
+        if stream is None:
+            return  # the session is ending: its close gives the default answer
+        stream.push(question.event)
+        question.stream, question.seq = stream, stream.pushed
+        self._asked[question.down_id] = (question.up_id, stream)
+
+    async def _unanswered(self, question: Question, limit: float, deadline: float) -> None:
+        await asyncio.sleep(deadline - asyncio.get_running_loop().time())
+        reason = (
+            f"the client did not answer {question.method} within {limit:g} s "
+            "(tasks.input_timeout_seconds)"
+        )
+        await self._expire(question, reason)
+
+    async def _expire(self, question: Question, reason: str) -> None:
+        """Nobody will answer `question`: the upstream gets the default answer."""
+        if self._waiting.pop(question.down_id, None) is None:
+            return
+        self._asked.pop(question.down_id, None)
+        self._withdraw(question, reason)
+        self._settled(question)  # before the upstream has the answer, as in answer()
+        await self._give_default(_default_answer(question.up_id, question.method, reason))
+
+    async def _give_default(self, answer: Answer) -> None:
+        try:
+            await self._answer_upstream(answer)
+        except GatewayError as exc:
+            log.info("session %s: could not give a default answer: %s", self._tag, exc.message)
+
+    async def _answer_upstream(self, answer: Answer) -> None:
+        """Send our answer to a request the upstream made, within the route's request timeout.
+
+        Raises:
+            UpstreamError: it could not be sent, or not within the timeout.
+        """
+        limit = self._route.upstream.config.request_timeout_seconds
+        try:
+            async with asyncio.timeout(limit):
+                await self._upstream.notify(answer)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"the upstream did not take the answer within {limit:g} s "
+                "(upstream.request_timeout_seconds)"
+            ) from exc
+
+    def _withdraw(self, question: Question, reason: str) -> None:
+        if question.stream is None:
+            return  # never delivered: nothing to withdraw
+        params = {"requestId": question.down_id, "reason": reason}
+        note = jsonrpc.Notification(jsonrpc="2.0", method="notifications/cancelled", params=params)
+        self._streams.push(question.stream, related_to_task(note, question.task_id))
+
+    def _settled(self, question: Question) -> None:
+        if question.timer is not None and question.timer is not asyncio.current_task():
+            question.timer.cancel()
+        waiting = any(q.task_id == question.task_id for q in self._waiting.values())
+        if not waiting:
+            self._status_writes.pop(question.task_id, None)
+            if question.on_input is not None:
+                question.on_input(False)
+
+
+def _default_answer(up_id: jsonrpc.RequestId, method: str, reason: str) -> Answer:
+    """What the upstream is told when nobody answers its request."""
+    if method == "elicitation/create":
+        # Elicitation has a way to say "nobody answered": the user dismissed the dialog.
+        return jsonrpc.Response(jsonrpc="2.0", id=up_id, result={"action": "cancel"})
+    return jsonrpc.error_response(up_id, INTERNAL_ERROR, reason)
+
+
+_Related = TypeVar("_Related", jsonrpc.Request, jsonrpc.Notification)
+
+
+def related_to_task(message: _Related, task_id: str) -> _Related:
+    """The message with `_meta["io.modelcontextprotocol/related-task"]` (spec: MUST)."""
+    return jsonrpc.with_meta(message, RELATED_TASK, {"taskId": task_id})
