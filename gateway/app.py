@@ -49,7 +49,7 @@ from gateway.tasks.api import TaskApi
 from gateway.tasks.models import utcnow
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner
-from gateway.tasks.store.sqlite import open_store
+from gateway.tasks.store import open_store
 
 
 def create_app(settings: Settings) -> web.Application:

@@ -13,7 +13,7 @@ from gateway.app import create_app
 from gateway.config import ConfigError, load_settings, route_auth
 from gateway.http import listen
 from gateway.observability import audit, logs
-from gateway.tasks.store.sqlite import StoreInUse
+from gateway.tasks.store import StoreInUse
 
 
 def _resolve(host: str) -> str:

@@ -11,7 +11,7 @@ from gateway.route import Route
 from gateway.session.registry import SessionRegistry
 from gateway.tasks.api import TaskApi
 from gateway.tasks.runner import TaskRunner
-from gateway.tasks.store.sqlite import TaskStore
+from gateway.tasks.store import TaskStore
 
 SETTINGS = web.AppKey("settings", Settings)
 SESSIONS = web.AppKey("sessions", SessionRegistry)

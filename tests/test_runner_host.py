@@ -16,7 +16,7 @@ from gateway.protocol import jsonrpc
 from gateway.tasks.models import Task, TaskStatus, utcnow
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import TaskRunner
-from gateway.tasks.store.sqlite import open_store
+from gateway.tasks.store import open_store
 from gateway.upstream import UpstreamClient
 from gateway.upstream.base import Transport
 

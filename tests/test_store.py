@@ -13,7 +13,9 @@ import pytest
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import SessionRecord, Task, TaskStatus
-from gateway.tasks.store.sqlite import _COUNT_LIVE, MIGRATIONS, StoreInUse, TaskStore, open_store
+from gateway.tasks.store import StoreInUse, TaskStore, open_store
+from gateway.tasks.store.sqlite import _COUNT_LIVE
+from gateway.tasks.store.sqlite_schema import MIGRATIONS
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 WORKING, INPUT = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
@@ -256,7 +258,6 @@ async def test_the_active_task_count_reads_the_live_index_not_the_finished_rows(
     await store.create_task(make_task("live"))
     await store.create_task(make_task("asking", status=INPUT))
 
-    assert await store.count_active("alice") == 2
     assert await store.create_task(make_task("third"), max_active=3) is True
     assert await store.create_task(make_task("fourth"), max_active=3) is False
     await store.close()

@@ -743,7 +743,7 @@ async def test_a_task_left_working_by_a_crashed_process_fails_at_the_next_start(
 
     from gateway.app import create_app
     from gateway.tasks.models import Task, TaskStatus
-    from gateway.tasks.store.sqlite import open_store
+    from gateway.tasks.store import open_store
 
     settings = make_settings(route())
     store = await open_store(settings.store.path)  # what a SIGKILLed process leaves behind

@@ -17,7 +17,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from gateway.tasks.store.sqlite import TaskStore
+from gateway.tasks.store import TaskStore
 
 log = logging.getLogger(__name__)
 

@@ -15,26 +15,24 @@ import hashlib
 import hmac
 import json
 from collections.abc import Callable
-from datetime import UTC, datetime, timedelta
+from datetime import datetime
 
-from gateway.config.settings import TaskPolicy
+from gateway.config import TaskPolicy
 from gateway.observability.audit import audit
 from gateway.protocol import jsonrpc, rewrite
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
 from gateway.session.session import Session
 from gateway.session.streams import EventStream
-from gateway.tasks.models import Task
+from gateway.tasks.models import Task, epoch_us, from_epoch_us
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import TaskRunner
-from gateway.tasks.store.sqlite import TaskStore
+from gateway.tasks.store import TaskStore
 
 Answer = jsonrpc.Response | jsonrpc.ErrorResponse
 
 NOT_FOUND = "Failed to retrieve task: Task not found"
 EXPIRED = "Failed to retrieve task: Task has expired"
 _BACKSTOP_SECONDS = 5.0
-_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
-_MICROSECOND = timedelta(microseconds=1)
 
 
 class TaskApi:
@@ -151,8 +149,7 @@ class TaskApi:
         return base64.urlsafe_b64encode(mac.digest()[:18]).decode()
 
     def _make_cursor(self, last: Task, owner: str) -> str:
-        micros = (last.created_at - _EPOCH) // _MICROSECOND
-        position = [micros, last.task_id, int(self._clock().timestamp() * 1000)]
+        position = [epoch_us(last.created_at), last.task_id, int(self._clock().timestamp() * 1000)]
         payload = base64.urlsafe_b64encode(json.dumps(position).encode())
         return f"{payload.decode()}.{self._sign(payload, owner)}"
 
@@ -166,7 +163,7 @@ class TaskApi:
         age = self._clock().timestamp() - issued_ms / 1000
         if age > policy.cursor_max_age_seconds:
             raise TaskError("Invalid cursor: it has expired; list again from the start")
-        return _EPOCH + micros * _MICROSECOND, task_id
+        return from_epoch_us(micros), task_id
 
 
 def _ok(request: jsonrpc.Request, result: jsonrpc.JsonObject) -> jsonrpc.Response:

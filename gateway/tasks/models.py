@@ -51,6 +51,21 @@ def utcnow() -> datetime:
     return datetime.now(UTC)
 
 
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
+
+
+def epoch_us(moment: datetime) -> int:
+    """Whole microseconds since the Unix epoch: as stored and as put in list cursors, because
+    integers keep ordering and equality exact, which ISO strings with offsets do not."""
+    return (moment - _EPOCH) // _MICROSECOND
+
+
+def from_epoch_us(us: int) -> datetime:
+    """The UTC moment `epoch_us` gave `us` for."""
+    return _EPOCH + us * _MICROSECOND
+
+
 def iso(moment: datetime) -> str:
     """ISO 8601 in UTC with millisecond precision, as the SDKs print it."""
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")

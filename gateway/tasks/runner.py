@@ -27,7 +27,7 @@ from datetime import datetime
 from typing import Any, Protocol
 
 from gateway.aio import TaskSet
-from gateway.config.settings import Limits, TaskPolicy
+from gateway.config import Limits, TaskPolicy
 from gateway.observability.audit import audit
 from gateway.observability.metrics import Metrics, call_outcome
 from gateway.protocol import jsonrpc
@@ -35,7 +35,7 @@ from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, TaskError, Tas
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import Task, TaskStatus, status_for
 from gateway.tasks.notifier import Notifier
-from gateway.tasks.store.sqlite import TaskStore
+from gateway.tasks.store import TaskStore
 from gateway.upstream import UpstreamClient
 
 log = logging.getLogger(__name__)

@@ -1,0 +1,99 @@
+"""`TaskStore`: the one interface every backend implements and every caller types against.
+
+It speaks only `tasks.models`, so the runner, the task APIs, the session registry and the
+health check never learn which database holds their rows (DESIGN.md, decisions 5 and 9).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection
+from datetime import datetime
+from typing import Protocol
+
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import SessionRecord, Task, TaskStatus
+
+
+class TaskStore(Protocol):
+    """Durable tasks, their outcomes and sessions. Each write is committed before it returns."""
+
+    async def create_task(self, task: Task, max_active: int | None = None) -> bool:
+        """Insert a task, durable on return. With `max_active`, only while its owner has fewer
+        live tasks than that, checked in the same transaction; False if refused."""
+
+    async def get_task(self, task_id: str) -> Task | None:
+        """Any owner's task, expired or not: callers decide what they may see."""
+
+    async def find_task(self, task_id: str, owner: str) -> Task | None:
+        """The owner's task, expired or not; None for an unknown id and another owner's alike,
+        found by one indexed query either way so that the two cannot be told apart by time."""
+
+    async def list_tasks(
+        self, owner: str, after: tuple[datetime, str] | None, limit: int, now: datetime
+    ) -> list[Task]:
+        """Up to `limit` of the owner's unexpired tasks past `after`, by (created_at, task_id)."""
+
+    async def update_task(
+        self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
+    ) -> Task | None:
+        """A lifecycle move or a message-only update; None if the task is unknown or may not move.
+
+        Raises: ValueError if `status` is terminal (that is `finish_task`'s job).
+        """
+
+    async def note_task(self, task_id: str, status_message: str, now: datetime) -> Task | None:
+        """Set a running task's statusMessage, leaving its status as it is; None if terminal.
+
+        Progress uses this: a message must never move a task back from input_required.
+        """
+
+    async def finish_task(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        status_message: str | None,
+        outcome: Outcome | None,
+        now: datetime,
+    ) -> Task | None:
+        """The one terminal write, with its outcome; None if the task is unknown or already final.
+
+        Raises: ValueError if `status` is not terminal.
+        """
+
+    async def get_outcome(self, task_id: str) -> Outcome | None: ...
+
+    async def delete_expired(self, now: datetime) -> list[str]:
+        """Deletes tasks (and outcomes) whose expiry is at or before `now`; returns their ids."""
+
+    async def fail_interrupted(self, message: str, now: datetime) -> list[Task]:
+        """Start-up recovery: every live task fails with `message` and an internal-error outcome."""
+
+    async def fail_running(
+        self, task_ids: Collection[str], message: str, now: datetime
+    ) -> list[Task]:
+        """Shutdown: those of `task_ids` still live fail as `fail_interrupted` fails them, all
+        in one transaction; returns the tasks it moved (a later terminal write is refused)."""
+
+    async def save_session(self, record: SessionRecord) -> None:
+        """Insert or update a record; an update keeps the record's last-seen time."""
+
+    async def get_session(self, session_id: str) -> SessionRecord | None: ...
+    async def delete_session(self, session_id: str) -> None: ...
+
+    async def prune_sessions(
+        self, live: Collection[str], now: datetime, idle_before: datetime
+    ) -> list[str]:
+        """Mark the `live` sessions seen at `now`, then delete every record last seen before
+        `idle_before`; returns the deleted ids. One transaction."""
+
+    async def secret(self) -> bytes:
+        """32 random bytes made once per database, for signing list cursors."""
+
+    async def check_writable(self) -> None:
+        """One durable write, for health checks. Raises if it cannot."""
+
+    @property
+    def last_commit(self) -> float:
+        """`time.monotonic()` of the latest successful commit (0.0 before the first)."""
+
+    async def close(self) -> None: ...

@@ -1,0 +1,199 @@
+"""The SQLite file itself: its lock, its two connections, its tables and how their rows read.
+
+One process at a time: `open_database` takes an exclusive lock on `<file>.lock` before its
+first statement, and the store holds it for its lifetime, so a second gateway started on the
+same file stops (`StoreInUse`) instead of failing the first one's running tasks as
+"interrupted". The kernel drops the lock when the process ends, however it ends.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import json
+import os
+import sqlite3
+from pathlib import Path
+from typing import Any
+
+import aiosqlite
+
+from gateway.tasks.models import SessionRecord, Task, TaskStatus, from_epoch_us
+
+#: Applied in order once each; PRAGMA user_version counts those applied. Append, never edit.
+MIGRATIONS = [
+    """
+    CREATE TABLE tasks (
+        task_id TEXT PRIMARY KEY,
+        owner TEXT NOT NULL,
+        route TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        status TEXT NOT NULL,
+        status_message TEXT,
+        created_at INTEGER NOT NULL,
+        updated_at INTEGER NOT NULL,
+        expires_at INTEGER,
+        ttl_ms INTEGER,
+        poll_interval_ms INTEGER NOT NULL,
+        progress_token TEXT
+    );
+    CREATE INDEX tasks_by_owner ON tasks (owner, created_at, task_id);
+    CREATE INDEX tasks_by_expiry ON tasks (expires_at);
+    CREATE TABLE outcomes (
+        task_id TEXT PRIMARY KEY REFERENCES tasks ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE TABLE sessions (
+        session_id TEXT PRIMARY KEY,
+        route TEXT NOT NULL,
+        principal TEXT,
+        protocol_version TEXT NOT NULL,
+        initialize TEXT NOT NULL,
+        initialized TEXT,
+        created_at INTEGER NOT NULL
+    );
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL);
+    INSERT INTO meta VALUES ('cursor_secret', randomblob(32));
+    """,
+    # Sessions get a last-seen time so that records of clients that never return are pruned;
+    # the live-task index keeps the active-task cap cheap however many finished rows there are.
+    """
+    ALTER TABLE sessions ADD COLUMN last_seen INTEGER NOT NULL DEFAULT 0;
+    UPDATE sessions SET last_seen = created_at;
+    CREATE INDEX sessions_by_last_seen ON sessions (last_seen);
+    CREATE INDEX tasks_live ON tasks (owner) WHERE status IN ('working', 'input_required');
+    """,
+]
+
+#: The statuses of a running task, spelled exactly as the `tasks_live` partial index's WHERE:
+#: SQLite uses that index only for a query that repeats its condition literally (bound
+#: parameters do not count).
+LIVE_SQL = "status IN ('working', 'input_required')"
+
+#: What `task_from_row` reads. Times are `epoch_us` integers, a progress token is JSON text.
+TASK_COLUMNS = (
+    "task_id, owner, route, tool, status, status_message, created_at, updated_at, ttl_ms,"
+    " poll_interval_ms, progress_token"
+)
+
+_PRAGMAS = "PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
+
+
+def task_from_row(row: sqlite3.Row) -> Task:
+    token = row["progress_token"]
+    return Task(
+        task_id=row["task_id"],
+        owner=row["owner"],
+        route=row["route"],
+        tool=row["tool"],
+        status=TaskStatus(row["status"]),
+        status_message=row["status_message"],
+        created_at=from_epoch_us(row["created_at"]),
+        updated_at=from_epoch_us(row["updated_at"]),
+        ttl_ms=row["ttl_ms"],
+        poll_interval_ms=row["poll_interval_ms"],
+        # JSON text keeps an int token an int and a str token a str.
+        progress_token=None if token is None else json.loads(token),
+    )
+
+
+def session_from_row(row: sqlite3.Row) -> SessionRecord:
+    initialized = row["initialized"]
+    return SessionRecord(
+        session_id=row["session_id"],
+        route=row["route"],
+        principal=row["principal"],
+        protocol_version=row["protocol_version"],
+        initialize=json.loads(row["initialize"]),
+        initialized=None if initialized is None else json.loads(initialized),
+        created_at=from_epoch_us(row["created_at"]),
+    )
+
+
+def json_text(value: Any) -> str | None:
+    """A JSON column's value (None stays NULL)."""
+    # ensure_ascii (the default) escapes lone surrogates, which UTF-8 storage would reject.
+    return None if value is None else json.dumps(value)
+
+
+class StoreInUse(Exception):
+    """Another process holds the store; the message names the file and what to change."""
+
+
+async def open_database(path: Path) -> tuple[aiosqlite.Connection, aiosqlite.Connection, int]:
+    """Lock the file, then open it (created if need be) with its schema up to date.
+
+    Returns the writer's connection, the readers' connection and the locked descriptor (see
+    `_lock`), which the caller closes last.
+
+    Raises:
+        StoreInUse: another process has the file open as its store; nothing was read or written.
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lock = _lock(path)
+    try:
+        writer = await _connect(path)
+        try:
+            await writer.execute("PRAGMA journal_mode = WAL")
+            await _migrate(writer)
+            reader = await _connect(path)
+        except BaseException:
+            await writer.close()
+            raise
+    except BaseException:
+        os.close(lock)
+        raise
+    return writer, reader, lock
+
+
+async def _connect(path: Path) -> aiosqlite.Connection:
+    # isolation_level=None: transactions are exactly the BEGIN/COMMIT the writer issues.
+    db = await aiosqlite.connect(path, isolation_level=None)
+    db.row_factory = sqlite3.Row
+    try:
+        await db.executescript(_PRAGMAS)
+    except BaseException:
+        await db.close()
+        raise
+    return db
+
+
+async def _migrate(db: aiosqlite.Connection) -> None:
+    rows = list(await db.execute_fetchall("PRAGMA user_version"))
+    version = int(rows[0][0])
+    if version > len(MIGRATIONS):
+        raise RuntimeError(f"database schema {version} is newer than this gateway knows")
+    for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+        await db.executescript(
+            f"BEGIN IMMEDIATE; {script}; PRAGMA user_version = {number}; COMMIT;"
+        )
+
+
+def _lock(path: Path) -> int:
+    """The open descriptor of `<path>.lock`, exclusively locked for as long as it stays open.
+
+    Raises:
+        StoreInUse: another process (or another store in this one) holds the lock.
+    """
+    lock = path.with_name(path.name + ".lock")
+    # Python opens descriptors non-inheritable: a stdio child never holds the lock on.
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.pread(fd, 32, 0).decode(errors="replace").strip()
+        os.close(fd)
+        by = f"gateway process {holder}" if holder.isdigit() else "another gateway process"
+        raise StoreInUse(
+            f"the store {path} is in use by {by} (it holds {lock}); stop that one, or give "
+            "this one another store.path"
+        ) from None
+    except BaseException:
+        os.close(fd)
+        raise
+    # Who holds it, for the message above; only a hint, the lock is what counts.
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+    return fd

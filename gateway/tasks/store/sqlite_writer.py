@@ -1,0 +1,151 @@
+"""The single writer of a SQLite store: optimistic group commit.
+
+With synchronous=FULL every COMMIT is an fsync, so every write goes through one coroutine
+that commits whatever is queued in one transaction; a caller returns only once its write is
+durable. A write that fails fails its own caller only (see `_commit`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+import aiosqlite
+
+from gateway.aio import TaskSet
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class _Write:
+    run: Callable[[aiosqlite.Connection], Awaitable[Any]]
+    future: asyncio.Future[Any]
+
+
+class GroupCommitWriter:
+    """Runs writes on `db` in batches, one transaction each. `commits` counts the COMMITs, to
+    make batching visible; `on_timing("commit", seconds)` hears how long each took."""
+
+    def __init__(
+        self, db: aiosqlite.Connection, on_timing: Callable[[str, float], None] | None = None
+    ) -> None:
+        self._db = db
+        self._on_timing = on_timing
+        self.commits = 0
+        #: `time.monotonic()` of the latest successful commit (0.0 before the first).
+        self.last_commit = 0.0
+        self._queue: list[_Write] = []
+        self._wake = asyncio.Event()
+        self._closing = False
+        self._tasks = TaskSet("task store")
+        self._loop = self._tasks.spawn(self._write_loop(), name="task-store-writer")
+
+    async def write(self, run: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+        """`run(db)` inside the next batch's transaction; its value once that has committed.
+
+        Raises:
+            RuntimeError: the writer is closed.
+        """
+        if self._closing:
+            raise RuntimeError("the task store is closed")
+        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        self._queue.append(_Write(run, future))
+        self._wake.set()
+        return await future
+
+    async def close(self) -> None:
+        """Commits the writes already queued and refuses new ones; the connection stays open."""
+        self._closing = True
+        self._wake.set()
+        try:
+            await self._loop
+        finally:
+            await self._tasks.close()
+
+    async def _write_loop(self) -> None:
+        try:
+            while self._queue or not self._closing:
+                if not self._queue:
+                    await self._wake.wait()
+                    self._wake.clear()
+                    continue
+                batch, self._queue = self._queue, []
+                await self._commit(batch)
+        finally:
+            # Reached early only if the writer itself was cancelled: nobody may wait forever.
+            self._closing = True
+            _fail(self._queue, RuntimeError("the task store is closed"))
+
+    async def _commit(self, batch: list[_Write]) -> None:
+        # Optimistic first: the whole batch in one transaction, no savepoints (each is a
+        # round trip to SQLite's thread). Only if a write fails is the batch rolled back and
+        # replayed with a savepoint per write, so that failure stays its caller's alone.
+        started = time.perf_counter()
+        try:
+            try:
+                settled = await self._transaction(batch, isolate=False)
+            except _WriteFailed:
+                settled = await self._transaction(batch, isolate=True)
+        except Exception as exc:  # BEGIN or COMMIT failed: nothing of the batch was written
+            _fail(batch, exc)
+            return
+        except BaseException:
+            _fail(batch, RuntimeError("the task store is closed"))
+            raise
+        self.commits += 1
+        self.last_commit = time.monotonic()
+        if self._on_timing is not None:
+            self._on_timing("commit", time.perf_counter() - started)
+        for write, value, error in settled:
+            if write.future.done():  # the caller was cancelled; its write stands regardless
+                continue
+            if error is None:
+                write.future.set_result(value)
+            else:
+                write.future.set_exception(error)
+
+    async def _transaction(
+        self, batch: list[_Write], isolate: bool
+    ) -> list[tuple[_Write, Any, Exception | None]]:
+        """Run and commit `batch`, rolled back entirely on any exception it raises.
+
+        Raises:
+            _WriteFailed: a write failed and `isolate` was off.
+        """
+        settled: list[tuple[_Write, Any, Exception | None]] = []
+        await self._db.execute("BEGIN IMMEDIATE")
+        try:
+            for write in batch:
+                if not isolate:
+                    try:
+                        settled.append((write, await write.run(self._db), None))
+                    except Exception as exc:
+                        raise _WriteFailed from exc
+                    continue
+                await self._db.execute("SAVEPOINT write")
+                try:
+                    settled.append((write, await write.run(self._db), None))
+                except Exception as exc:
+                    await self._db.execute("ROLLBACK TO write")
+                    settled.append((write, None, exc))
+                await self._db.execute("RELEASE write")
+            await self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                await self._db.execute("ROLLBACK")
+            raise
+        return settled
+
+
+class _WriteFailed(Exception):
+    """One write of an optimistic batch failed: replay the batch with isolation."""
+
+
+def _fail(writes: list[_Write], error: Exception) -> None:
+    for write in writes:
+        if not write.future.done():
+            write.future.set_exception(error)
