@@ -22,7 +22,7 @@ from gateway.protocol.errors import CapacityExceeded, LimitExceeded, SessionNotF
 from gateway.route import Route
 from gateway.session.session import Session
 from gateway.tasks.models import SessionRecord, utcnow
-from gateway.tasks.store import TaskStore
+from gateway.tasks.store.sqlite import TaskStore
 
 log = logging.getLogger(__name__)
 
@@ -41,45 +41,49 @@ class SessionRegistry:
         self._http = http
         self._store = store
         self._sessions: dict[str, Session] = {}
-        self._per_caller: collections.Counter[str] = collections.Counter()
+        #: Sessions held per `Session.limit_key`: what limits.sessions_per_principal caps.
+        self._per_limit_key: collections.Counter[str] = collections.Counter()
         self._tasks = TaskSet("sessions")
-
-    def __len__(self) -> int:
-        return len(self._sessions)
 
     def count(self, route: str) -> int:
         return sum(1 for s in self._sessions.values() if s.route.name == route)
 
-    def _admit(self, session_id: str, route: Route, principal: str | None, caller: str) -> Session:
+    def _add(self, session_id: str, route: Route, principal: str | None, limit_key: str) -> Session:
+        """Hold a new session, within the gateway's cap and the route's per-principal limit.
+
+        Raises:
+            CapacityExceeded: the gateway holds sessions.max_sessions already.
+            LimitExceeded: `limit_key` holds limits.sessions_per_principal on this route.
+        """
+        limit_key = f"{route.name}:{limit_key}"  # counted per route, like tasks
         if len(self._sessions) >= self._config.max_sessions:
             raise CapacityExceeded(
                 f"the gateway already holds its maximum of {self._config.max_sessions} sessions "
                 "(sessions.max_sessions)"
             )
         cap = route.limits.sessions_per_principal
-        if cap is not None and self._per_caller[f"{route.name}:{caller}"] >= cap:
+        if cap is not None and self._per_limit_key[limit_key] >= cap:
             route.metrics.limited.labels(route.name, "sessions").inc()
             raise LimitExceeded(
                 f"Too many sessions: this caller already has {cap} "
                 "(limits.sessions_per_principal); end one with DELETE first"
             )
-        session = Session(session_id, route, self._http, principal)
+        session = Session(session_id, route, self._http, principal, limit_key)
         session.persist = self._store.save_session
-        session.caller = caller = f"{route.name}:{caller}"  # counted per route, like tasks
         self._sessions[session_id] = session
-        self._per_caller[caller] += 1
+        self._per_limit_key[limit_key] += 1
         return session
 
-    def create(self, route: Route, principal: str | None, caller: str) -> Session:
-        """A new session for `principal`; `caller` is who the per-principal limits count."""
-        return self._admit(secrets.token_urlsafe(32), route, principal, caller)
+    def create(self, route: Route, principal: str | None, limit_key: str) -> Session:
+        """A new session for `principal`; `limit_key` is whom the per-principal limits count."""
+        return self._add(secrets.token_urlsafe(32), route, principal, limit_key)
 
     def _forget(self, session: Session) -> bool:
         if self._sessions.pop(session.id, None) is None:
             return False
-        self._per_caller[session.caller] -= 1
-        if not self._per_caller[session.caller]:
-            del self._per_caller[session.caller]
+        self._per_limit_key[session.limit_key] -= 1
+        if not self._per_limit_key[session.limit_key]:
+            del self._per_limit_key[session.limit_key]
         return True
 
     async def opened(self, session: Session, initialize: jsonrpc.Request) -> None:
@@ -101,7 +105,7 @@ class SessionRegistry:
         await self._store.save_session(session.record)
 
     async def get(
-        self, session_id: str, route: Route, principal: str | None, caller: str
+        self, session_id: str, route: Route, principal: str | None, limit_key: str
     ) -> Session:
         """The live session, or one rebuilt from its record after a restart.
 
@@ -111,14 +115,14 @@ class SessionRegistry:
         """
         session = self._sessions.get(session_id)
         if session is None:
-            session = await self._restore(session_id, route, principal, caller)
+            session = await self._restore(session_id, route, principal, limit_key)
         if session is None or session.route is not route or session.principal != principal:
             raise SessionNotFound(self.NOT_FOUND)
         session.last_seen = time.monotonic()
         return session
 
     async def _restore(
-        self, session_id: str, route: Route, principal: str | None, caller: str
+        self, session_id: str, route: Route, principal: str | None, limit_key: str
     ) -> Session | None:
         record = await self._store.get_session(session_id)
         if record is None or record.route != route.name or record.principal != principal:
@@ -126,7 +130,7 @@ class SessionRegistry:
         session = self._sessions.get(session_id)  # another request restored it meanwhile
         if session is not None:
             return session
-        session = self._admit(session_id, route, principal, caller)
+        session = self._add(session_id, route, principal, limit_key)
         session.record = record
         session.protocol_version = record.protocol_version
         initialized = record.initialized

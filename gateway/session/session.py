@@ -36,18 +36,28 @@ __all__ = ["Rewriter", "Session"]
 
 
 class Session:
-    """The 2025-11-25 session: its streams, the calls it relays, its questions and tasks."""
+    """The 2025-11-25 session: its streams, the calls it relays, its questions and tasks.
+
+    Three names say who is behind it. `principal` is who authenticated (None without
+    authentication). `owner` is the key its tasks are bound to: the route and the principal,
+    or without a principal the session itself. `limit_key` is whom the per-principal limits
+    count it against: the route and the principal, or without one the client's address.
+    """
 
     def __init__(
-        self, session_id: str, route: Route, http: HttpConfig, principal: str | None = None
+        self,
+        session_id: str,
+        route: Route,
+        http: HttpConfig,
+        principal: str | None,
+        limit_key: str,
     ) -> None:
         self.id = session_id
         #: Who opened it (None without authentication); only they can use it.
         self.principal = principal
+        self.limit_key = limit_key
         #: The latest values of the client headers this route forwards upstream.
         self.forwarded: dict[str, str] = {}
-        #: Whom the per-principal limits count this session against.
-        self.caller = principal or ""
         #: What survives a restart; set once the upstream accepted the handshake.
         self.record: SessionRecord | None = None
         #: Writes `record` to the store (set by the registry).
