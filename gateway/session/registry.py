@@ -22,7 +22,7 @@ from gateway.protocol.errors import CapacityExceeded, LimitExceeded, SessionNotF
 from gateway.route import Route
 from gateway.session.session import Session
 from gateway.tasks.models import SessionRecord, utcnow
-from gateway.tasks.store.sqlite import TaskStore
+from gateway.tasks.store import TaskStore
 
 log = logging.getLogger(__name__)
 
