@@ -1,18 +1,21 @@
 """TaskRunner: when a gateway task runs, and the one place its outcome is written.
 
-`submit()` records the task durably (a CreateTaskResult is never sent for a task the store
-does not hold), then starts the plain upstream `tools/call` in the background, on the
-session's upstream connection. The run outlives the client's HTTP request and even its
-session: a deleted session keeps its upstream connection until its last task is terminal.
+RunAsTask arrives here from the endpoint: `submit()` records the task durably (no
+CreateTaskResult is ever sent for a task the store does not hold), then starts the plain
+upstream `tools/call` in the background on the session's upstream connection. The run
+outlives the client's HTTP request and even its session, which keeps its upstream
+connection until its last task is terminal.
 
 Every run ends in exactly one terminal write, from the single try/except/finally in `_run`:
-the upstream's result or JSON-RPC error, or the gateway's own failure (upstream dead,
-hanging past the route's time limit, answering garbage) as a -32603 error. `cancel()` writes
-`cancelled` first and only then stops the run; the store refuses any later terminal write,
-so a cancelled task stays cancelled whatever the upstream returns afterwards.
+the upstream's result or JSON-RPC error, or the gateway's own failure (upstream dead, past
+the route's time limit, answering garbage) as a -32603 error. `cancel()`, expiry
+(`sweep()`) and shutdown (`interrupt_all()`) write or delete first and only then stop the
+run; the store refuses any later terminal write, so a task ends once whatever the upstream
+does afterwards. Runs are held in a TaskSet (no fire-and-forget); what a previous process
+left running fails at start-up (`recover()`).
 
-Runs are held in a TaskSet (no fire-and-forget), cancelled on shutdown; tasks they leave
-unfinished are failed as "interrupted" when the next process starts (`recover()`).
+Beside it: `host` is its seam to the session, `progress` keeps the statusMessage,
+`telemetry` the metrics and audit events, `sweeper` the housekeeping timer.
 """
 
 from __future__ import annotations
@@ -24,19 +27,20 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, Protocol
 
 from gateway.aio import TaskSet
 from gateway.config import Limits, TaskPolicy
-from gateway.observability.audit import audit
-from gateway.observability.metrics import Metrics, call_outcome
+from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, TaskError, TaskLimitReached
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.host import TaskHost
 from gateway.tasks.models import Task, TaskStatus, status_for
 from gateway.tasks.notifier import Notifier
+from gateway.tasks.progress import ProgressNotes
 from gateway.tasks.store import TaskStore
-from gateway.upstream import UpstreamClient
+from gateway.tasks.sweeper import sweep_forever
+from gateway.tasks.telemetry import TaskTelemetry
 
 log = logging.getLogger(__name__)
 
@@ -44,34 +48,6 @@ CANCELLED_MESSAGE = "The task was cancelled by request."
 INTERRUPTED_MESSAGE = "interrupted: gateway restarted"
 SHUTDOWN_MESSAGE = "interrupted: gateway shut down"
 INPUT_MESSAGE = "waiting for the client's answer: call tasks/result to receive the request"
-
-
-class TaskHost(Protocol):
-    """What a run needs of the session that started it (session.Session)."""
-
-    @property
-    def owner(self) -> str: ...
-
-    @property
-    def principal(self) -> str | None: ...
-
-    @property
-    def upstream(self) -> UpstreamClient: ...
-
-    def start_task_call(
-        self,
-        task: Task,
-        request: jsonrpc.Request,
-        on_progress: Callable[[jsonrpc.JsonObject], None],
-        on_input: Callable[[bool], asyncio.Task[None]],
-    ) -> jsonrpc.Request: ...
-
-    async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
-        """The call ended (after its terminal write); the host may release its upstream."""
-
-    def withdraw_questions(self, task_id: str, reason: str) -> None: ...
-
-    def task_status(self, task: Task) -> None: ...
 
 
 @dataclass(slots=True)
@@ -87,17 +63,6 @@ def new_task_id() -> str:
     return secrets.token_urlsafe(24)
 
 
-def progress_message(params: dict[str, Any]) -> str | None:
-    """A progress notification as a statusMessage, e.g. "3/10: parsing"."""
-    progress = params.get("progress")
-    if not isinstance(progress, int | float) or isinstance(progress, bool):
-        return None
-    total = params.get("total")
-    text = f"{progress:g}/{total:g}" if isinstance(total, int | float) else f"{progress:g}"
-    message = params.get("message")
-    return f"{text}: {message}" if isinstance(message, str) and message else text
-
-
 class TaskRunner:
     def __init__(
         self,
@@ -109,25 +74,15 @@ class TaskRunner:
         audit_arguments: bool = False,
         progress_interval: float = 1.0,
     ) -> None:
-        self._audit_arguments = audit_arguments
-        #: At most one statusMessage write per task this often, however fast progress comes.
-        self._progress_interval = progress_interval
-        #: Tasks with a progress writer at work, and the latest message it has yet to write.
-        self._progress: dict[str, str | None] = {}
         self._store = store
         self._notifier = notifier
-        self._metrics = metrics
-        #: Status and since-when (monotonic) of every live task this process runs: what the
-        #: tasks_active gauge and the input_required wait histogram are computed from.
-        self._live: dict[str, tuple[str, TaskStatus, float]] = {}
+        self._telemetry = TaskTelemetry(metrics, audit_arguments)
         self._clock = clock
         self._new_id = new_id
         self._tasks = TaskSet("task runner")
+        #: At most one statusMessage write per task per `progress_interval` seconds.
+        self._progress = ProgressNotes(store, notifier, clock, self._tasks, progress_interval)
         self._running: dict[str, _Running] = {}
-
-    @property
-    def running(self) -> int:
-        return len(self._running)
 
     async def submit(
         self,
@@ -170,8 +125,7 @@ class TaskRunner:
         )
         cap = limits.active_tasks_per_principal
         if not await self._store.create_task(task, max_active=cap):
-            self._metrics.limited.labels(route, "active_tasks").inc()
-            audit("task_limit", route=route, principal=host.principal, limit=cap)
+            self._telemetry.refused(route, host.principal, cap)
             raise TaskLimitReached(
                 f"Too many active tasks: {cap} are working or waiting for input "
                 "(limits.active_tasks_per_principal); wait for one to end or cancel one"
@@ -179,21 +133,10 @@ class TaskRunner:
         outgoing = host.start_task_call(
             task,
             jsonrpc.without_param(request, "task"),
-            lambda params: self._on_progress(task.task_id, params),
+            lambda params: self._progress.heard(task.task_id, params),
             lambda waiting: self._on_input(task.task_id, waiting, host),
         )
-        self._metrics.tasks_created.labels(route).inc()
-        self._account(task)
-        arguments = jsonrpc.param(request, "arguments") if self._audit_arguments else None
-        audit(
-            "task_created",
-            route=route,
-            principal=host.principal,
-            task_id=task.task_id,
-            tool=task.tool,
-            ttl_ms=task.ttl_ms,
-            arguments=arguments,
-        )
+        self._telemetry.created(task, host.principal, request)
         run = self._tasks.spawn(self._run(task, host, outgoing, policy), name="task run")
         self._running[task.task_id] = _Running(task.task_id, run, host, outgoing.id)
         return task
@@ -208,9 +151,9 @@ class TaskRunner:
                 async with asyncio.timeout(policy.time_limit_seconds):
                     answer = await host.upstream.call(outgoing, bounded=False)
             except (TimeoutError, GatewayError) as exc:
-                self._upstream_metrics(task, None, exc, started)
+                self._telemetry.upstream_call(task, None, exc, started)
                 raise
-            self._upstream_metrics(task, answer, None, started)
+            self._telemetry.upstream_call(task, answer, None, started)
             if isinstance(answer, jsonrpc.Response):
                 outcome = Outcome(kind="result", body=answer.result)
             else:
@@ -243,46 +186,6 @@ class TaskRunner:
             finally:
                 await host.end_task_call(outgoing.id)
 
-    def _upstream_metrics(
-        self,
-        task: Task,
-        answer: jsonrpc.Message | None,
-        error: BaseException | None,
-        started: float,
-    ) -> None:
-        outcome = call_outcome(answer, error)
-        seconds = time.perf_counter() - started
-        self._metrics.upstream_call(task.route, task.tool, outcome, seconds)
-
-    def _account(self, task: Task) -> None:
-        """Keep the active-task gauge and the input_required wait times true to `task`."""
-        metrics, now = self._metrics, time.monotonic()
-        previous = self._live.pop(task.task_id, None)
-        if previous is not None:
-            route, status, since = previous
-            metrics.tasks_active.labels(route, status.value).dec()
-            if status is TaskStatus.INPUT_REQUIRED:
-                metrics.input_wait_seconds.labels(route).observe(now - since)
-        if task.status.terminal:
-            if previous is not None:  # a task of this process: it ends here
-                metrics.tasks_finished.labels(task.route, task.status.value).inc()
-                lifetime = (task.updated_at - task.created_at).total_seconds()
-                metrics.task_seconds.labels(task.route, task.status.value).observe(lifetime)
-            return
-        metrics.tasks_active.labels(task.route, task.status.value).inc()
-        if task.status is TaskStatus.INPUT_REQUIRED:
-            metrics.input_waits.labels(task.route).inc()
-        self._live[task.task_id] = (task.route, task.status, now)
-
-    def _on_progress(self, task_id: str, params: jsonrpc.JsonObject) -> None:
-        message = progress_message(params)
-        if message is None:
-            return
-        writing = task_id in self._progress
-        self._progress[task_id] = message  # the latest wins; the writer picks it up
-        if not writing:
-            self._tasks.spawn(self._record_progress(task_id), name="task progress")
-
     def _on_input(self, task_id: str, waiting: bool, host: TaskHost) -> asyncio.Task[None]:
         return self._tasks.spawn(self._record_input(task_id, waiting, host), name="task input")
 
@@ -295,32 +198,8 @@ class TaskRunner:
         if updated is not None:
             self._changed(updated, host)
 
-    async def _record_progress(self, task_id: str) -> None:
-        """Write the task's latest progress now, then at most once per interval while more
-        comes: an upstream may send hundreds a second, and each write is an fsync."""
-        try:
-            while (message := self._progress[task_id]) is not None:
-                self._progress[task_id] = None
-                if await self._store.note_task(task_id, message, self._clock()) is None:
-                    return  # terminal: later progress has nothing to show
-                self._notifier.task_changed(task_id)
-                await asyncio.sleep(self._progress_interval)
-        finally:
-            del self._progress[task_id]
-
     def _changed(self, task: Task, host: TaskHost | None) -> None:
-        self._account(task)
-        audit(
-            "task_status_changed",
-            route=task.route,
-            task_id=task.task_id,
-            status=task.status.value,
-            principal=host.principal if host else None,
-            # For a terminal status: how long the task lived, creation to this write.
-            duration_seconds=(task.updated_at - task.created_at).total_seconds()
-            if task.status.terminal
-            else None,
-        )
+        self._telemetry.changed(task, host.principal if host else None)
         self._notifier.task_changed(task.task_id)
         if host is not None:
             host.task_status(task)
@@ -342,12 +221,7 @@ class TaskRunner:
             status = latest.status if latest is not None else task.status
             raise TaskError(f"Cannot cancel task: already in terminal status '{status}'")
         running = self._running.get(task.task_id)
-        audit(
-            "task_cancelled",
-            route=task.route,
-            task_id=task.task_id,
-            principal=running.host.principal if running else None,
-        )
+        self._telemetry.cancelled(task, running.host.principal if running else None)
         self._changed(done, running.host if running else None)
         if running is not None:
             await self._stop(running, "the task was cancelled")
@@ -400,28 +274,13 @@ class TaskRunner:
             running = self._running.pop(task_id, None)
             if running is not None:
                 await self._stop(running, "the task expired")
-            live = self._live.pop(task_id, None)
-            if live is not None:
-                self._metrics.tasks_active.labels(live[0], live[1].value).dec()
-            self._metrics.tasks_expired.inc()
-            audit("task_expired", task_id=task_id)
+            self._telemetry.expired(task_id)
             self._notifier.task_changed(task_id)
 
     def start_sweeper(self, interval: float, *chores: Callable[[], Awaitable[None]]) -> None:
         """Every `interval` seconds: `sweep()`, then each of `chores` (the store's other
         housekeeping, such as pruning session records)."""
-        self._tasks.spawn(self._sweep_forever(interval, chores), name="task sweeper")
-
-    async def _sweep_forever(
-        self, interval: float, chores: tuple[Callable[[], Awaitable[None]], ...]
-    ) -> None:
-        while True:
-            await asyncio.sleep(interval)
-            for chore in (self.sweep, *chores):
-                try:
-                    await chore()
-                except Exception:
-                    log.exception("store housekeeping (%s) failed; will try again", chore.__name__)
+        self._tasks.spawn(sweep_forever(interval, (self.sweep, *chores)), name="task sweeper")
 
     async def close(self) -> None:
         await self._tasks.close()

@@ -1,0 +1,45 @@
+"""`TaskHost`: what a run needs of the session that started it.
+
+The runner never imports a session: the 2025-11-25 session (`session.Session`) implements
+this seam. It owns the upstream connection, relays the call's progress and questions to the
+client, and hears of every status change; a host for another protocol generation would
+implement the same seam.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from typing import Protocol
+
+from gateway.protocol import jsonrpc
+from gateway.tasks.models import Task
+from gateway.upstream import UpstreamClient
+
+
+class TaskHost(Protocol):
+    """What a run needs of the session that started it (session.Session)."""
+
+    @property
+    def owner(self) -> str: ...
+
+    @property
+    def principal(self) -> str | None: ...
+
+    @property
+    def upstream(self) -> UpstreamClient: ...
+
+    def start_task_call(
+        self,
+        task: Task,
+        request: jsonrpc.Request,
+        on_progress: Callable[[jsonrpc.JsonObject], None],
+        on_input: Callable[[bool], asyncio.Task[None]],
+    ) -> jsonrpc.Request: ...
+
+    async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
+        """The call ended (after its terminal write); the host may release its upstream."""
+
+    def withdraw_questions(self, task_id: str, reason: str) -> None: ...
+
+    def task_status(self, task: Task) -> None: ...
