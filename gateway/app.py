@@ -45,7 +45,7 @@ from gateway.keys import (
 from gateway.observability.metrics import Metrics
 from gateway.route import Route
 from gateway.session.registry import SessionRegistry
-from gateway.tasks.api import TaskApi
+from gateway.tasks.api_2025 import TaskApi
 from gateway.tasks.models import utcnow
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner

@@ -9,7 +9,7 @@ from gateway.http.health import Health
 from gateway.observability.metrics import Metrics
 from gateway.route import Route
 from gateway.session.registry import SessionRegistry
-from gateway.tasks.api import TaskApi
+from gateway.tasks.api_2025 import TaskApi
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 

@@ -1,0 +1,18 @@
+"""Tasks: what the gateway adds to an upstream that knows nothing of them.
+
+Dispatch (`protocol/`) hands over two kinds of request. **RunAsTask**, a task-augmented
+`tools/call`: the runner stores the task, the client gets a CreateTaskResult at once, and
+in the background a plain `tools/call` goes upstream and ends in one terminal write.
+**Local** `tasks/*`: the task API of the caller's protocol generation answers from the
+store alone. Nothing here imports `http/`.
+
+    models.py       the vocabulary: TaskStatus, TERMINAL, the lifecycle, outcome -> status
+    runner.py       *when* a task runs, and its one terminal write
+    host.py         the runner's seam to the session that started the task
+    progress.py     upstream progress as the task's statusMessage, coalesced
+    telemetry.py    the runner's metrics and audit events
+    sweeper.py      the housekeeping timer (expired tasks, session records)
+    api_2025.py     the 2025-11-25 task API: tasks/get, result, list, cancel
+    notifier.py     in-process wake-ups; a waiter always re-reads the store
+    store/          the `TaskStore` interface and its backends
+"""

@@ -1,11 +1,11 @@
-"""tasks/get, tasks/result, tasks/list, tasks/cancel: answered from the store.
+"""The 2025-11-25 task API: tasks/get, tasks/result, tasks/list, tasks/cancel, from the store.
 
 Nothing here reads the runner's memory: a task is whatever the store says, so the answers
 are the same after a restart, and (later) on another replica. A task the caller does not own
 answers exactly like one that does not exist. `tasks/result` for an unfinished task returns
 a stream that the answer is pushed to once the store shows the task terminal; the wait
 re-reads the store on every wake-up and at least every few seconds, so a lost wake-up only
-delays the answer.
+delays the answer. (The 2026-07-28 tasks extension, wire-incompatible, goes beside it.)
 """
 
 from __future__ import annotations
