@@ -160,7 +160,7 @@ async def test_an_unreachable_identity_provider_gives_503_and_is_logged_once(
     for refusal in (first, second):
         assert (refusal.http_status, refusal.code) == (503, INTERNAL_ERROR)
         assert refusal.message == UNAVAILABLE and 1 <= int(refusal.headers["Retry-After"]) <= 30
-    warnings = [r for r in caplog.records if r.name == "gateway.security.auth"]
+    warnings = [r for r in caplog.records if r.name == "gateway.security.jwt_verify"]
     assert len(warnings) == 1 and url in warnings[0].getMessage()
 
 
@@ -207,7 +207,7 @@ async def test_the_provider_coming_back_is_used_and_logged(
     provider.status = 200
 
     assert await auth.authenticate(_bearer(key, "k1")) == ALICE
-    messages = [r.getMessage() for r in caplog.records if r.name == "gateway.security.auth"]
+    messages = [r.getMessage() for r in caplog.records if r.name == "gateway.security.jwt_verify"]
     assert len(messages) == 2 and "fetched again" in messages[1]
 
 

@@ -5,8 +5,9 @@ from `sections` (gateway-wide), `auth` and `routes`; `base` holds what they shar
 package is a leaf: it imports nothing else of the gateway. Components get their slice.
 """
 
-from gateway.config.auth import ApiKey, AuthConfig, JwtConfig
+from gateway.config.auth import ApiKey, AuthConfig, JwtConfig, OAuthConfig
 from gateway.config.base import ConfigError
+from gateway.config.identity import UpstreamIdentity
 from gateway.config.loading import load_settings, parse_settings
 from gateway.config.routes import (
     CHILD_ENV_ALLOWED,
@@ -39,6 +40,7 @@ __all__ = [
     "LimitsOverride",
     "ListenConfig",
     "MetricsConfig",
+    "OAuthConfig",
     "RouteConfig",
     "SessionsConfig",
     "Settings",
@@ -46,6 +48,7 @@ __all__ = [
     "TaskPolicy",
     "TaskSupport",
     "UpstreamConfig",
+    "UpstreamIdentity",
     "load_settings",
     "parse_settings",
     "route_auth",

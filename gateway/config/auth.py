@@ -1,4 +1,5 @@
-"""Who may call: API keys, JWT (a secret, a PEM key, a JWK set file or URL), or nobody.
+"""Who may call: API keys, JWT (a secret, a PEM key, a JWK set file or URL), OAuth access
+tokens (the gateway as an OAuth 2.1 resource server), or nobody.
 
 Secrets named by `key_env` and `secret_env` are read when the settings are loaded (from the
 environment the loader is given); of an API key only its SHA-256 is kept.
@@ -7,13 +8,14 @@ environment the loader is given); of an API key only its SHA-256 is kept.
 from __future__ import annotations
 
 import hashlib
-from typing import Any, Literal
-from urllib.parse import urlsplit
+from typing import Annotated, Any, Literal
+from urllib.parse import urlsplit, urlunsplit
 
 from pydantic import (
     Field,
     PrivateAttr,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -110,13 +112,110 @@ class JwtConfig(Section):
         return self
 
 
+#: RFC 6749 section 3.3's scope-token: no space, no `"` and no `\\`, so a scope can be put in a
+#: quoted WWW-Authenticate parameter as it is.
+ScopeToken = Annotated[str, Field(pattern=r"^[\x21\x23-\x5b\x5d-\x7e]+$", max_length=200)]
+ClaimName = Annotated[str, Field(min_length=1, max_length=200)]
+
+
+def http_url(value: str, *, canonical: bool = False) -> str:
+    """`value`, checked to be an absolute http(s) URL with a host, no query, fragment or
+    credentials. `canonical`: the scheme and host lower-cased and a trailing `/` dropped, as
+    clients write resource URLs (RFC 8707); otherwise as written (an issuer is compared to
+    `iss` as a plain string).
+
+    Raises:
+        ValueError: saying what is wrong, never quoting a value that could hold a secret.
+    """
+    url = urlsplit(value)
+    if url.scheme.lower() not in ("http", "https") or not url.hostname:
+        raise ValueError("must be an absolute http:// or https:// URL")
+    if url.username is not None or url.password is not None:
+        raise ValueError("must not hold a user name or password")
+    if url.query or url.fragment or "?" in value or "#" in value:
+        raise ValueError("must have no query (?...) and no fragment (#...)")
+    if not canonical:
+        return value
+    return urlunsplit((url.scheme.lower(), url.netloc.lower(), url.path.rstrip("/"), "", ""))
+
+
+class OAuthConfig(Section):
+    """The gateway as an OAuth 2.1 resource server (MCP authorization, RFC 9728, RFC 8707):
+    each route is a protected resource at PUBLIC_URL + its path, with its own metadata, and
+    accepts only access tokens (JWTs) issued by `issuer` for that resource."""
+
+    issuer: str
+    #: The issuer's JWK set; fetched when first needed, cached, fetched again for a new `kid`.
+    jwks_url: str
+    #: What clients are sent to for tokens (RFC 9728 `authorization_servers`); default [issuer].
+    authorization_servers: tuple[str, ...] = ()
+    #: Every token must carry these scopes (`scope` or `scp` claim); a route may add more.
+    required_scopes: tuple[ScopeToken, ...] = ()
+    #: Listed in the metadata as `scopes_supported`; null: every scope the routes require.
+    scopes_supported: tuple[ScopeToken, ...] | None = None
+    principal_claim: ClaimName = "sub"
+    #: A claim naming the caller's tenant: the principal becomes TENANT/PRINCIPAL, so the same
+    #: subject in two tenants is two callers.
+    tenant_claim: ClaimName | None = None
+    #: The gateway's URL as clients reach it (behind a proxy: the proxy's); route resources are
+    #: PUBLIC_URL + the route's path, e.g. https://mcp.example.com/reports/mcp.
+    public_url: str
+    algorithms: tuple[Literal["RS256", "ES256"], ...] = Field(("RS256", "ES256"), min_length=1)
+    #: Clock skew allowed on `exp`, `nbf` and `iat`.
+    leeway_seconds: float = Field(30.0, ge=0, le=300)
+    jwks_cache_seconds: float = Field(300.0, gt=0)
+    jwks_cooldown_seconds: float = Field(30.0, ge=0)
+    #: The gateway as a whole (PUBLIC_URL) is also a resource: its metadata is at the root
+    #: form /.well-known/oauth-protected-resource, and tokens issued for it are accepted on
+    #: every route that uses this section (besides tokens for the route itself).
+    shared_resource: bool = False
+
+    @field_validator("issuer", "jwks_url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return http_url(value)
+
+    @field_validator("public_url")
+    @classmethod
+    def _public_url(cls, value: str) -> str:
+        return http_url(value, canonical=True)
+
+    @field_validator("authorization_servers")
+    @classmethod
+    def _urls(cls, value: tuple[str, ...]) -> tuple[str, ...]:
+        return tuple(http_url(url) for url in value)
+
+    @property
+    def servers(self) -> tuple[str, ...]:
+        """The authorization servers clients are sent to."""
+        return self.authorization_servers or (self.issuer,)
+
+    def verification(self) -> JwtConfig:
+        """The JWT checks every token gets (the audience, which differs per route, apart)."""
+        return JwtConfig(
+            algorithms=self.algorithms,
+            jwks_url=self.jwks_url,
+            jwks_cache_seconds=self.jwks_cache_seconds,
+            jwks_cooldown_seconds=self.jwks_cooldown_seconds,
+            issuer=self.issuer,
+            verify_audience=False,  # the verifier is given each route's resource instead
+            principal_claim=self.principal_claim,
+            leeway_seconds=self.leeway_seconds,
+        )
+
+
+_CREDENTIALS = ("api_keys", "jwt", "oauth")
+
+
 class AuthConfig(Section):
     """Who may call. Without `mode`, the credentials written decide it: `api_keys` means
-    api_keys, `jwt` means jwt. Turning authentication off takes `mode: none` and no credentials."""
+    api_keys, `jwt` means jwt, `oauth` means oauth. Turning authentication off takes
+    `mode: none` and no credentials."""
 
-    mode: Literal["none", "api_keys", "jwt"] = "none"
+    mode: Literal["none", "api_keys", "jwt", "oauth"] = "none"
     api_keys: tuple[ApiKey, ...] = ()
     jwt: JwtConfig | None = None
+    oauth: OAuthConfig | None = None
     #: Without authentication callers cannot be told apart, so the spec says tasks/list
     #: SHOULD NOT be offered; an operator may still opt in.
     list_tasks_without_auth: bool = False
@@ -126,23 +225,31 @@ class AuthConfig(Section):
     def _infer_mode(cls, data: Any) -> Any:
         # Credentials written without `mode` must never mean "no authentication".
         if isinstance(data, dict) and "mode" not in data:
-            keys, token = bool(data.get("api_keys")), data.get("jwt") is not None
-            if keys != token:  # both written is refused below, naming both
-                return {**data, "mode": "api_keys" if keys else "jwt"}
+            written = [
+                key
+                for key in _CREDENTIALS
+                if (data.get(key) if key == "api_keys" else data.get(key) is not None)
+            ]
+            if len(written) == 1:  # several written is refused below, naming them
+                return {**data, "mode": written[0]}
         return data
+
+    def _written(self) -> list[str]:
+        return [key for key in _CREDENTIALS if getattr(self, key)]
 
     @model_validator(mode="after")
     def _mode_settings(self) -> AuthConfig:
-        if self.api_keys and self.jwt is not None:
+        written = self._written()
+        if len(written) > 1:
+            both = " and ".join(f"`{key}`" for key in written)
             raise ValueError(
-                "`api_keys` and `jwt` are both written: an auth section uses one method "
-                "(a route's own `auth` may use the other)"
+                f"{both} are both written: an auth section uses one method "
+                "(a route's own `auth` may use another)"
             )
         if self.mode == "none":
-            written = "api_keys" if self.api_keys else "jwt" if self.jwt is not None else None
-            if written is not None:
+            if written:
                 raise refusal(
-                    written,
+                    written[0],
                     "written, but `mode: none` turns authentication off: remove the "
                     "credentials to run without authentication, or remove `mode: none`",
                 )
@@ -150,6 +257,13 @@ class AuthConfig(Section):
             raise refusal("api_keys", "mode api_keys needs at least one entry here")
         if self.mode == "jwt" and self.jwt is None:
             raise refusal("jwt", "mode jwt needs this section")
+        if self.mode == "oauth" and self.oauth is None:
+            raise refusal(
+                "oauth",
+                "mode oauth needs this section: {issuer: URL, jwks_url: URL, public_url: URL}",
+            )
+        if written and written[0] != self.mode:
+            raise refusal(written[0], f"written, but the mode is {self.mode}")
         return self
 
     @property

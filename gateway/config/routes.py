@@ -14,8 +14,9 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.config.auth import AuthConfig
-from gateway.config.base import Section
+from gateway.config.auth import AuthConfig, ScopeToken
+from gateway.config.base import Section, refusal
+from gateway.config.identity import UpstreamIdentity
 from gateway.config.sections import LimitsOverride
 
 #: What a stdio child inherits from the gateway's environment, when set: enough to find
@@ -42,7 +43,21 @@ class UpstreamConfig(Section):
     forward_headers: tuple[str, ...] = ()
     connect_timeout_seconds: float = Field(10.0, gt=0)
     request_timeout_seconds: float | None = Field(300.0, gt=0)
+    #: Who the upstream is told calls (HTTP upstreams): see `gateway.config.identity`.
+    identity: UpstreamIdentity = UpstreamIdentity()
     _inherited: dict[str, str] = PrivateAttr(default_factory=dict)
+
+    @property
+    def copied_headers(self) -> tuple[str, ...]:
+        """The client headers copied upstream: `forward_headers`, and `Authorization` in
+        identity mode passthrough."""
+        if self.identity.mode == "passthrough" and not self.forwards_authorization:
+            return (*self.forward_headers, "Authorization")
+        return self.forward_headers
+
+    @property
+    def forwards_authorization(self) -> bool:
+        return any(name.lower() == "authorization" for name in self.forward_headers)
 
     @model_validator(mode="after")
     def _transport_fields(self) -> UpstreamConfig:
@@ -51,9 +66,16 @@ class UpstreamConfig(Section):
                 raise ValueError("transport stdio needs `command` (a list: program and args)")
             if self.url is not None:
                 raise ValueError("`url` is for streamable_http and sse, not stdio")
+            if self.identity.mode != "static":
+                raise refusal("identity", "is for HTTP upstreams; a stdio child takes `env`")
         else:
             if not self.url:
                 raise ValueError(f"transport {self.transport} needs `url`")
+            ident = self.identity
+            if ident.mode in ("signed_assertion", "client_credentials") and any(
+                name.lower() == ident.header.lower() for name in self.headers
+            ):
+                raise refusal("identity", f"sends {ident.header}, and so does `headers`")
             if self.command is not None:
                 raise ValueError("`command` is for stdio only")
         return self
@@ -123,6 +145,10 @@ class RouteConfig(Section):
     #: Replaces the gateway's `auth` for this route when it sets `mode` or credentials.
     auth: AuthConfig | None = None
     limits: LimitsOverride = LimitsOverride()
+    #: Auth mode oauth: scopes every token for this route needs, besides auth.oauth's.
+    required_scopes: tuple[ScopeToken, ...] = ()
+    #: Auth mode oauth: scopes a tools/call of the named tool needs, e.g. {deploy: [ops]}.
+    tool_scopes: dict[str, tuple[ScopeToken, ...]] = Field(default_factory=dict)
 
     @property
     def http_path(self) -> str:

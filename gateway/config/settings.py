@@ -12,7 +12,7 @@ from pydantic import (
 )
 
 from gateway.config.auth import AuthConfig
-from gateway.config.base import Section
+from gateway.config.base import Section, refusal
 from gateway.config.routes import RouteConfig
 from gateway.config.sections import (
     AuditConfig,
@@ -46,6 +46,43 @@ class Settings(Section):
                 if value in seen:
                     raise ValueError(f"two routes share the {attr.replace('http_', '')} {value!r}")
                 seen.add(value)
+        return self
+
+    @model_validator(mode="after")
+    def _route_identities(self) -> Settings:
+        shared = None
+        for i, route in enumerate(self.routes):
+            auth = route_auth(self, route)
+            mode = auth.mode
+            if auth.oauth is not None and auth.oauth.shared_resource:
+                if shared is not None and shared != auth.oauth:
+                    # One document at the root form cannot describe two sections.
+                    raise refusal(
+                        f"routes[{i}].auth.oauth.shared_resource",
+                        "routes that share the gateway's resource must share one oauth section",
+                    )
+                shared = auth.oauth
+            upstream = route.upstream
+            for key in ("required_scopes", "tool_scopes"):
+                if getattr(route, key) and mode != "oauth":
+                    raise refusal(
+                        f"routes[{i}].{key}",
+                        f"scopes come with auth mode oauth; this route's mode is {mode}",
+                    )
+            if mode == "oauth" and upstream.forwards_authorization:
+                if upstream.identity.mode != "passthrough":
+                    # The token's audience is this gateway: passing it on is the token
+                    # passthrough the MCP security guidance forbids, unless said twice.
+                    raise refusal(
+                        f"routes[{i}].upstream.forward_headers",
+                        "Authorization holds OAuth tokens issued for this gateway; to pass "
+                        "them on anyway set upstream.identity.mode: passthrough",
+                    )
+            if upstream.identity.mode == "signed_assertion" and mode == "none":
+                raise refusal(
+                    f"routes[{i}].upstream.identity.mode",
+                    "signed_assertion names the caller, but this route has no authentication",
+                )
         return self
 
 

@@ -1,9 +1,11 @@
 """Admission: what a request must pass before the endpoint acts on it.
 
-In order: credentials (401 with a Bearer challenge; failures rate-limited per address), the
-caller's request rate (429), the headers (Accept 406, Content-Type 415, protocol version 400),
-the body (read whole however it is chunked: 413 beyond the limit, 408 when too slow), and the
-session the request names (404 for an unknown, ended or foreign one, answered alike).
+In order: credentials (401 with a Bearer challenge; failures rate-limited per address; with
+auth mode oauth the challenge points to the route's resource metadata, and a token without the
+route's scopes gets 403 `insufficient_scope`), the caller's request rate (429), the headers
+(Accept 406, Content-Type 415, protocol version 400), the body (read whole however it is
+chunked: 413 beyond the limit, 408 when too slow), and the session the request names (404 for
+an unknown, ended or foreign one, answered alike).
 
 A `Caller` says who is asking: `principal` is who authenticated (None without
 authentication), `limit_key` whom the per-caller limits count (the principal, else the
@@ -34,7 +36,7 @@ from gateway.protocol.errors import (
 )
 from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
 from gateway.route import Route
-from gateway.security.errors import MISSING_TOKEN, AuthError
+from gateway.security.errors import MISSING_TOKEN, AuthError, InsufficientScope
 from gateway.session.registry import SessionRegistry
 from gateway.session.session import Session
 
@@ -87,6 +89,8 @@ class Caller:
     principal: str | None
     #: Whom the per-principal limits count: the principal, or without one the client address.
     limit_key: str
+    #: What the caller's OAuth access token grants (empty for other methods).
+    scopes: frozenset[str] = frozenset()
 
 
 async def admit(request: web.Request, route: Route) -> Caller:
@@ -109,11 +113,12 @@ async def admit(request: web.Request, route: Route) -> Caller:
         audit("auth_failed", route=route.name, reason=exc.reason, remote=request.remote)
         raise Unauthorized(
             f"Unauthorized: {exc.reason}",
-            headers={"WWW-Authenticate": challenge(exc.reason)},
+            headers={"WWW-Authenticate": challenge(exc.reason, route)},
         ) from None
     if principal is not None:
-        caller = Caller(principal.name, f"principal:{principal.name}")
+        caller = Caller(principal.name, f"principal:{principal.name}", principal.scopes)
         check_rate(route, caller.limit_key)
+        check_scopes(route, caller)
         return caller
     if not request.headers.get(SESSION_HEADER):
         check_rate(route, address)
@@ -128,9 +133,44 @@ def check_rate(route: Route, key: str) -> None:
         raise
 
 
-def challenge(reason: str) -> str:
+def check_scopes(route: Route, caller: Caller, message: jsonrpc.Message | None = None) -> None:
+    """With auth mode oauth: the caller's token grants every scope the route needs, and for a
+    `tools/call` (a task's too) every scope that tool needs.
+
+    Raises:
+        InsufficientScope: 403 with the scopes to ask for in WWW-Authenticate.
+    """
+    if route.resource is None:
+        return
+    tool = None
+    if isinstance(message, jsonrpc.Request) and message.method == "tools/call":
+        name = jsonrpc.param(message, "name")
+        tool = name if isinstance(name, str) else None
+    missing = route.resource.needed(tool) - caller.scopes
+    if missing:
+        audit(
+            "auth_failed", route=route.name, reason="insufficient scope", principal=caller.principal
+        )
+        description = f"needs scope {' '.join(sorted(missing))}"
+        raise InsufficientScope(
+            f"Forbidden: insufficient scope: {description}",
+            {"missing": sorted(missing)},
+            headers={
+                "WWW-Authenticate": route.resource.challenge(
+                    "insufficient_scope", description, tool
+                )
+            },
+        )
+
+
+def challenge(reason: str, route: Route | None = None) -> str:
     # RFC 6750 section 3.1: no error code when the request carried no credentials at all;
-    # otherwise why the token was refused (reasons never hold credentials).
+    # otherwise why the token was refused (reasons never hold credentials). An OAuth route
+    # points to its metadata (RFC 9728 section 5.1), where clients find the authorization server.
+    if route is not None and route.resource is not None:
+        if reason == MISSING_TOKEN:
+            return route.resource.challenge()
+        return route.resource.challenge("invalid_token", reason)
     if reason == MISSING_TOKEN:
         return 'Bearer realm="mcp-task-gateway"'
     quoted = reason.replace("\\", "/").replace('"', "'")
@@ -163,7 +203,7 @@ async def session_for(request: web.Request, route: Route, caller: Caller) -> Ses
 
 def remember_forwarded(request: web.Request, route: Route, session: Session) -> None:
     """The latest values of the client headers the route copies upstream (none by default)."""
-    for name in route.upstream.config.forward_headers:
+    for name in route.upstream.config.copied_headers:
         value = request.headers.get(name)
         if value is not None:
             session.forwarded[name] = value

@@ -75,6 +75,8 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
     )
     message = jsonrpc.parse(body)
     request[METHOD_KEY] = _method_label(message)
+    if route.resource is not None and route.resource.tool_scopes:
+        admission.check_scopes(route, caller, message)  # a tool's own scopes (403)
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
             "route %s: %s from %s", route.name, printable(_method_label(message)), request.remote

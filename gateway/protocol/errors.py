@@ -17,6 +17,7 @@
     │   ├── LimitExceeded             (-32600, 429) a per-principal limit (rate, sessions)
     │   └── CapacityExceeded          (-32603, 503) a configured cap (sessions, children) is reached
     ├── security.errors.IdentityProviderUnavailable (-32603, 503) a jwks_url key set is unfetchable
+    ├── security.errors.InsufficientScope (-32600, 403) a token lacks a scope the route or tool asks
     └── UpstreamError                 the upstream could not give an answer (plane a)
         ├── UpstreamUnavailable       connection refused/reset, child died, stream ended early
         ├── UpstreamTimeout           no answer within the route's timeout

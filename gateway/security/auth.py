@@ -3,8 +3,10 @@
 An `Authenticator` is built once per config. It reads key files then, so a bad file stops
 start-up instead of failing every request. `authenticate()` runs on every request. An API
 key is hashed once and compared in constant time with every configured digest. A JWT is
-verified by `jwt_verify` with the configured algorithms only. Failures raise `AuthError`,
-whose reason is safe to log and to return because it never contains the credential.
+verified by `jwt_verify` with the configured algorithms only; an OAuth access token the
+same way, for the route's resource (`oauth`), and it carries the scopes it grants. Failures
+raise `AuthError`, whose reason is safe to log and to return because it never contains the
+credential.
 """
 
 from __future__ import annotations
@@ -18,11 +20,15 @@ from pydantic import BaseModel, ConfigDict
 
 from gateway.config import AuthConfig
 from gateway.security.errors import MISSING_TOKEN, AuthError
-from gateway.security.jwt_verify import JwtVerifier
+from gateway.security.jwt_verify import JwtVerifier, principal_of
+from gateway.security.oauth import ProtectedResource, scopes_of
 
 # RFC 6750's credentials are ASCII. Refusing anything else (and whitespace) here means the
 # token always encodes, and non-ASCII letters cannot case-fold into "Bearer".
 _BEARER = re.compile(r"Bearer +([\x21-\x7e]+)", re.IGNORECASE | re.ASCII)
+#: Far above any real token (identity providers' JWTs are a few kB), far below what parsing
+#: would cost anything; aiohttp refuses a header over 8 kB before this is reached.
+_MAX_TOKEN_CHARS = 16 * 1024
 
 
 class Principal(BaseModel):
@@ -31,14 +37,17 @@ class Principal(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
     name: str
-    method: Literal["api_key", "jwt"]
+    method: Literal["api_key", "jwt", "oauth"]
+    #: What an OAuth access token grants (`scope` or `scp`); empty for other methods.
+    scopes: frozenset[str] = frozenset()
 
 
 class Authenticator:
     """Checks bearer credentials against one `AuthConfig`. Build it once and call it per request."""
 
-    def __init__(self, config: AuthConfig) -> None:
-        """Read the keys the config names, so no request waits on a file.
+    def __init__(self, config: AuthConfig, resource: ProtectedResource | None = None) -> None:
+        """Read the keys the config names, so no request waits on a file. Mode oauth needs
+        the route's `resource`: tokens must be issued for it.
 
         Raises:
             ValueError: a key file is missing or unusable, or the HS256 secret is too short;
@@ -50,9 +59,15 @@ class Authenticator:
             (key.digest, Principal(name=key.principal, method="api_key")) for key in config.api_keys
         )
         self._jwt: JwtVerifier | None = None
+        self._oauth: JwtVerifier | None = None
+        self._tenant_claim: str | None = None
         if config.mode == "jwt":
             assert config.jwt is not None  # AuthConfig's validator guarantees it
             self._jwt = JwtVerifier(config.jwt)
+        if config.mode == "oauth":
+            assert config.oauth is not None and resource is not None
+            self._oauth = JwtVerifier(config.oauth.verification(), resource.audiences)
+            self._tenant_claim = config.oauth.tenant_claim
 
     @property
     def required(self) -> bool:
@@ -68,9 +83,23 @@ class Authenticator:
         if self._mode == "none":
             return None
         token = _bearer_token(authorization)
+        if self._oauth is not None:
+            return self._from_access_token(await self._oauth.claims(token))
         if self._jwt is not None:
             return Principal(name=await self._jwt.verify(token), method="jwt")
         return self._match_api_key(token)
+
+    def _from_access_token(self, claims: dict[str, object]) -> Principal:
+        assert self._oauth is not None
+        name = principal_of(claims, self._oauth.principal_claim)
+        if self._tenant_claim is not None:
+            # The same subject in two tenants is two callers, who must not see each other's tasks.
+            name = f"{principal_of(claims, self._tenant_claim)}/{name}"
+        try:
+            scopes = scopes_of(claims)
+        except ValueError as exc:
+            raise AuthError(str(exc)) from None
+        return Principal(name=name, method="oauth", scopes=scopes)
 
     def _match_api_key(self, token: str) -> Principal:
         digest = hashlib.sha256(token.encode()).digest()
@@ -87,6 +116,8 @@ class Authenticator:
 def _bearer_token(authorization: str | None) -> str:
     if authorization is None or not authorization.strip():
         raise AuthError(MISSING_TOKEN)
+    if len(authorization) > _MAX_TOKEN_CHARS:
+        raise AuthError("token too long")
     match = _BEARER.fullmatch(authorization.strip())
     if match is None:
         raise AuthError("expected Authorization: Bearer <token>")

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
+from gateway.protocol.errors import INTERNAL_ERROR, INVALID_REQUEST, GatewayError
 
 #: The reason for a request that carried no credentials at all (it gets a bare challenge).
 MISSING_TOKEN = "missing bearer token"
@@ -23,3 +23,11 @@ class IdentityProviderUnavailable(GatewayError):
 
     code = INTERNAL_ERROR
     http_status = 503
+
+
+class InsufficientScope(GatewayError):
+    """A valid token without a scope the route or the tool needs (403, WWW-Authenticate with
+    `error="insufficient_scope"` and the scopes to ask for: RFC 6750 section 3.1)."""
+
+    code = INVALID_REQUEST
+    http_status = 403

@@ -17,6 +17,7 @@ import math
 import time
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import jwt
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -54,14 +55,17 @@ _JWKS_TIMEOUT_SECONDS = 5.0
 class JwtVerifier:
     """The JWT half of `Authenticator`: the key, or key set, that verifies tokens."""
 
-    def __init__(self, config: JwtConfig) -> None:
+    def __init__(self, config: JwtConfig, audiences: Sequence[str] = ()) -> None:
+        """`audiences`, when given, replace `config.audience`: a token must name one of them
+        (an OAuth route's resource, RFC 8707)."""
         self._config = config
         self._algorithms = list(config.algorithms)
+        self._audience: str | list[str] | None = list(audiences) or config.audience
         self._options: Options = {
             "require": ["exp", config.principal_claim],
             # Off only by an explicit `verify_audience: false` (config requires `audience`
             # otherwise); without an audience PyJWT would refuse every token that has an `aud`.
-            "verify_aud": config.verify_audience,
+            "verify_aud": config.verify_audience or bool(audiences),
         }
         self._key: str | jwt.PyJWK | None = None  # HS256 secret or PEM key: used for every token
         self._by_kid: dict[str, jwt.PyJWK] = {}
@@ -84,6 +88,10 @@ class JwtVerifier:
             self._by_kid = {key.key_id: key for key in keys if key.key_id is not None}
             self._sole = keys[0] if len(keys) == 1 else None
 
+    @property
+    def principal_claim(self) -> str:
+        return self._config.principal_claim
+
     async def verify(self, token: str) -> str:
         """Return the principal claim of a valid token.
 
@@ -91,7 +99,15 @@ class JwtVerifier:
             AuthError: the token is malformed, not valid now, or not signed by our key.
             IdentityProviderUnavailable: the `jwks_url` key set is needed and cannot be fetched.
         """
-        claim = self._config.principal_claim
+        return principal_of(await self.claims(token), self._config.principal_claim)
+
+    async def claims(self, token: str) -> dict[str, Any]:
+        """The claims of a valid token (which has the principal claim, of whatever type).
+
+        Raises:
+            AuthError: the token is malformed, not valid now, or not signed by our key.
+            IdentityProviderUnavailable: the `jwks_url` key set is needed and cannot be fetched.
+        """
         try:
             if self._key is not None:
                 key = self._key
@@ -104,7 +120,7 @@ class JwtVerifier:
                 key,
                 algorithms=self._algorithms,
                 options=self._options,
-                audience=self._config.audience,
+                audience=self._audience,
                 issuer=self._config.issuer,
                 leeway=self._config.leeway_seconds,
             )
@@ -114,10 +130,7 @@ class JwtVerifier:
             # `from None`: PyJWT's messages may quote decoded parts of the token.
             reason = next((r for kind, r in _REASONS if isinstance(exc, kind)), "invalid token")
             raise AuthError(reason) from None
-        name = claims[claim]
-        if not isinstance(name, str) or not name:
-            raise AuthError(f"claim {claim} must be a non-empty string")
-        return name
+        return claims
 
     def _key_from_set(self, token: str) -> jwt.PyJWK:
         kid = jwt.get_unverified_header(token).get("kid")
@@ -229,6 +242,18 @@ class _RemoteKeys:
             "identity provider unavailable: try again later",
             headers={"Retry-After": str(max(1, math.ceil(wait)))},
         )
+
+
+def principal_of(claims: dict[str, Any], claim: str) -> str:
+    """The value of the principal claim, which must be a non-empty string.
+
+    Raises:
+        AuthError: it is not.
+    """
+    name = claims.get(claim)
+    if not isinstance(name, str) or not name:
+        raise AuthError(f"claim {claim} must be a non-empty string")
+    return name
 
 
 def _read(path: str, config_key: str) -> bytes:

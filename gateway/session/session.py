@@ -72,7 +72,7 @@ class Session:
         self._ended = False
         self._tasks = TaskSet(f"session {self.tag}")
         self.upstream = UpstreamClient(
-            lambda sink: route.upstream.transport(sink, lambda: self.forwarded),
+            lambda sink: route.upstream.transport(sink, lambda: self.forwarded, principal),
             route.upstream.config,
             self,
         )
@@ -215,6 +215,7 @@ class Session:
             return
         if message.method == "notifications/progress":
             token = jsonrpc.param(message, "progressToken")
+            # An object or array token names no call we made (and cannot be looked up).
             call = self._calls.get(token)
             if call is None or call.client_token is None:
                 return  # progress after the answer, or for a token we never issued

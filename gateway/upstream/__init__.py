@@ -7,8 +7,8 @@ connection is lost, maps ids, and turns every failure into `UpstreamUnavailable`
 HTTP+SSE transport) and `stdio` (a child process per session, under the route's cap, idle
 children stopped). `sse_reader` parses upstream event streams, `unreadable` is what a
 message that cannot be parsed becomes. `UpstreamRoute` is what a route's sessions share: an
-HTTP connection pool or the stdio child cap. This package knows nothing of sessions, tasks
-or the client side.
+HTTP connection pool or the stdio child cap, and the `identity` that tells an HTTP upstream
+who calls. This package knows nothing of sessions, tasks or the client side.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ import aiohttp
 from gateway.config import RouteConfig
 from gateway.upstream.base import Transport
 from gateway.upstream.client import Answer, UpstreamClient
+from gateway.upstream.identity import identity_for
 from gateway.upstream.legacy_sse import SseTransport
 from gateway.upstream.stdio import ChildOwner, ChildSlots, StdioTransport
 from gateway.upstream.streamable_http import StreamableHttpTransport
@@ -35,23 +36,40 @@ class UpstreamRoute:
         self.name = route.name
         self.slots = ChildSlots(route.name, route.upstream.max_children)
         self._http: aiohttp.ClientSession | None = None
+        #: Built now, so an unusable signing key stops start-up.
+        self.identity = identity_for(route.name, route.upstream, self._client)
 
-    def transport(self, sink: ChildOwner, forwarded: Callable[[], Mapping[str, str]]) -> Transport:
-        """A transport for one session; `forwarded` gives the client headers the route copies."""
-        cfg = self.config
-        if cfg.transport == "stdio":
-            return StdioTransport(sink, cfg, self.slots)
+    def _client(self) -> aiohttp.ClientSession:
         if self._http is None:
-            timeout = aiohttp.ClientTimeout(total=None, connect=cfg.connect_timeout_seconds)
+            timeout = aiohttp.ClientTimeout(total=None, connect=self.config.connect_timeout_seconds)
             # No cookie jar: cookies from one client's upstream session must not reach another.
             self._http = aiohttp.ClientSession(
                 timeout=timeout,
                 cookie_jar=aiohttp.DummyCookieJar(),
                 connector=aiohttp.TCPConnector(limit=0),
             )
+        return self._http
+
+    def transport(
+        self,
+        sink: ChildOwner,
+        forwarded: Callable[[], Mapping[str, str]],
+        principal: str | None = None,
+    ) -> Transport:
+        """A transport for one session; `forwarded` gives the client headers the route copies,
+        `principal` is who the session belongs to (what a signed assertion names)."""
+        cfg = self.config
+        if cfg.transport == "stdio":
+            return StdioTransport(sink, cfg, self.slots)
+        static, identity = dict(cfg.headers), self.identity
+
+        async def headers() -> dict[str, str]:
+            # Static headers win over the client's; the identity is the gateway's own say.
+            return {**forwarded(), **static, **await identity.headers(principal)}
+
         if cfg.transport == "sse":
-            return SseTransport(sink, cfg, self._http, forwarded)
-        return StreamableHttpTransport(sink, cfg, self._http, forwarded)
+            return SseTransport(sink, cfg, self._client(), headers)
+        return StreamableHttpTransport(sink, cfg, self._client(), headers)
 
     async def close(self) -> None:
         if self._http is not None:

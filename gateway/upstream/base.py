@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
 from gateway.protocol.jsonrpc import Message, RequestId
@@ -17,6 +18,10 @@ from gateway.upstream import unreadable
 from gateway.upstream.unreadable import Unreadable
 
 log = logging.getLogger(__name__)
+
+#: The headers every upstream HTTP request of a session carries, asked for each request
+#: (forwarded client headers, static ones, and the identity, which may need fetching).
+Headers = Callable[[], Awaitable[Mapping[str, str]]]
 
 
 class Sink(Protocol):

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
 from urllib.parse import urljoin, urlsplit
 
 import aiohttp
@@ -18,7 +17,7 @@ from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.upstream import sse_reader
-from gateway.upstream.base import Sink, Transport
+from gateway.upstream.base import Headers, Sink, Transport
 
 log = logging.getLogger(__name__)
 
@@ -29,13 +28,12 @@ class SseTransport(Transport):
         sink: Sink,
         config: UpstreamConfig,
         http: aiohttp.ClientSession,
-        forwarded: Callable[[], Mapping[str, str]],
+        headers: Headers,
     ) -> None:
         super().__init__(sink)
         assert config.url is not None
         self._url = config.url
-        self._static = dict(config.headers)
-        self._forwarded = forwarded
+        self._headers = headers
         self._connect_timeout = config.connect_timeout_seconds
         self._http = http
         self._endpoint: str | None = None
@@ -57,7 +55,7 @@ class SseTransport(Transport):
         reason = "the upstream closed its SSE stream"
         try:
             async with self._http.get(
-                self._url, headers={**self._headers(), "Accept": "text/event-stream"}
+                self._url, headers={**await self._headers(), "Accept": "text/event-stream"}
             ) as resp:
                 if resp.status != 200:
                     raise UpstreamUnavailable(f"the SSE upstream answered HTTP {resp.status}")
@@ -78,9 +76,6 @@ class SseTransport(Transport):
         elif not self._closing:
             self.sink.on_lost(reason)
 
-    def _headers(self) -> dict[str, str]:
-        return {**self._forwarded(), **self._static}
-
     def _resolve(self, endpoint: str) -> str:
         url = urljoin(self._url, endpoint.strip())
         # Posting our messages anywhere else would leak them to a host the operator never named.
@@ -95,7 +90,7 @@ class SseTransport(Transport):
             async with self._http.post(
                 self._endpoint,
                 data=jsonrpc.dump(message),
-                headers={**self._headers(), "Content-Type": "application/json"},
+                headers={**await self._headers(), "Content-Type": "application/json"},
             ) as resp:
                 if resp.status >= 300:
                     raise UpstreamUnavailable(

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
 
 import aiohttp
 
@@ -24,7 +23,7 @@ from gateway.protocol.errors import (
     UpstreamUnavailable,
 )
 from gateway.upstream import sse_reader, unreadable
-from gateway.upstream.base import Sink, Transport
+from gateway.upstream.base import Headers, Sink, Transport
 
 log = logging.getLogger(__name__)
 
@@ -43,21 +42,20 @@ class StreamableHttpTransport(Transport):
         sink: Sink,
         config: UpstreamConfig,
         http: aiohttp.ClientSession,
-        forwarded: Callable[[], Mapping[str, str]],
+        headers: Headers,
     ) -> None:
         super().__init__(sink)
         assert config.url is not None
         self._url = config.url
-        self._static_headers = dict(config.headers)
-        self._forwarded = forwarded
+        self._base_headers = headers
         self._http = http
         self._session_id: str | None = None
         self._version: str | None = None
         self._tasks = TaskSet("streamable_http")
         self._listener: asyncio.Task[None] | None = None
 
-    def _headers(self, accept: str) -> dict[str, str]:
-        headers = {**self._forwarded(), **self._static_headers, "Accept": accept}
+    async def _headers(self, accept: str) -> dict[str, str]:
+        headers = {**await self._base_headers(), "Accept": accept}
         if self._session_id is not None:
             headers["Mcp-Session-Id"] = self._session_id
         if self._version is not None:
@@ -75,7 +73,7 @@ class StreamableHttpTransport(Transport):
             self._listener = self._tasks.spawn(self._listen(), name="upstream-get-stream")
 
     async def send(self, message: jsonrpc.Message) -> None:
-        headers = self._headers("application/json, text/event-stream")
+        headers = await self._headers("application/json, text/event-stream")
         headers["Content-Type"] = "application/json"
         related = message.id if isinstance(message, jsonrpc.Request) else None
         try:
@@ -138,7 +136,7 @@ class StreamableHttpTransport(Transport):
                 self.sink.on_stream(related, interrupted=True)
             attempts += 1
             await asyncio.sleep((retry_ms or 1000) / 1000)
-            headers = self._headers("text/event-stream")
+            headers = await self._headers("text/event-stream")
             headers["Last-Event-ID"] = last_id
             async with self._http.get(self._url, headers=headers) as again:
                 if again.status != 200:
@@ -180,10 +178,10 @@ class StreamableHttpTransport(Transport):
         delay = 1.0
         last_id: str | None = None
         while True:
-            headers = self._headers("text/event-stream")
-            if last_id is not None:
-                headers["Last-Event-ID"] = last_id
             try:
+                headers = await self._headers("text/event-stream")
+                if last_id is not None:
+                    headers["Last-Event-ID"] = last_id
                 async with self._http.get(self._url, headers=headers) as resp:
                     if resp.status == 405:
                         return  # the upstream offers no GET stream; that is allowed
@@ -199,7 +197,8 @@ class StreamableHttpTransport(Transport):
                         return
             except (aiohttp.ClientError, TimeoutError) as exc:
                 log.debug("upstream GET stream interrupted: %s", exc)
-            except UpstreamProtocolError as exc:
+            except (UpstreamProtocolError, UpstreamUnavailable) as exc:
+                # Unavailable: no identity for the upstream now (its token endpoint is down).
                 log.warning("upstream GET stream dropped, to be opened again: %s", exc.message)
             await asyncio.sleep(delay)
             delay = min(delay * 2, 30.0)
@@ -211,8 +210,9 @@ class StreamableHttpTransport(Transport):
             return
         try:
             async with asyncio.timeout(2):
-                async with self._http.delete(self._url, headers=self._headers("application/json")):
+                headers = await self._headers("application/json")
+                async with self._http.delete(self._url, headers=headers):
                     pass
-        except (aiohttp.ClientError, TimeoutError) as exc:
+        except (aiohttp.ClientError, TimeoutError, UpstreamUnavailable) as exc:
             log.debug("upstream DELETE failed: %s", exc)
         self._session_id = None

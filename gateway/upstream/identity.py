@@ -1,0 +1,195 @@
+"""Who the upstream is told calls: headers the gateway adds to every upstream HTTP request.
+
+The client's own token is meant for the gateway (its audience is the route's resource), so
+it is not passed on (MCP security best practices: no token passthrough). Instead a route may
+send a short-lived JWT the gateway signs, naming the principal and the route
+(`SignedAssertion`), or a token the gateway obtains for itself from an authorization server
+with the client credentials grant (`ClientCredentials`), cached until shortly before it
+expires and fetched by one request at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import logging
+import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol
+from urllib.parse import quote
+
+import aiohttp
+import jwt
+from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePrivateKey
+from cryptography.hazmat.primitives.asymmetric.rsa import RSAPrivateKey
+from cryptography.hazmat.primitives.serialization import load_pem_private_key
+
+from gateway.config import UpstreamConfig, UpstreamIdentity
+from gateway.protocol.errors import UpstreamUnavailable
+
+log = logging.getLogger(__name__)
+
+#: Assertions kept for reuse, one per principal; the least recently used goes first.
+_KEPT_ASSERTIONS = 1024
+#: A token is fetched again this long before it expires (or at half its life, if sooner).
+_REFRESH_MARGIN_SECONDS = 60.0
+_TOKEN_TIMEOUT_SECONDS = 10.0
+
+
+class Identity(Protocol):
+    async def headers(self, principal: str | None) -> Mapping[str, str]:
+        """The headers naming the caller (or the gateway) to the upstream.
+
+        Raises:
+            UpstreamUnavailable: the credential cannot be had now.
+        """
+        ...
+
+
+class NoIdentity:
+    async def headers(self, principal: str | None) -> Mapping[str, str]:
+        return {}
+
+
+def _bearer(config: UpstreamIdentity, token: str) -> dict[str, str]:
+    value = f"Bearer {token}" if config.header.lower() == "authorization" else token
+    return {config.header: value}
+
+
+class SignedAssertion:
+    """A JWT per principal: iss, aud, sub (the principal), route, iat, exp, jti."""
+
+    def __init__(
+        self, config: UpstreamIdentity, route: str, url: str, clock: Callable[[], float] = time.time
+    ) -> None:
+        """Raises:
+        ValueError: the key is unusable; the message names `key_env`, never the key.
+        """
+        self._config = config
+        self._route = route
+        self._audience = config.audience or url
+        self._clock = clock
+        self._key: Any = _signing_key(config)
+        self._kept: OrderedDict[str, tuple[float, dict[str, str]]] = OrderedDict()
+
+    async def headers(self, principal: str | None) -> Mapping[str, str]:
+        if principal is None:  # the config refuses this mode on a route without authentication
+            return {}
+        now = self._clock()
+        kept = self._kept.get(principal)
+        # Reused for the first half of its life, so the upstream always gets one with time left.
+        if kept is not None and now < kept[0]:
+            self._kept.move_to_end(principal)
+            return kept[1]
+        lifetime = self._config.lifetime_seconds
+        claims = {
+            "iss": self._config.issuer,
+            "aud": self._audience,
+            "sub": principal,
+            "route": self._route,
+            "iat": int(now),
+            "exp": int(now) + lifetime,
+            "jti": secrets.token_urlsafe(16),
+        }
+        header = {"kid": self._config.key_id} if self._config.key_id else None
+        token = jwt.encode(claims, self._key, algorithm=self._config.algorithm, headers=header)
+        headers = _bearer(self._config, token)
+        self._kept[principal] = (now + lifetime / 2, headers)
+        if len(self._kept) > _KEPT_ASSERTIONS:
+            self._kept.popitem(last=False)
+        return headers
+
+
+def _signing_key(config: UpstreamIdentity) -> Any:
+    where = f"upstream.identity.key_env: {config.key_env}"
+    if config.algorithm == "HS256":
+        if len(config.secret.encode()) < 32:
+            raise ValueError(f"{where}: an HS256 key must be at least 32 bytes (RFC 7518 §3.2)")
+        return config.secret
+    try:
+        key = load_pem_private_key(config.secret.encode(), password=None)
+    except (ValueError, TypeError):
+        raise ValueError(f"{where}: not an unencrypted PEM private key") from None
+    wanted = RSAPrivateKey if config.algorithm == "RS256" else EllipticCurvePrivateKey
+    if not isinstance(key, wanted):
+        raise ValueError(f"{where}: not a key for {config.algorithm}")
+    return key
+
+
+class ClientCredentials:
+    """The gateway's own access token (RFC 6749 section 4.4), the same for every caller."""
+
+    def __init__(
+        self,
+        config: UpstreamIdentity,
+        http: Callable[[], aiohttp.ClientSession],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._http = http
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._headers: dict[str, str] = {}
+        self._refresh_at = 0.0
+
+    async def headers(self, principal: str | None) -> Mapping[str, str]:
+        if self._clock() < self._refresh_at:
+            return self._headers
+        async with self._lock:  # one fetch at a time; who waited finds the new token
+            if self._clock() >= self._refresh_at:
+                await self._fetch()
+        return self._headers
+
+    async def _fetch(self) -> None:
+        cfg = self._config
+        assert cfg.token_url is not None and cfg.client_id is not None
+        form = {"grant_type": "client_credentials"}
+        if cfg.scopes:
+            form["scope"] = " ".join(cfg.scopes)
+        if cfg.resource:
+            form["resource"] = cfg.resource
+        headers = {"Accept": "application/json"}
+        if cfg.auth_method == "client_secret_basic":
+            pair = f"{quote(cfg.client_id, safe='')}:{quote(cfg.secret, safe='')}"
+            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
+        else:
+            form.update(client_id=cfg.client_id, client_secret=cfg.secret)
+        started = self._clock()
+        try:
+            async with asyncio.timeout(_TOKEN_TIMEOUT_SECONDS):
+                async with self._http().post(cfg.token_url, data=form, headers=headers) as resp:
+                    status = resp.status
+                    body = await resp.json(content_type=None) if status == 200 else None
+        except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            raise self._unavailable(f"cannot reach it ({type(exc).__name__})") from None
+        token = body.get("access_token") if isinstance(body, dict) else None
+        if not isinstance(token, str) or not token:
+            raise self._unavailable(f"no access token in its answer (HTTP {status})")
+        assert isinstance(body, dict)
+        expires_in = body.get("expires_in")
+        lifetime = float(expires_in) if isinstance(expires_in, int | float) else 300.0
+        self._headers = _bearer(cfg, token)
+        self._refresh_at = started + max(0.0, min(lifetime / 2, lifetime - _REFRESH_MARGIN_SECONDS))
+
+    def _unavailable(self, why: str) -> UpstreamUnavailable:
+        message = f"no token for the upstream from upstream.identity.token_url: {why}"
+        log.warning("%s", message)
+        return UpstreamUnavailable(message)
+
+
+def identity_for(
+    route: str, config: UpstreamConfig, http: Callable[[], aiohttp.ClientSession]
+) -> Identity:
+    """The identity a route's upstream requests carry, by `upstream.identity.mode`.
+
+    Raises:
+        ValueError: a signing key is unusable (the message names the key).
+    """
+    ident = config.identity
+    if ident.mode == "signed_assertion":
+        return SignedAssertion(ident, route, config.url or "")
+    if ident.mode == "client_credentials":
+        return ClientCredentials(ident, http)
+    return NoIdentity()
