@@ -231,3 +231,33 @@ async def test_sse_line_over_the_cap_ends_the_stream_with_a_protocol_error() -> 
         async for event in sse_reader.events(endless(), limit=10_000):
             seen.append(event.data)
     assert seen == ["{}"]
+
+
+@pytest.mark.parametrize("token", [{"call": 1}, [1], None, True])
+async def test_progress_with_a_token_that_names_no_call_is_dropped_and_the_call_answers(
+    start_gateway: StartGateway, token: Any
+) -> None:
+    from gateway.demo.server import Message, Tool, ToolContext, text_result
+    from gateway.demo.tools import NoArgs
+
+    from .fakes import legacy_sse_app
+
+    async def odd_progress(ctx: ToolContext, args: NoArgs) -> Message:
+        # The upstream answers with a token no client request carried (not even an id's type).
+        await ctx._server.notify("notifications/progress", {"progressToken": token, "progress": 1})
+        return text_result("done")
+
+    upstream = TestServer(legacy_sse_app([Tool("odd", "Odd progress.", NoArgs, odd_progress)]))
+    await upstream.start_server()
+    try:
+        route = {
+            "name": "odd",
+            "upstream": {"transport": "sse", "url": str(upstream.make_url("/sse"))},
+        }
+        url = f"{await start_gateway([route])}/odd/mcp"
+        async with asyncio.timeout(PROMPTLY), mcp_client(url) as client:
+            result = await client.call_tool("odd", {})
+            assert isinstance(result.content[0], types.TextContent)
+            assert result.content[0].text == "done"
+    finally:
+        await upstream.close()
