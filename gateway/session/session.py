@@ -216,7 +216,7 @@ class Session:
         if message.method == "notifications/progress":
             token = jsonrpc.param(message, "progressToken")
             # An object or array token names no call we made (and cannot be looked up).
-            call = self._calls.get(token)
+            call = self._calls.get(token) if jsonrpc.is_request_id(token) else None
             if call is None or call.client_token is None:
                 return  # progress after the answer, or for a token we never issued
             note = jsonrpc.with_param(message, "progressToken", call.client_token)
