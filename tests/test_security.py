@@ -366,21 +366,35 @@ async def test_active_task_limit_trips_and_recovers_when_a_task_ends(
     assert again.task.status == "working"
 
 
-async def test_sessions_per_principal_limit_trips_with_429(
+async def test_at_the_session_cap_an_idle_session_makes_room_and_only_busy_ones_refuse(
     start_gateway: StartGateway, auth_routes: list[dict[str, Any]]
 ) -> None:
+    # Clients that never send DELETE must not lock their caller out: at the cap the caller's
+    # least recently used idle session is ended; 429 only when every session has work running.
     url = f"{await start_gateway(auth_routes, limits={'sessions_per_principal': 2})}/keys/mcp"
     alice = {"Authorization": f"Bearer {ALICE_KEY}"}
+
+    async def post(session_id: str | None, message: dict[str, Any]) -> aiohttp.ClientResponse:
+        extra = {"Mcp-Session-Id": session_id} if session_id else {}
+        async with http.post(url, json=message, headers=headers(**alice, **extra)) as resp:
+            await resp.read()
+            return resp
+
+    def slow_task(request_id: int) -> dict[str, Any]:
+        params = {"name": "slow", "arguments": {"seconds": 60, "steps": 1}, "task": {}}
+        return {"jsonrpc": "2.0", "id": request_id, "method": "tools/call", "params": params}
+
+    ping = {"jsonrpc": "2.0", "id": 9, "method": "ping"}
     async with aiohttp.ClientSession() as http:
-        opened = []
-        for _ in range(3):
-            async with http.post(url, json=INIT, headers=headers(**alice)) as resp:
-                opened.append((resp.status, resp.headers.get("Mcp-Session-Id")))
-        async with http.delete(url, headers={"Mcp-Session-Id": str(opened[0][1]), **alice}) as d:
-            assert d.status == 200
-        async with http.post(url, json=INIT, headers=headers(**alice)) as resp:
-            after_delete = resp.status
-    assert [s for s, _ in opened] == [200, 200, 429] and after_delete == 200
+        first, second, third = [(await post(None, INIT)).headers["Mcp-Session-Id"] for _ in "abc"]
+        assert (await post(first, ping)).status == 404  # the oldest idle one made room
+        assert (await post(second, ping)).status == 200
+        assert (await post(third, ping)).status == 200
+        for n, session_id in enumerate((second, third)):
+            assert (await post(session_id, slow_task(10 + n))).status == 200
+        refused = await post(None, INIT)
+        assert refused.status == 429
+        assert (await post(second, ping)).status == 200  # busy sessions are never ended
 
 
 async def test_requested_ttl_is_clamped_by_the_limit(

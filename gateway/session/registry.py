@@ -63,11 +63,20 @@ class SessionRegistry:
             )
         cap = route.limits.sessions_per_principal
         if cap is not None and self._per_limit_key[limit_key] >= cap:
-            route.metrics.limited.labels(route.name, "sessions").inc()
-            raise LimitExceeded(
-                f"Too many sessions: this caller already has {cap} "
-                "(limits.sessions_per_principal); end one with DELETE first"
-            )
+            # Many clients never send DELETE (the TS SDK's close(), the inspector): their
+            # sessions would lock the caller out for the idle timeout. The caller's least
+            # recently used idle session makes room; only busy ones hold the cap.
+            idle = self._idle_of(limit_key)
+            if idle is None:
+                route.metrics.limited.labels(route.name, "sessions").inc()
+                raise LimitExceeded(
+                    f"Too many sessions: this caller already has {cap} "
+                    "(limits.sessions_per_principal), each with a call or task running; "
+                    "end one with DELETE first"
+                )
+            log.info("session %s: ended to make room for a new one of its caller", idle.tag)
+            self._forget(idle)
+            self._tasks.spawn(self._retire(idle, "replaced"), name="retire session")
         session = Session(session_id, route, self._http, principal, limit_key)
         session.persist = self._store.save_session
         self._sessions[session_id] = session
@@ -141,17 +150,28 @@ class SessionRegistry:
         log.info("route %s: session %s restored from the store", route.name, session.tag)
         return session
 
+    def _idle_of(self, limit_key: str) -> Session | None:
+        """The least recently used open session counted against `limit_key` with nothing
+        in flight and no client reading its GET stream, if any."""
+        idle = [
+            s
+            for s in self._sessions.values()
+            if s.limit_key == limit_key and s.record is not None and not s.busy and not s.listening
+        ]
+        return min(idle, key=lambda s: s.last_seen, default=None)
+
     async def end(self, session: Session, why: str = "deleted") -> None:
         if self._forget(session):
-            audit(
-                "session_ended", route=session.route.name, principal=session.principal, reason=why
-            )
-            try:
-                await self._store.delete_session(session.id)
-            finally:
-                # Its child and streams go even when the store fails; a record left behind
-                # only lets its client come back, as after a restart.
-                await session.close()
+            await self._retire(session, why)
+
+    async def _retire(self, session: Session, why: str) -> None:
+        audit("session_ended", route=session.route.name, principal=session.principal, reason=why)
+        try:
+            await self._store.delete_session(session.id)
+        finally:
+            # Its child and streams go even when the store fails; a record left behind
+            # only lets its client come back, as after a restart.
+            await session.close()
 
     def start_reaper(self) -> None:
         self._tasks.spawn(self._reap(), name="session-reaper")
