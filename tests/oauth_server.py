@@ -5,12 +5,15 @@ The endpoints are the MCP Python SDK's authorization server (`mcp.server.auth`: 
 metadata, RFC 7591 dynamic client registration, authorization code with PKCE, refresh). This
 file adds what an identity provider adds around it: a signing key published as a JWK set, JWT
 access tokens whose `aud` is the RFC 8707 resource the client asked for, and consent given at
-once (the user is `alice`). POST /control lets a test play the provider's operator: rotate the
-key, grant fewer scopes, or sign with a clock that is off.
+once (the user is `alice`). POST /exchange is RFC 8693 token exchange for one confidential
+client, the gateway (`mcp-task-gateway` / `gateway-secret`); the SDK's token endpoint offers
+only the authorization code and refresh grants. POST /control lets a test play the provider's
+operator: rotate the key, grant fewer scopes, or sign with a clock that is off.
 """
 
 from __future__ import annotations
 
+import base64
 import secrets
 import sys
 import time
@@ -39,6 +42,8 @@ from starlette.routing import Route
 
 #: What a client may ask for; the operator may grant less (`grant` below).
 SCOPES = ["mcp", "tools", "reports:write"]
+#: The one client allowed to exchange tokens, as HTTP Basic credentials.
+EXCHANGER = "Basic " + base64.b64encode(b"mcp-task-gateway:gateway-secret").decode()
 
 
 @dataclass
@@ -186,8 +191,52 @@ def app(port: int) -> Starlette:
             setattr(provider.operator, key, value)
         return JSONResponse({"kid": provider.keys[-1].kid, "issuer": provider.issuer})
 
+    async def exchange(request: Request) -> JSONResponse:
+        form = await request.form()
+        if request.headers.get("Authorization") != EXCHANGER:
+            return JSONResponse({"error": "invalid_client"}, status_code=401)
+        if form.get("grant_type") != "urn:ietf:params:oauth:grant-type:token-exchange":
+            return JSONResponse({"error": "unsupported_grant_type"}, status_code=400)
+        keys = {k.kid: k.key.public_key() for k in provider.keys}
+        subject_token = str(form.get("subject_token", ""))
+        try:
+            kid = str(jwt.get_unverified_header(subject_token).get("kid"))
+            subject = jwt.decode(
+                subject_token,
+                keys[kid],
+                algorithms=["RS256"],
+                issuer=provider.issuer,
+                options={"verify_aud": False},
+            )
+        except (jwt.PyJWTError, KeyError):
+            return JSONResponse({"error": "invalid_grant"}, status_code=400)
+        now = int(time.time())
+        claims = {
+            "iss": provider.issuer,
+            "sub": subject["sub"],
+            "aud": form.get("audience") or form.get("resource"),
+            "act": {"sub": "mcp-task-gateway"},
+            "scope": form.get("scope", ""),
+            "iat": now,
+            "exp": now + provider.operator.lifetime,
+        }
+        signer = provider.keys[-1]
+        token = jwt.encode(claims, signer.key, algorithm="RS256", headers={"kid": signer.kid})
+        return JSONResponse(
+            {
+                "access_token": token,
+                "issued_token_type": "urn:ietf:params:oauth:token-type:access_token",
+                "token_type": "Bearer",
+                "expires_in": provider.operator.lifetime,
+            }
+        )
+
     routes = create_auth_routes(provider, issuer, client_registration_options=options)
-    routes += [Route("/jwks.json", jwks), Route("/control", control, methods=["POST"])]
+    routes += [
+        Route("/jwks.json", jwks),
+        Route("/control", control, methods=["POST"]),
+        Route("/exchange", exchange, methods=["POST"]),
+    ]
     return Starlette(routes=routes)
 
 

@@ -21,6 +21,7 @@ import aiohttp
 import httpx
 import jwt
 import pytest
+from aiohttp.test_utils import TestServer
 from mcp import ClientSession, types
 from mcp.client.auth import OAuthClientProvider
 from mcp.client.streamable_http import streamable_http_client
@@ -33,6 +34,7 @@ from gateway.http import listen
 
 from .conftest import DEMO, ROOT, free_port, wait_for_port
 from .test_mcp_endpoint import INIT, headers
+from .test_upstream_headers import SEEN, recording_upstream
 
 CALLBACK = "http://127.0.0.1:9/callback"  # never reached: the redirect is read, not followed
 
@@ -69,7 +71,11 @@ def auth_server() -> Iterator[AuthServer]:
 
 @asynccontextmanager
 async def running_gateway(
-    tmp_path: Path, server: AuthServer, routes: list[dict[str, Any]], **oauth: Any
+    tmp_path: Path,
+    server: AuthServer,
+    routes: list[dict[str, Any]],
+    env: dict[str, str] | None = None,
+    **oauth: Any,
 ) -> AsyncIterator[str]:
     port = free_port()
     public = f"http://127.0.0.1:{port}"
@@ -81,7 +87,7 @@ async def running_gateway(
         **oauth,
     }
     data = {"store": {"path": str(tmp_path / "g.db")}, "auth": {"oauth": section}, "routes": routes}
-    settings = parse_settings(data, "test settings", env={})
+    settings = parse_settings(data, "test settings", env=env or {})
     runner = await listen.start(
         create_app(settings), ListenConfig(host="127.0.0.1", port=port), settings.http
     )
@@ -272,3 +278,40 @@ def _jwt_kid(storage: Storage) -> str:
     assert storage.tokens is not None
     kid: str = jwt.get_unverified_header(storage.tokens.access_token)["kid"]
     return kid
+
+
+async def test_the_upstream_gets_a_token_exchanged_for_the_callers_never_the_callers_own(
+    auth_server: AuthServer, tmp_path: Path
+) -> None:
+    recorder = TestServer(recording_upstream(), host="127.0.0.1")
+    await recorder.start_server()
+    upstream = {
+        "transport": "streamable_http",
+        "url": str(recorder.make_url("/mcp")),
+        "identity": {
+            "mode": "token_exchange",
+            "token_url": f"{auth_server.url}/exchange",
+            "client_id": "mcp-task-gateway",
+            "client_secret_env": "GW_SECRET",
+            "resource": "https://reports.internal/mcp",
+            "scopes": ["reports:write"],
+        },
+    }
+    env = {"GW_SECRET": "gateway-secret"}
+    try:
+        routes = [{"name": "r", "upstream": upstream}]
+        async with running_gateway(tmp_path, auth_server, routes, env) as base:
+            storage = Storage()
+            async with signed_in(f"{base}/r/mcp", storage) as client:
+                await client.list_tools()
+    finally:
+        await recorder.close()
+
+    assert storage.tokens is not None
+    sent = {h["Authorization"] for h in recorder.app[SEEN]}
+    assert len(sent) == 1  # exchanged once, reused for the session's requests
+    token = sent.pop().removeprefix("Bearer ")
+    assert token != storage.tokens.access_token
+    claims = jwt.decode(token, options={"verify_signature": False})
+    assert claims["sub"] == "alice" and claims["act"] == {"sub": "mcp-task-gateway"}
+    assert claims["aud"] == "https://reports.internal/mcp" and claims["scope"] == "reports:write"

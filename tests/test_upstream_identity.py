@@ -252,14 +252,18 @@ def test_passing_the_clients_authorization_on_is_warned_about_at_start_up(
         (
             {"mode": "static", "token_url": "http://as/token"},
             {},
-            "identity.token_url: is for mode client_credentials, not static",
+            "identity.token_url: is for mode client_credentials or token_exchange, not static",
         ),
         (
             {"mode": "signed_assertion", "key_env": "K", "scopes": ["x"]},
             {"K": "k" * 32},
-            "identity.scopes: is for mode client_credentials, not signed_assertion",
+            "identity.scopes: is for mode client_credentials or token_exchange, not signed_",
         ),
-        ({"mode": "passthrough", "header": "X-A"}, {}, "identity.header: is for modes"),
+        (
+            {"mode": "passthrough", "header": "X-A"},
+            {},
+            "identity.header: is for the modes that add a credential",
+        ),
         ({"mode": "magic"}, {}, "identity.mode: Input should be"),
         (
             {"mode": "client_credentials", "token_url": "as/token", "client_id": "c"},
@@ -306,6 +310,26 @@ def test_an_assertion_needs_callers_who_can_be_named_and_an_http_upstream() -> N
         no_auth.value
     )
     assert "f.yaml: routes[0].upstream.identity: is for HTTP upstreams" in str(on_stdio.value)
+
+
+def test_an_exchange_needs_a_callers_token_not_an_api_key() -> None:
+    ident = {
+        "mode": "token_exchange",
+        "token_url": "https://id.test/token",
+        "client_id": "gw",
+        "client_secret_env": "S",
+    }
+    upstream = {"transport": "sse", "url": "http://u/sse", "identity": ident}
+
+    with pytest.raises(ConfigError) as raised:
+        parse_settings(
+            {"auth": KEYS, "routes": [{"name": "r", "upstream": upstream}]}, "f", {"S": "s"}
+        )
+
+    assert (
+        "f: routes[0].upstream.identity.mode: token_exchange exchanges the caller's token"
+        in str(raised.value)
+    )
 
 
 def test_an_unusable_signing_key_stops_start_up_naming_the_variable(

@@ -3,8 +3,9 @@ best practices forbid passing a token meant for the gateway on).
 
 `static` (the default) sends `upstream.headers` only. `signed_assertion` adds a short-lived
 JWT signed by the gateway naming the principal and the route. `client_credentials` adds a token
-the gateway obtains for itself (RFC 6749 section 4.4). `passthrough` copies the client's own
-`Authorization`, an opt-in the gateway warns about at start-up.
+the gateway obtains for itself (RFC 6749 section 4.4). `token_exchange` adds a token for the
+caller that the gateway obtains by exchanging the caller's own (RFC 8693). `passthrough` copies
+the client's own `Authorization`, an opt-in the gateway warns about at start-up.
 """
 
 from __future__ import annotations
@@ -29,11 +30,19 @@ _KEYS = {
     "client_credentials": {
         "token_url", "client_id", "client_secret_env", "scopes", "resource", "auth_method"
     },
+    "token_exchange": {
+        "token_url", "client_id", "client_secret_env", "scopes", "resource", "auth_method",
+        "audience",
+    },
 }  # fmt: skip
+#: The modes that ask a token endpoint.
+TOKEN_MODES = ("client_credentials", "token_exchange")
 
 
 class UpstreamIdentity(Section):
-    mode: Literal["static", "signed_assertion", "client_credentials", "passthrough"] = "static"
+    mode: Literal[
+        "static", "signed_assertion", "client_credentials", "token_exchange", "passthrough"
+    ] = "static"
     #: The header the assertion or token goes in; as `Authorization` it is `Bearer <token>`.
     header: str = Field("Authorization", pattern=_HEADER_NAME)
     # signed_assertion
@@ -43,10 +52,11 @@ class UpstreamIdentity(Section):
     algorithm: Literal["HS256", "RS256", "ES256"] = "HS256"
     key_id: str | None = Field(None, min_length=1, max_length=200)
     issuer: str = Field("mcp-task-gateway", min_length=1)
-    #: The assertion's `aud`; null: the upstream's URL.
+    #: signed_assertion: the assertion's `aud` (null: the upstream's URL); token_exchange: the
+    #: RFC 8693 `audience` asked for (null: none).
     audience: str | None = Field(None, min_length=1)
     lifetime_seconds: int = Field(300, ge=10, le=3600)
-    # client_credentials
+    # client_credentials and token_exchange
     token_url: str | None = None
     client_id: str | None = Field(None, min_length=1)
     client_secret_env: str | None = Field(None, pattern=_ENV_NAME)
@@ -73,18 +83,18 @@ class UpstreamIdentity(Section):
         fields = type(self).model_fields
         for key in sorted(self.model_fields_set - {"mode", "header"} - _KEYS[self.mode]):
             if getattr(self, key) != fields[key].get_default(call_default_factory=True):
-                owner = next(mode for mode, keys in _KEYS.items() if key in keys)
-                raise refusal(key, f"is for mode {owner}, not {self.mode}")
+                owners = " or ".join(mode for mode, keys in _KEYS.items() if key in keys)
+                raise refusal(key, f"is for mode {owners}, not {self.mode}")
         if self.mode in ("static", "passthrough") and self.header != fields["header"].default:
-            raise refusal("header", "is for modes signed_assertion and client_credentials")
+            raise refusal("header", "is for the modes that add a credential")
         if self.mode == "signed_assertion":
             if self.key_env is None:
                 raise refusal("key_env", "mode signed_assertion needs the variable of its key")
             self._secret = secret_from_env(info, self.key_env)
-        if self.mode == "client_credentials":
+        if self.mode in TOKEN_MODES:
             for key in ("token_url", "client_id", "client_secret_env"):
                 if getattr(self, key) is None:
-                    raise refusal(key, "required by mode client_credentials")
+                    raise refusal(key, f"required by mode {self.mode}")
             assert self.client_secret_env is not None
             self._secret = secret_from_env(info, self.client_secret_env)
         return self

@@ -72,7 +72,7 @@ class UpstreamConfig(Section):
             if not self.url:
                 raise ValueError(f"transport {self.transport} needs `url`")
             ident = self.identity
-            if ident.mode in ("signed_assertion", "client_credentials") and any(
+            if ident.mode not in ("static", "passthrough") and any(
                 name.lower() == ident.header.lower() for name in self.headers
             ):
                 raise refusal("identity", f"sends {ident.header}, and so does `headers`")

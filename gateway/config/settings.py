@@ -83,6 +83,12 @@ class Settings(Section):
                     f"routes[{i}].upstream.identity.mode",
                     "signed_assertion names the caller, but this route has no authentication",
                 )
+            if upstream.identity.mode == "token_exchange" and mode not in ("oauth", "jwt"):
+                raise refusal(
+                    f"routes[{i}].upstream.identity.mode",
+                    f"token_exchange exchanges the caller's token: it needs auth mode oauth or "
+                    f"jwt, and this route's is {mode}",
+                )
         return self
 
 

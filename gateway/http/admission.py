@@ -36,6 +36,7 @@ from gateway.protocol.errors import (
 )
 from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
 from gateway.route import Route
+from gateway.security.auth import bearer_token
 from gateway.security.errors import MISSING_TOKEN, AuthError, InsufficientScope
 from gateway.session.registry import SessionRegistry
 from gateway.session.session import Session
@@ -119,6 +120,10 @@ async def admit(request: web.Request, route: Route) -> Caller:
         caller = Caller(principal.name, f"principal:{principal.name}", principal.scopes)
         check_rate(route, caller.limit_key)
         check_scopes(route, caller)
+        if principal.method != "api_key":
+            # The caller's latest token, for an upstream identity that exchanges it (RFC 8693).
+            token = bearer_token(request.headers.get("Authorization"))
+            route.upstream.identity.observe(principal.name, token)
         return caller
     if not request.headers.get(SESSION_HEADER):
         check_rate(route, address)

@@ -82,7 +82,7 @@ class Authenticator:
         """
         if self._mode == "none":
             return None
-        token = _bearer_token(authorization)
+        token = bearer_token(authorization)
         if self._oauth is not None:
             return self._from_access_token(await self._oauth.claims(token))
         if self._jwt is not None:
@@ -113,7 +113,12 @@ class Authenticator:
         return found
 
 
-def _bearer_token(authorization: str | None) -> str:
+def bearer_token(authorization: str | None) -> str:
+    """The token of an `Authorization: Bearer` value.
+
+    Raises:
+        AuthError: there is none, or it is too long or not ASCII.
+    """
     if authorization is None or not authorization.strip():
         raise AuthError(MISSING_TOKEN)
     if len(authorization) > _MAX_TOKEN_CHARS:

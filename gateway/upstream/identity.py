@@ -3,9 +3,10 @@
 The client's own token is meant for the gateway (its audience is the route's resource), so
 it is not passed on (MCP security best practices: no token passthrough). Instead a route may
 send a short-lived JWT the gateway signs, naming the principal and the route
-(`SignedAssertion`), or a token the gateway obtains for itself from an authorization server
-with the client credentials grant (`ClientCredentials`), cached until shortly before it
-expires and fetched by one request at a time.
+(`SignedAssertion`), a token the gateway obtains for itself from an authorization server
+with the client credentials grant (`ClientCredentials`), or a token for the caller that the
+gateway obtains by exchanging the caller's own (`TokenExchange`, RFC 8693). Tokens are cached
+until shortly before they expire, and fetched by one request at a time.
 """
 
 from __future__ import annotations
@@ -47,10 +48,16 @@ class Identity(Protocol):
         """
         ...
 
+    def observe(self, principal: str, token: str) -> None:
+        """The caller `principal` authenticated with `token` (for an exchange later)."""
+
 
 class NoIdentity:
     async def headers(self, principal: str | None) -> Mapping[str, str]:
         return {}
+
+    def observe(self, principal: str, token: str) -> None:
+        pass
 
 
 def _bearer(config: UpstreamIdentity, token: str) -> dict[str, str]:
@@ -73,6 +80,9 @@ class SignedAssertion:
         self._clock = clock
         self._key: Any = _signing_key(config)
         self._kept: OrderedDict[str, tuple[float, dict[str, str]]] = OrderedDict()
+
+    def observe(self, principal: str, token: str) -> None:
+        pass
 
     async def headers(self, principal: str | None) -> Mapping[str, str]:
         if principal is None:  # the config refuses this mode on a route without authentication
@@ -118,34 +128,28 @@ def _signing_key(config: UpstreamIdentity) -> Any:
     return key
 
 
-class ClientCredentials:
-    """The gateway's own access token (RFC 6749 section 4.4), the same for every caller."""
+class TokenEndpoint:
+    """One authorization server's token endpoint, as the gateway's client (RFC 6749)."""
 
     def __init__(
         self,
         config: UpstreamIdentity,
         http: Callable[[], aiohttp.ClientSession],
-        clock: Callable[[], float] = time.monotonic,
+        clock: Callable[[], float],
     ) -> None:
         self._config = config
         self._http = http
         self._clock = clock
-        self._lock = asyncio.Lock()
-        self._headers: dict[str, str] = {}
-        self._refresh_at = 0.0
 
-    async def headers(self, principal: str | None) -> Mapping[str, str]:
-        if self._clock() < self._refresh_at:
-            return self._headers
-        async with self._lock:  # one fetch at a time; who waited finds the new token
-            if self._clock() >= self._refresh_at:
-                await self._fetch()
-        return self._headers
+    async def token(self, form: dict[str, str]) -> tuple[dict[str, str], float]:
+        """The headers carrying a new token, and when to fetch the next.
 
-    async def _fetch(self) -> None:
+        Raises:
+            UpstreamUnavailable: no token; the message names the config key, never a secret.
+        """
         cfg = self._config
         assert cfg.token_url is not None and cfg.client_id is not None
-        form = {"grant_type": "client_credentials"}
+        form = dict(form)
         if cfg.scopes:
             form["scope"] = " ".join(cfg.scopes)
         if cfg.resource:
@@ -163,20 +167,111 @@ class ClientCredentials:
                     status = resp.status
                     body = await resp.json(content_type=None) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise self._unavailable(f"cannot reach it ({type(exc).__name__})") from None
+            raise _unavailable(f"cannot reach it ({type(exc).__name__})") from None
         token = body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
-            raise self._unavailable(f"no access token in its answer (HTTP {status})")
+            raise _unavailable(f"no access token in its answer (HTTP {status})")
         assert isinstance(body, dict)
         expires_in = body.get("expires_in")
         lifetime = float(expires_in) if isinstance(expires_in, int | float) else 300.0
-        self._headers = _bearer(cfg, token)
-        self._refresh_at = started + max(0.0, min(lifetime / 2, lifetime - _REFRESH_MARGIN_SECONDS))
+        refresh_at = started + max(0.0, min(lifetime / 2, lifetime - _REFRESH_MARGIN_SECONDS))
+        return _bearer(cfg, token), refresh_at
 
-    def _unavailable(self, why: str) -> UpstreamUnavailable:
-        message = f"no token for the upstream from upstream.identity.token_url: {why}"
-        log.warning("%s", message)
-        return UpstreamUnavailable(message)
+
+def _unavailable(why: str) -> UpstreamUnavailable:
+    message = f"no token for the upstream from upstream.identity.token_url: {why}"
+    log.warning("%s", message)
+    return UpstreamUnavailable(message)
+
+
+class ClientCredentials:
+    """The gateway's own access token (RFC 6749 section 4.4), the same for every caller."""
+
+    def __init__(
+        self,
+        config: UpstreamIdentity,
+        http: Callable[[], aiohttp.ClientSession],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._endpoint = TokenEndpoint(config, http, clock)
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._headers: dict[str, str] = {}
+        self._refresh_at = 0.0
+
+    def observe(self, principal: str, token: str) -> None:
+        pass
+
+    async def headers(self, principal: str | None) -> Mapping[str, str]:
+        if self._clock() < self._refresh_at:
+            return self._headers
+        async with self._lock:  # one fetch at a time; who waited finds the new token
+            if self._clock() >= self._refresh_at:
+                form = {"grant_type": "client_credentials"}
+                self._headers, self._refresh_at = await self._endpoint.token(form)
+        return self._headers
+
+
+_EXCHANGE = "urn:ietf:params:oauth:grant-type:token-exchange"
+_ACCESS_TOKEN = "urn:ietf:params:oauth:token-type:access_token"
+#: Callers whose latest token (and exchanged token) is kept; the least recently seen goes first.
+_KEPT_CALLERS = 4096
+
+
+class TokenExchange:
+    """A token for the caller, issued in exchange for the caller's own (RFC 8693): the
+    upstream sees the user (and, in `act`, the gateway acting for them), never the token
+    that was meant for the gateway."""
+
+    def __init__(
+        self,
+        config: UpstreamIdentity,
+        http: Callable[[], aiohttp.ClientSession],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._config = config
+        self._endpoint = TokenEndpoint(config, http, clock)
+        self._clock = clock
+        self._lock = asyncio.Lock()
+        self._subjects: OrderedDict[str, str] = OrderedDict()
+        self._exchanged: dict[str, tuple[float, dict[str, str]]] = {}
+
+    def observe(self, principal: str, token: str) -> None:
+        if self._subjects.get(principal) != token:
+            # A new token (refreshed, or with other scopes): what it yields may differ too.
+            self._exchanged.pop(principal, None)
+        self._subjects[principal] = token
+        self._subjects.move_to_end(principal)
+        if len(self._subjects) > _KEPT_CALLERS:
+            gone, _ = self._subjects.popitem(last=False)
+            self._exchanged.pop(gone, None)
+
+    async def headers(self, principal: str | None) -> Mapping[str, str]:
+        if principal is None:  # the config refuses this mode on a route without authentication
+            return {}
+        kept = self._exchanged.get(principal)
+        if kept is not None and self._clock() < kept[0]:
+            return kept[1]
+        async with self._lock:
+            kept = self._exchanged.get(principal)
+            if kept is not None and self._clock() < kept[0]:
+                return kept[1]
+            subject = self._subjects.get(principal)
+            if subject is None:
+                # A task re-run after a restart, before its caller came back.
+                raise _unavailable("no token of the caller to exchange yet")
+            form = {
+                "grant_type": _EXCHANGE,
+                "subject_token": subject,
+                "subject_token_type": _ACCESS_TOKEN,
+                "requested_token_type": _ACCESS_TOKEN,
+            }
+            if self._config.audience:
+                form["audience"] = self._config.audience
+            headers, refresh_at = await self._endpoint.token(form)
+            if principal in self._subjects:
+                self._exchanged[principal] = (refresh_at, headers)
+            return headers
 
 
 def identity_for(
@@ -192,4 +287,6 @@ def identity_for(
         return SignedAssertion(ident, route, config.url or "")
     if ident.mode == "client_credentials":
         return ClientCredentials(ident, http)
+    if ident.mode == "token_exchange":
+        return TokenExchange(ident, http)
     return NoIdentity()
