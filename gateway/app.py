@@ -1,17 +1,17 @@
 """create_app(settings): the composition root, the only place parts are wired together.
 
-Data flow for one client message:
+Data flow for one client message (package by package, in the order a request meets them):
 
-    client --HTTP--> middleware (Origin check, errors -> JSON-RPC error bodies)
-        --> routes (one Streamable HTTP endpoint per configured route)
-        --> mcp_endpoint (headers, body, session lookup)
-        --> dispatch.decide(message, route policy, negotiated version)
-              Initialize -> registry opens (and records) a session and its upstream client
-              RunAsTask  -> runner.submit -> store.create -> CreateTaskResult now;
-                            (background) upstream tools/call -> store.finish_task
-              TaskApi    -> task_api -> store (never the runner's memory)
-              Forward    -> session.forward -> upstream client -> answer on the request's stream
-              Deliver    -> session.deliver -> upstream (ids mapped back to the upstream's)
+    client --HTTP--> http.listen/server (connection rules) --> http.middleware (Host, Origin,
+        errors -> JSON-RPC error bodies) --> http.urls (one endpoint per configured route)
+        --> http.admission (credentials, rate, headers, body, session lookup)
+        --> protocol.dispatch.decide(message, route policy, negotiated version)
+              Initialize -> session.registry opens (and records) a session and its upstream
+              RunAsTask  -> tasks.runner.submit -> tasks.store create -> CreateTaskResult now;
+                            (background) upstream tools/call -> one terminal write
+              Local      -> tasks.api_2025 -> tasks.store (never the runner's memory)
+              Forward    -> session -> upstream client -> answer on the request's stream
+              Deliver    -> session -> upstream (ids mapped back to the upstream's)
     upstream --server messages--> session -> the right downstream stream (POST or GET)
 
 Everything long-lived (the store, the runner, upstream connection pools, sessions and their
