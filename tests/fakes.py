@@ -3,6 +3,8 @@
 * `legacy_sse_app()`: the 2024-11-05 HTTP+SSE transport (GET /sse, POST /messages).
 * `faulty_streamable_app()`: Streamable HTTP (POST /mcp, JSON answers only) whose tools break the
   transport on purpose; `app[FAULT_HOOKS]` holds events tests await instead of sleeping.
+* `recording_upstream()`: Streamable HTTP answering everything with an empty result, and
+  keeping the headers of every request it got in `app[SEEN]`.
 
 Run one standalone with `python -m tests.fakes {sse,streamable} [--port N]`.
 """
@@ -17,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
+from multidict import CIMultiDictProxy
 
 from gateway.demo.server import (
     LegacyServer,
@@ -234,6 +237,30 @@ async def _close_json_sessions(app: web.Application) -> None:
     sessions = app[JSON_SESSIONS]
     while sessions:
         await sessions.popitem()[1].server.close()
+
+
+SEEN = web.AppKey("seen", list[CIMultiDictProxy[str]])
+
+
+def recording_upstream() -> web.Application:
+    async def post(request: web.Request) -> web.Response:
+        request.app[SEEN].append(request.headers)
+        message: dict[str, Any] = await request.json()
+        if "id" not in message:
+            return web.Response(status=202)
+        result: dict[str, Any] = {"tools": []} if message["method"] == "tools/list" else {}
+        if message["method"] == "initialize":
+            result = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "recorder", "version": "1"},
+            }
+        return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": result})
+
+    app = web.Application()
+    app[SEEN] = []
+    app.router.add_post("/mcp", post)
+    return app
 
 
 def main() -> None:

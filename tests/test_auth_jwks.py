@@ -27,7 +27,7 @@ from gateway.security.auth import Authenticator, Principal
 from gateway.security.errors import AuthError, IdentityProviderUnavailable
 
 from .conftest import DEMO, StartGateway, free_port
-from .test_mcp_endpoint import INIT, headers
+from .helpers import INIT, headers
 
 AUDIENCE = "mcp-task-gateway"
 ROUTES = [{"name": "r", "upstream": {"transport": "sse", "url": "http://127.0.0.1:9/sse"}}]

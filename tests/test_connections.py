@@ -4,63 +4,21 @@ log forging: each test starts the real process (`python -m gateway`)."""
 from __future__ import annotations
 
 import asyncio
-import json
-import resource
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 
-from .conftest import ROOT, free_port, mcp_client, wait_for_port
-from .test_mcp_endpoint import headers
-from .test_tasks import raw_session, rpc, start_task
+from .conftest import ROOT, mcp_client
+from .helpers import gateway_process, headers, raw_session, rpc, start_task
 
-DEMO_ROUTE = (
-    "routes: [{name: demo, upstream: {transport: stdio, command: [python, -m, gateway.demo]}}]"
-)
 #: Another loopback address: the "attacker" in these tests, so caps on it leave 127.0.0.1 free.
 OTHER = "127.0.0.2"
-
-
-@contextmanager
-def gateway(
-    tmp_path: Path, extra: str = "", args: tuple[str, ...] = (), nofile: int | None = None
-) -> Iterator[tuple[str, int, Path]]:
-    """The real command on a free port; yields its base URL, port and stderr file."""
-    port = free_port()
-    config = tmp_path / "gateway.yaml"
-    config.write_text(
-        f"listen: {{host: 127.0.0.1, port: {port}}}\n"
-        f"store: {{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}\n"
-        f"{extra}\n{DEMO_ROUTE}\n"
-    )
-    stderr = tmp_path / f"gateway-{port}.log"
-
-    def limit_descriptors() -> None:
-        assert nofile is not None
-        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
-
-    with stderr.open("wb") as err:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--config", str(config), *args],
-            cwd=ROOT,
-            stdout=subprocess.DEVNULL,
-            stderr=err,
-            preexec_fn=limit_descriptors if nofile is not None else None,
-        )
-    try:
-        wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}", port, stderr
-    finally:
-        proc.terminate()
-        proc.wait(15)
 
 
 async def connect(port: int, source: str = OTHER) -> tuple[asyncio.StreamReader, Any]:
@@ -76,7 +34,7 @@ async def healthz(base: str) -> int:
 async def test_a_request_head_sent_a_byte_at_a_time_gets_408_and_a_silent_one_is_closed(
     tmp_path: Path,
 ) -> None:
-    with gateway(tmp_path, "http: {header_timeout_seconds: 1}") as (_, port, _err):
+    with gateway_process(tmp_path, "http: {header_timeout_seconds: 1}") as (_, port, _err):
         slow_reader, slow = await connect(port)
         silent_reader, silent = await connect(port)
         started = time.monotonic()
@@ -97,7 +55,7 @@ async def test_one_address_holds_at_most_its_share_of_connections_and_others_get
     tmp_path: Path,
 ) -> None:
     extra = "http: {max_connections_per_address: 20, header_timeout_seconds: 30}"
-    with gateway(tmp_path, extra) as (base, port, _err):
+    with gateway_process(tmp_path, extra) as (base, port, _err):
         held = [await connect(port) for _ in range(20)]
         reader, writer = await connect(port)
         async with asyncio.timeout(5):
@@ -117,7 +75,7 @@ async def test_when_descriptors_run_short_idle_connections_make_room_for_healthz
     # 256 descriptors: max_connections defaults to half, 128. A flood of 300 connections that
     # never finish a request head must not keep /healthz or a real client out.
     extra = "http: {max_connections_per_address: null, header_timeout_seconds: 60}"
-    with gateway(tmp_path, extra, nofile=256) as (base, port, err):
+    with gateway_process(tmp_path, extra, nofile=256) as (base, port, err):
         flood = []
         for _ in range(300):
             try:
@@ -141,7 +99,7 @@ async def test_when_descriptors_run_short_idle_connections_make_room_for_healthz
 async def test_a_second_gateway_on_a_taken_port_stops_in_one_line_and_costs_the_first_nothing(
     tmp_path: Path,
 ) -> None:
-    with gateway(tmp_path) as (base, port, _err):
+    with gateway_process(tmp_path) as (base, port, _err):
         url = f"{base}/demo/mcp"
         async with aiohttp.ClientSession() as http:
             session_id, _ = await raw_session(http, url)
@@ -191,7 +149,7 @@ async def test_client_text_cannot_forge_log_lines_and_libraries_stay_at_info(
     tmp_path: Path,
 ) -> None:
     forged = "2026-01-01 00:00:00,000 ERROR gateway: FORGED"
-    with gateway(tmp_path, args=("--log-level", "DEBUG")) as (base, _port, err):
+    with gateway_process(tmp_path, args=("--log-level", "DEBUG")) as (base, _port, err):
         url = f"{base}/demo/mcp"
         async with aiohttp.ClientSession() as http:
             session_id, _ = await raw_session(http, url)

@@ -30,8 +30,7 @@ from mcp.shared.context import RequestContext
 from mcp.shared.exceptions import McpError
 
 from .conftest import DEMO, ROOT, StartGateway, free_port, mcp_client
-from .test_mcp_endpoint import INIT, headers
-from .test_security import client_as
+from .helpers import INIT, client_as, headers
 
 GRAFANA = ROOT / "grafana"
 DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))

@@ -14,6 +14,7 @@ from mcp.shared.exceptions import McpError
 from pydantic import FileUrl
 
 from .conftest import DEMO, ROOT, StartGateway, mcp_client
+from .helpers import text
 
 
 async def accept_name(
@@ -36,12 +37,6 @@ async def model(
 
 async def roots(ctx: RequestContext[Any, Any]) -> types.ListRootsResult:
     return types.ListRootsResult(roots=[types.Root(uri=FileUrl("file:///srv/project"))])
-
-
-def text(result: types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    return block.text
 
 
 def routes_for(kind: str, sdk_upstream: str, sse_upstream: str) -> list[dict[str, Any]]:

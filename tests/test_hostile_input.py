@@ -29,8 +29,7 @@ from gateway.protocol.errors import (
 )
 
 from .conftest import StartGateway
-from .test_mcp_endpoint import INIT, error_of, headers, open_session
-from .test_tasks import rpc
+from .helpers import INIT, error_of, headers, open_session, rpc
 
 LIMIT = 4 * 1024 * 1024  # limits.max_body_bytes by default
 

@@ -23,8 +23,7 @@ from gateway.tasks.store.sqlite import SqliteTaskStore
 
 from .conftest import DEMO
 from .fakes import legacy_sse_app
-from .test_mcp_endpoint import headers
-from .test_tasks import raw_session, route, rpc, start_task
+from .helpers import headers, raw_session, route, rpc, start_task
 
 
 async def serve(settings: Settings) -> tuple[web.AppRunner, str]:

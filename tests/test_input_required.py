@@ -25,9 +25,17 @@ from mcp.shared.context import RequestContext
 from gateway.protocol.errors import INTERNAL_ERROR
 
 from .conftest import DEMO, ROOT, StartGateway, free_port, mcp_client, wait_for_port
-from .test_mcp_endpoint import headers
-from .test_stdio_children import pids
-from .test_tasks import RELATED, raw_session, result_request, rpc, start_task
+from .helpers import (
+    RELATED,
+    headers,
+    pids,
+    raw_session,
+    read_messages,
+    result_request,
+    rpc,
+    start_task,
+    text,
+)
 
 KIDS = {"transport": "stdio", "command": ["python", str(ROOT / "tests" / "stdio_upstream.py")]}
 
@@ -78,12 +86,6 @@ class Recorder:
             sampling_callback=self.sample,
             message_handler=self.on_message,
         )
-
-
-def text(result: types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    return block.text
 
 
 async def settle(recorder: Recorder, status: str) -> None:
@@ -292,19 +294,6 @@ async def test_cancelling_a_task_in_input_required_withdraws_the_question_and_st
     assert withdrawn["params"]["requestId"] == question["id"]
     assert final["error"]["message"] == "The task was cancelled by request."
     assert got["result"]["status"] == "cancelled"
-
-
-async def read_messages(resp: aiohttp.ClientResponse, count: int) -> list[dict[str, Any]]:
-    """The next `count` JSON-RPC messages on an SSE response."""
-    messages: list[dict[str, Any]] = []
-    async with asyncio.timeout(10):
-        while len(messages) < count:
-            line = await resp.content.readline()
-            if not line:
-                raise AssertionError(f"stream ended after {messages}")
-            if line.startswith(b"data: {"):
-                messages.append(json.loads(line[6:]))
-    return messages
 
 
 async def answer(

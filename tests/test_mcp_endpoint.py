@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
 
 import aiohttp
 import pytest
@@ -20,62 +19,7 @@ from gateway.protocol.errors import (
 )
 
 from .conftest import StartGateway
-
-ACCEPT_BOTH = "application/json, text/event-stream"
-INIT: dict[str, Any] = {
-    "jsonrpc": "2.0",
-    "id": 1,
-    "method": "initialize",
-    "params": {
-        "protocolVersion": "2025-11-25",
-        "capabilities": {},
-        "clientInfo": {"name": "raw-test", "version": "1"},
-    },
-}
-
-
-def headers(session_id: str | None = None, **extra: str) -> dict[str, str]:
-    out = {"Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
-    if session_id:
-        out["Mcp-Session-Id"] = session_id
-    out.update(extra)
-    return out
-
-
-async def open_session(http: aiohttp.ClientSession, url: str) -> str:
-    async with http.post(url, json=INIT, headers=headers()) as resp:
-        assert resp.status == 200
-        body = await resp.json()
-        assert body["result"]["protocolVersion"] == "2025-11-25"
-        session_id = resp.headers["Mcp-Session-Id"]
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    async with http.post(url, json=note, headers=headers(session_id)) as resp:
-        assert resp.status == 202
-    return session_id
-
-
-async def error_of(resp: aiohttp.ClientResponse) -> dict[str, Any]:
-    assert resp.content_type == "application/json"
-    body = await resp.json()
-    assert body["jsonrpc"] == "2.0" and "id" in body
-    return dict(body["error"])
-
-
-async def read_events(resp: aiohttp.ClientResponse, count: int) -> list[dict[str, str]]:
-    """The next `count` SSE events (comments skipped), as dicts of their fields."""
-    events: list[dict[str, str]] = []
-    event: dict[str, str] = {}
-    async with asyncio.timeout(10):
-        while len(events) < count:
-            line = (await resp.content.readline()).decode().rstrip("\r\n")
-            if not line:
-                if event:
-                    events.append(event)
-                event = {}
-            elif not line.startswith(":"):
-                name, _, value = line.partition(":")
-                event[name] = event.get(name, "") + value.removeprefix(" ")
-    return events
+from .helpers import INIT, error_of, headers, open_session, read_events
 
 
 @pytest.fixture

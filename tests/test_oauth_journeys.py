@@ -33,8 +33,8 @@ from gateway.config import ListenConfig, parse_settings
 from gateway.http import listen
 
 from .conftest import DEMO, ROOT, free_port, wait_for_port
-from .test_mcp_endpoint import INIT, headers
-from .test_upstream_headers import SEEN, recording_upstream
+from .fakes import SEEN, recording_upstream
+from .helpers import INIT, headers
 
 CALLBACK = "http://127.0.0.1:9/callback"  # never reached: the redirect is read, not followed
 

@@ -29,7 +29,7 @@ from gateway.http import listen
 from gateway.protocol.errors import INVALID_REQUEST
 
 from .conftest import DEMO, free_port
-from .test_mcp_endpoint import INIT, headers
+from .helpers import INIT, headers
 
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
 

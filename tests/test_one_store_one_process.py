@@ -15,9 +15,7 @@ import aiohttp
 import pytest
 
 from .conftest import ROOT, free_port
-from .test_connections import DEMO_ROUTE, gateway
-from .test_shutdown import start
-from .test_tasks import raw_session, rpc, start_task
+from .helpers import DEMO_ROUTE, gateway_process, raw_session, rpc, start_process, start_task
 
 
 async def wait_until_done(
@@ -35,7 +33,7 @@ async def wait_until_done(
 async def test_a_second_gateway_on_a_store_in_use_stops_in_one_line_and_the_first_task_completes(
     tmp_path: Path, port: str
 ) -> None:
-    with gateway(tmp_path) as (base, first_port, _err):
+    with gateway_process(tmp_path) as (base, first_port, _err):
         url = f"{base}/demo/mcp"
         async with aiohttp.ClientSession() as http:
             session_id, _ = await raw_session(http, url)
@@ -74,14 +72,14 @@ async def test_the_store_of_a_killed_gateway_opens_at_once_and_its_task_fails_as
         f"{DEMO_ROUTE}\n"
     )
     url = f"http://127.0.0.1:{port}/demo/mcp"
-    proc = start(config, port)
+    proc = start_process(config, port)
     try:
         async with aiohttp.ClientSession() as http:
             session_id, _ = await raw_session(http, url)
             task_id = await start_task(http, url, session_id, "slow", {"seconds": 60})
         proc.send_signal(signal.SIGKILL)  # no shutdown: the lock goes with the process
         await asyncio.to_thread(proc.wait, 10)
-        proc = start(config, port)
+        proc = start_process(config, port)
         async with aiohttp.ClientSession() as http:
             got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, 3)
     finally:

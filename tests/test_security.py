@@ -14,22 +14,18 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from typing import Any
 
 import aiohttp
-import httpx
 import jwt
 import pytest
-from mcp import ClientSession, types
-from mcp.client.streamable_http import streamable_http_client
+from mcp import types
 from mcp.shared.exceptions import McpError
 
 from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND, SERVER_ERROR
 
 from .conftest import DEMO, StartGateway
-from .test_mcp_endpoint import INIT, headers
+from .helpers import INIT, client_as, headers
 
 ALICE_KEY, BOB_KEY = "alice-key-0123456789", "bob-key-9876543210"
 SECRET = "jwt-shared-secret-for-tests-only-0123456789"
@@ -67,16 +63,6 @@ def auth_routes(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
         {"name": "keys", "upstream": DEMO, "auth": keys, "tasks": {"list_page_size": 1}},
         {"name": "jwt", "upstream": DEMO, "auth": jwt_auth},
     ]
-
-
-@asynccontextmanager
-async def client_as(url: str, credential: str) -> AsyncIterator[ClientSession]:
-    """The real mcp 1.30 client, sending `Authorization: Bearer <credential>`."""
-    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {credential}"}) as http:
-        async with streamable_http_client(url, http_client=http) as (read, write, _):
-            async with ClientSession(read, write) as session:
-                await session.initialize()
-                yield session
 
 
 async def refusal(probe: Any) -> tuple[int, str]:

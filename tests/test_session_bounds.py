@@ -18,10 +18,16 @@ from gateway.config import Settings
 from gateway.keys import ROUTES, SESSIONS
 
 from .conftest import DEMO, ROOT, StartGateway
-from .test_input_required import read_messages
-from .test_mcp_endpoint import headers
-from .test_stdio_children import pids, wait_until_dead
-from .test_tasks import raw_session, result_request, rpc, start_task
+from .helpers import (
+    headers,
+    pids,
+    raw_session,
+    read_messages,
+    result_request,
+    rpc,
+    start_task,
+    wait_until_dead,
+)
 
 
 async def stream_key(resp: aiohttp.ClientResponse) -> str:

@@ -6,8 +6,6 @@ import asyncio
 import json
 import signal
 import sqlite3
-import subprocess
-import sys
 import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -18,21 +16,9 @@ from aiohttp.test_utils import TestServer
 
 from gateway.tasks.runner import SHUTDOWN_MESSAGE
 
-from .conftest import ROOT, free_port, wait_for_port
+from .conftest import free_port
 from .fakes import faulty_streamable_app
-from .test_mcp_endpoint import headers
-from .test_tasks import raw_session, result_request, rpc, start_task
-
-
-def start(config: Path, port: int) -> subprocess.Popen[bytes]:
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--config", str(config)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    wait_for_port(port, proc)
-    return proc
+from .helpers import headers, raw_session, result_request, rpc, start_process, start_task
 
 
 async def test_sigterm_answers_waiting_clients_fails_running_tasks_and_exits_in_time(
@@ -49,7 +35,7 @@ async def test_sigterm_answers_waiting_clients_fails_running_tasks_and_exits_in_
         "{transport: stdio, command: [python, -m, gateway.demo]}}]\n"
     )
     url = f"http://127.0.0.1:{port}/demo/mcp"
-    proc = start(config, port)
+    proc = start_process(config, port)
     try:
         async with aiohttp.ClientSession() as http:
             session_id, _ = await raw_session(http, url)
@@ -74,7 +60,7 @@ async def test_sigterm_answers_waiting_clients_fails_running_tasks_and_exits_in_
     assert '"message":"interrupted: gateway shut down"' in answer and '"id":2' in answer
     assert code == 0 and took < 5
 
-    proc = start(config, port)  # the same database: the task's end was recorded
+    proc = start_process(config, port)  # the same database: the task's end was recorded
     try:
         async with aiohttp.ClientSession() as http:
             got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, 3)
@@ -114,7 +100,7 @@ async def test_sigterm_with_a_thousand_sessions_and_tasks_fails_them_all_and_exi
         f"{{transport: streamable_http, url: {json.dumps(str(upstream.make_url('/mcp')))}}}}}]\n"
     )
     url = f"http://127.0.0.1:{port}/t/mcp"
-    proc = start(config, port)
+    proc = start_process(config, port)
     try:
         connector = aiohttp.TCPConnector(limit=32)
         async with aiohttp.ClientSession(connector=connector) as http:

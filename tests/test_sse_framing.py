@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 from mcp import types
 
 from .conftest import StartGateway, mcp_client
-from .test_mcp_endpoint import headers, open_session, read_events
+from .helpers import headers, open_session, read_events
 
 PENDING = web.AppKey("pending", dict[str, dict[str, Any]])
 RELEASE = web.AppKey("release", asyncio.Event)

@@ -19,7 +19,16 @@ from gateway.config import CHILD_ENV_ALLOWED, Limits, UpstreamConfig
 from gateway.protocol.errors import INTERNAL_ERROR
 
 from .conftest import ROOT, StartGateway, mcp_client
-from .test_mcp_endpoint import INIT, headers, open_session, read_events
+from .helpers import (
+    INIT,
+    alive,
+    headers,
+    open_session,
+    pids,
+    read_events,
+    text,
+    wait_until_dead,
+)
 
 
 def route(pid_dir: Path, **upstream: object) -> list[dict[str, object]]:
@@ -33,33 +42,6 @@ def pid_dir(tmp_path: Path) -> Path:
     path = tmp_path / "pids"
     path.mkdir()
     return path
-
-
-def text(result: types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    return block.text
-
-
-def pids(pid_dir: Path) -> list[int]:
-    return sorted(int(p.name) for p in pid_dir.iterdir())
-
-
-def alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return (
-        Path(f"/proc/{pid}").exists()
-        and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
-    )
-
-
-async def wait_until_dead(pid: int) -> None:
-    async with asyncio.timeout(10):
-        while alive(pid):  # noqa: ASYNC110 - another process's exit has no event to await
-            await asyncio.sleep(0.05)
 
 
 async def test_each_session_gets_its_own_child_ended_with_the_session(

@@ -18,10 +18,7 @@ import aiohttp
 import pytest
 
 from .conftest import ROOT, StartGateway
-from .test_input_required import read_messages
-from .test_mcp_endpoint import headers
-from .test_stdio_children import pids, wait_until_dead
-from .test_tasks import raw_session, result_request, rpc
+from .helpers import headers, pids, raw_session, read_messages, result_request, rpc, wait_until_dead
 
 KEY = "the-api-key-of-the-one-caller-in-these-tests"
 AUTH = {

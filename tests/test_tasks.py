@@ -11,95 +11,24 @@ from typing import Any
 import aiohttp
 import pytest
 from aiohttp.test_utils import TestServer
-from mcp import ClientSession, types
+from mcp import types
 from mcp.shared.exceptions import McpError
 
 from gateway.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
 
 from .conftest import DEMO, ROOT, StartGateway, mcp_client
 from .fakes import FAULT_HOOKS
-from .test_mcp_endpoint import INIT, headers
-
-RELATED = "io.modelcontextprotocol/related-task"
-
-
-def route(upstream: dict[str, Any] | None = None, **tasks: Any) -> list[dict[str, Any]]:
-    # These tests run without authentication, where tasks/list is offered only on opt-in.
-    auth = {"list_tasks_without_auth": True}
-    return [{"name": "t", "upstream": upstream or DEMO, "tasks": tasks, "auth": auth}]
-
-
-async def wait_terminal(client: ClientSession, task_id: str) -> types.GetTaskResult:
-    async with asyncio.timeout(20):
-        async for status in client.experimental.poll_task(task_id):
-            if status.status in ("completed", "failed", "cancelled"):
-                return status
-    raise AssertionError("poll_task ended without a terminal status")
-
-
-def text(result: types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    return block.text
-
-
-async def raw_session(
-    http: aiohttp.ClientSession, url: str, version: str = "2025-11-25"
-) -> tuple[str, dict[str, Any]]:
-    init = {**INIT, "params": {**INIT["params"], "protocolVersion": version}}
-    async with http.post(url, json=init, headers=headers()) as resp:
-        body = await resp.json()
-        session_id = resp.headers["Mcp-Session-Id"]
-    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
-    async with http.post(url, json=note, headers=headers(session_id)):
-        pass
-    return session_id, body["result"]
-
-
-async def rpc(
-    http: aiohttp.ClientSession,
-    url: str,
-    session_id: str,
-    method: str,
-    params: dict[str, Any],
-    request_id: int = 1,
-) -> dict[str, Any]:
-    """One request; the JSON or SSE answer, decoded."""
-    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
-    async with http.post(url, json=message, headers=headers(session_id)) as resp:
-        if resp.content_type == "application/json":
-            return dict(await resp.json())
-        async for line in resp.content:
-            if line.startswith(b"data: {"):
-                import json
-
-                data = json.loads(line[6:])
-                if data.get("id") == request_id:
-                    return dict(data)
-    raise AssertionError("no answer")
-
-
-async def start_task(
-    http: aiohttp.ClientSession,
-    url: str,
-    session_id: str,
-    tool: str,
-    arguments: dict[str, Any] | None = None,
-) -> str:
-    """A task-augmented tools/call over raw HTTP; the new task's id."""
-    params = {"name": tool, "arguments": arguments or {}, "task": {}}
-    created = await rpc(http, url, session_id, "tools/call", params)
-    return str(created["result"]["task"]["taskId"])
-
-
-def result_request(task_id: str, request_id: int = 2) -> dict[str, Any]:
-    return {
-        "jsonrpc": "2.0",
-        "id": request_id,
-        "method": "tasks/result",
-        "params": {"taskId": task_id},
-    }
-
+from .helpers import (
+    RELATED,
+    headers,
+    raw_session,
+    result_request,
+    route,
+    rpc,
+    start_task,
+    text,
+    wait_terminal,
+)
 
 # -- capabilities and tool policy
 

@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import pytest
 from aiohttp.test_utils import TestServer
-from mcp import types
 from mcp.shared.exceptions import McpError
 
 from gateway.protocol.errors import INTERNAL_ERROR
 
 from .conftest import StartGateway, free_port, mcp_client
 from .fakes import FAULT_HOOKS
+from .helpers import text
 
 
 def faulty_route(server: TestServer, **upstream: object) -> list[dict[str, object]]:
@@ -19,12 +19,6 @@ def faulty_route(server: TestServer, **upstream: object) -> list[dict[str, objec
     return [
         {"name": "faulty", "upstream": {"transport": "streamable_http", "url": url, **upstream}}
     ]
-
-
-def text(result: types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    return block.text
 
 
 @pytest.mark.parametrize(

@@ -3,40 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
-from typing import Any
 
 import httpx
 import pytest
-from aiohttp import web
 from aiohttp.test_utils import TestServer
 from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
-from multidict import CIMultiDictProxy
 
 from .conftest import StartGateway
-
-SEEN = web.AppKey("seen", list[CIMultiDictProxy[str]])
-
-
-def recording_upstream() -> web.Application:
-    async def post(request: web.Request) -> web.Response:
-        request.app[SEEN].append(request.headers)
-        message: dict[str, Any] = await request.json()
-        if "id" not in message:
-            return web.Response(status=202)
-        result: dict[str, Any] = {"tools": []} if message["method"] == "tools/list" else {}
-        if message["method"] == "initialize":
-            result = {
-                "protocolVersion": "2025-11-25",
-                "capabilities": {"tools": {}},
-                "serverInfo": {"name": "recorder", "version": "1"},
-            }
-        return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": result})
-
-    app = web.Application()
-    app[SEEN] = []
-    app.router.add_post("/mcp", post)
-    return app
+from .fakes import SEEN, recording_upstream
 
 
 @pytest.fixture

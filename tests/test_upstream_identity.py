@@ -27,8 +27,8 @@ from gateway.config import ConfigError, parse_settings
 from gateway.protocol.errors import INTERNAL_ERROR
 
 from .conftest import DEMO, StartGateway
-from .test_mcp_endpoint import INIT, headers
-from .test_upstream_headers import SEEN, recording_upstream
+from .fakes import SEEN, recording_upstream
+from .helpers import INIT, headers
 
 ALICE_KEY = "alice-key-0123456789"
 KEYS = {

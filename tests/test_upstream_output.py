@@ -19,6 +19,7 @@ from gateway.protocol.errors import INTERNAL_ERROR, UpstreamProtocolError
 from gateway.upstream import sse_reader
 
 from .conftest import ROOT, StartGateway, mcp_client
+from .helpers import text
 from .unreadable_upstream import BROKEN, answer
 
 # Within this every failure must have arrived: far below the route's request timeout (300 s),
@@ -124,12 +125,6 @@ async def legacy_server() -> AsyncIterator[TestServer]:
     await server.start_server()
     yield server
     await server.close()
-
-
-def text(result: types.CallToolResult) -> str:
-    block = result.content[0]
-    assert isinstance(block, types.TextContent)
-    return block.text
 
 
 async def fails_promptly(client: ClientSession, tool: str) -> None:

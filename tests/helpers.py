@@ -1,0 +1,287 @@
+"""What the test modules share: MCP over raw HTTP, the real client's task calls, a fake clock,
+the gateway as a child process, and upstream children's pids.
+
+Fixtures are in conftest.py and fake upstreams in fakes.py; no test module imports another.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import resource
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
+from datetime import datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import httpx
+from mcp import ClientSession, types
+from mcp.client.streamable_http import streamable_http_client
+
+from gateway.tasks.models import utcnow
+
+from .conftest import DEMO, ROOT, free_port, wait_for_port
+
+# -- MCP over raw HTTP
+
+ACCEPT_BOTH = "application/json, text/event-stream"
+#: The related-task `_meta` key (tasks spec, "Associating Task-Related Messages").
+RELATED = "io.modelcontextprotocol/related-task"
+INIT: dict[str, Any] = {
+    "jsonrpc": "2.0",
+    "id": 1,
+    "method": "initialize",
+    "params": {
+        "protocolVersion": "2025-11-25",
+        "capabilities": {},
+        "clientInfo": {"name": "raw-test", "version": "1"},
+    },
+}
+
+
+def headers(session_id: str | None = None, **extra: str) -> dict[str, str]:
+    out = {"Accept": ACCEPT_BOTH, "Content-Type": "application/json"}
+    if session_id:
+        out["Mcp-Session-Id"] = session_id
+    out.update(extra)
+    return out
+
+
+async def open_session(http: aiohttp.ClientSession, url: str) -> str:
+    """An initialized 2025-11-25 session, checked at every step; its id."""
+    async with http.post(url, json=INIT, headers=headers()) as resp:
+        assert resp.status == 200
+        body = await resp.json()
+        assert body["result"]["protocolVersion"] == "2025-11-25"
+        session_id = resp.headers["Mcp-Session-Id"]
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    async with http.post(url, json=note, headers=headers(session_id)) as resp:
+        assert resp.status == 202
+    return session_id
+
+
+async def raw_session(
+    http: aiohttp.ClientSession, url: str, version: str = "2025-11-25"
+) -> tuple[str, dict[str, Any]]:
+    """An initialized session at `version`: its id and the initialize result."""
+    init = {**INIT, "params": {**INIT["params"], "protocolVersion": version}}
+    async with http.post(url, json=init, headers=headers()) as resp:
+        body = await resp.json()
+        session_id = resp.headers["Mcp-Session-Id"]
+    note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
+    async with http.post(url, json=note, headers=headers(session_id)):
+        pass
+    return session_id, body["result"]
+
+
+async def error_of(resp: aiohttp.ClientResponse) -> dict[str, Any]:
+    """The JSON-RPC error object of a JSON error response."""
+    assert resp.content_type == "application/json"
+    body = await resp.json()
+    assert body["jsonrpc"] == "2.0" and "id" in body
+    return dict(body["error"])
+
+
+async def read_events(resp: aiohttp.ClientResponse, count: int) -> list[dict[str, str]]:
+    """The next `count` SSE events (comments skipped), as dicts of their fields."""
+    events: list[dict[str, str]] = []
+    event: dict[str, str] = {}
+    async with asyncio.timeout(10):
+        while len(events) < count:
+            line = (await resp.content.readline()).decode().rstrip("\r\n")
+            if not line:
+                if event:
+                    events.append(event)
+                event = {}
+            elif not line.startswith(":"):
+                name, _, value = line.partition(":")
+                event[name] = event.get(name, "") + value.removeprefix(" ")
+    return events
+
+
+async def read_messages(resp: aiohttp.ClientResponse, count: int) -> list[dict[str, Any]]:
+    """The next `count` JSON-RPC messages on an SSE response."""
+    messages: list[dict[str, Any]] = []
+    async with asyncio.timeout(10):
+        while len(messages) < count:
+            line = await resp.content.readline()
+            if not line:
+                raise AssertionError(f"stream ended after {messages}")
+            if line.startswith(b"data: {"):
+                messages.append(json.loads(line[6:]))
+    return messages
+
+
+async def rpc(
+    http: aiohttp.ClientSession,
+    url: str,
+    session_id: str,
+    method: str,
+    params: dict[str, Any],
+    request_id: int = 1,
+) -> dict[str, Any]:
+    """One request; the JSON or SSE answer, decoded."""
+    message = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    async with http.post(url, json=message, headers=headers(session_id)) as resp:
+        if resp.content_type == "application/json":
+            return dict(await resp.json())
+        async for line in resp.content:
+            if line.startswith(b"data: {"):
+                data = json.loads(line[6:])
+                if data.get("id") == request_id:
+                    return dict(data)
+    raise AssertionError("no answer")
+
+
+async def start_task(
+    http: aiohttp.ClientSession,
+    url: str,
+    session_id: str,
+    tool: str,
+    arguments: dict[str, Any] | None = None,
+) -> str:
+    """A task-augmented tools/call over raw HTTP; the new task's id."""
+    params = {"name": tool, "arguments": arguments or {}, "task": {}}
+    created = await rpc(http, url, session_id, "tools/call", params)
+    return str(created["result"]["task"]["taskId"])
+
+
+def result_request(task_id: str, request_id: int = 2) -> dict[str, Any]:
+    return {
+        "jsonrpc": "2.0",
+        "id": request_id,
+        "method": "tasks/result",
+        "params": {"taskId": task_id},
+    }
+
+
+def route(upstream: dict[str, Any] | None = None, **tasks: Any) -> list[dict[str, Any]]:
+    """Route `t` (the demo unless `upstream` is given) with the task policy `tasks`."""
+    # These tests run without authentication, where tasks/list is offered only on opt-in.
+    auth = {"list_tasks_without_auth": True}
+    return [{"name": "t", "upstream": upstream or DEMO, "tasks": tasks, "auth": auth}]
+
+
+# -- the real mcp 1.30 client
+
+
+@asynccontextmanager
+async def client_as(url: str, credential: str) -> AsyncIterator[ClientSession]:
+    """The real mcp 1.30 client, sending `Authorization: Bearer <credential>`."""
+    async with httpx.AsyncClient(headers={"Authorization": f"Bearer {credential}"}) as http:
+        async with streamable_http_client(url, http_client=http) as (read, write, _):
+            async with ClientSession(read, write) as session:
+                await session.initialize()
+                yield session
+
+
+async def wait_terminal(client: ClientSession, task_id: str) -> types.GetTaskResult:
+    async with asyncio.timeout(20):
+        async for status in client.experimental.poll_task(task_id):
+            if status.status in ("completed", "failed", "cancelled"):
+                return status
+    raise AssertionError("poll_task ended without a terminal status")
+
+
+def text(result: types.CallToolResult) -> str:
+    """The text of a tool result's first content block."""
+    block = result.content[0]
+    assert isinstance(block, types.TextContent)
+    return block.text
+
+
+# -- time
+
+
+class FakeClock:
+    """The gateway's wall clock (`create_app(settings, clock=clock.now)`), moved by hand."""
+
+    def __init__(self, start: datetime | None = None) -> None:
+        self._now = start or utcnow()
+
+    def now(self) -> datetime:
+        return self._now
+
+    def advance(self, seconds: float) -> None:
+        self._now += timedelta(seconds=seconds)
+
+
+# -- processes
+
+DEMO_ROUTE = (
+    "routes: [{name: demo, upstream: {transport: stdio, command: [python, -m, gateway.demo]}}]"
+)
+
+
+def start_process(config: Path, port: int) -> subprocess.Popen[bytes]:
+    """`python -m gateway --config <config>`, once it listens on `port`."""
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "gateway", "--config", str(config)],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    wait_for_port(port, proc)
+    return proc
+
+
+@contextmanager
+def gateway_process(
+    tmp_path: Path, extra: str = "", args: tuple[str, ...] = (), nofile: int | None = None
+) -> Iterator[tuple[str, int, Path]]:
+    """The real command on a free port with the demo route; yields its base URL, port and
+    stderr file."""
+    port = free_port()
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"listen: {{host: 127.0.0.1, port: {port}}}\n"
+        f"store: {{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}\n"
+        f"{extra}\n{DEMO_ROUTE}\n"
+    )
+    stderr = tmp_path / f"gateway-{port}.log"
+
+    def limit_descriptors() -> None:
+        assert nofile is not None
+        resource.setrlimit(resource.RLIMIT_NOFILE, (nofile, nofile))
+
+    with stderr.open("wb") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--config", str(config), *args],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+            preexec_fn=limit_descriptors if nofile is not None else None,
+        )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}", port, stderr
+    finally:
+        proc.terminate()
+        proc.wait(15)
+
+
+def pids(pid_dir: Path) -> list[int]:
+    """The pids the upstream children (tests/stdio_upstream.py --pid-dir) wrote."""
+    return sorted(int(p.name) for p in pid_dir.iterdir())
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return (
+        Path(f"/proc/{pid}").exists()
+        and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    )
+
+
+async def wait_until_dead(pid: int) -> None:
+    async with asyncio.timeout(10):
+        while alive(pid):  # noqa: ASYNC110 - another process's exit has no event to await
+            await asyncio.sleep(0.05)
