@@ -22,7 +22,8 @@ stops: runs first (their tasks are failed as interrupted at the next start), the
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime
 from functools import partial
 
 from aiohttp import web
@@ -52,7 +53,9 @@ from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner
 from gateway.tasks.store import open_store
 
 
-def create_app(settings: Settings) -> web.Application:
+def create_app(settings: Settings, clock: Callable[[], datetime] = utcnow) -> web.Application:
+    """The gateway for `settings`; `clock` is the wall clock of task times, ttls and cursor
+    ages (tests pass a fake one, so nothing waits for time to pass)."""
     app = web.Application(
         middlewares=[middleware.observe, middleware.errors, middleware.check_origin],
         # The endpoint enforces each route's limits.max_body_bytes itself, with a JSON-RPC
@@ -69,7 +72,7 @@ def create_app(settings: Settings) -> web.Application:
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.
     app[ROUTES] = {route.name: Route(settings, route, metrics) for route in settings.routes}
     add_routes(app, settings)
-    app.cleanup_ctx.append(_components)
+    app.cleanup_ctx.append(partial(_components, clock=clock))
     app.on_shutdown.append(_drain)
     return app
 
@@ -85,19 +88,19 @@ async def _drain(app: web.Application) -> None:
     app[SESSIONS].drain("the gateway is shutting down; send the request again once it is back")
 
 
-async def _components(app: web.Application) -> AsyncIterator[None]:
+async def _components(app: web.Application, clock: Callable[[], datetime]) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     metrics = app[METRICS]
     store = await open_store(settings.store.path, on_timing=metrics.observe_store)
     notifier = Notifier()
     runner = TaskRunner(
-        store, notifier, metrics, clock=utcnow, audit_arguments=settings.audit.include_arguments
+        store, notifier, metrics, clock=clock, audit_arguments=settings.audit.include_arguments
     )
     await runner.recover()
     app[STORE] = store
     app[HEALTH] = Health(store)
     app[RUNNER] = runner
-    app[TASK_API] = TaskApi(store, runner, notifier, await store.secret(), clock=utcnow)
+    app[TASK_API] = TaskApi(store, runner, notifier, await store.secret(), clock=clock)
     app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
     runner.start_sweeper(settings.store.sweep_interval_seconds, app[SESSIONS].prune_records)
     for name in app[ROUTES]:

@@ -8,6 +8,7 @@ import sys
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from contextlib import asynccontextmanager
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +21,7 @@ from mcp.client.streamable_http import streamable_http_client
 from gateway.app import create_app
 from gateway.config import ListenConfig, Settings, parse_settings
 from gateway.http import listen
+from gateway.tasks.models import utcnow
 
 from .fakes import faulty_streamable_app, legacy_sse_app
 
@@ -78,13 +80,18 @@ def make_settings(tmp_path: Path) -> Callable[..., Settings]:
 @pytest.fixture
 async def start_gateway(make_settings: Callable[..., Settings]) -> AsyncIterator[StartGateway]:
     """Starts the gateway on a real loopback port, on the server the command runs; returns
-    its base URL."""
+    its base URL. `clock=` replaces the wall clock (a `helpers.FakeClock`'s `now`)."""
     runners: list[web.AppRunner] = []
 
-    async def start(routes: list[dict[str, Any]] | None = None, **sections: Any) -> str:
+    async def start(
+        routes: list[dict[str, Any]] | None = None,
+        *,
+        clock: Callable[[], datetime] = utcnow,
+        **sections: Any,
+    ) -> str:
         settings = make_settings(routes, **sections)
         address = ListenConfig(host="127.0.0.1", port=0)
-        runner = await listen.start(create_app(settings), address, settings.http)
+        runner = await listen.start(create_app(settings, clock), address, settings.http)
         runners.append(runner)
         host, port = runner.addresses[0][:2]
         return f"http://{host}:{port}"

@@ -20,6 +20,7 @@ from .conftest import DEMO, ROOT, StartGateway, mcp_client
 from .fakes import FAULT_HOOKS
 from .helpers import (
     RELATED,
+    FakeClock,
     headers,
     raw_session,
     result_request,
@@ -279,12 +280,14 @@ async def test_upstream_process_killed_mid_task_fails_the_task(
 
 
 async def test_unknown_and_expired_task_ids_get_minus_32602(start_gateway: StartGateway) -> None:
-    base = await start_gateway(route())
+    clock = FakeClock()
+    base = await start_gateway(route(), clock=clock.now)
     async with mcp_client(f"{base}/t/mcp") as client:
         with pytest.raises(McpError) as unknown:
             await client.experimental.get_task("no-such-task")
-        short = await client.experimental.call_tool_as_task("echo", {"text": "x"}, ttl=1)
-        await asyncio.sleep(0.01)  # a 1 ms ttl has certainly passed
+        short = await client.experimental.call_tool_as_task("echo", {"text": "x"}, ttl=60_000)
+        assert (await client.experimental.get_task(short.task.taskId)).taskId == short.task.taskId
+        clock.advance(60)  # the ttl has passed
         with pytest.raises(McpError) as expired:
             await client.experimental.get_task(short.task.taskId)
         with pytest.raises(McpError) as expired_result:
@@ -524,16 +527,19 @@ async def test_two_hundred_tasks_from_several_sessions_all_complete_with_their_r
 
 
 async def test_sweeper_deletes_expired_tasks_and_their_results(start_gateway: StartGateway) -> None:
-    base = await start_gateway(route(), store={"sweep_interval_seconds": 0.05})
+    clock = FakeClock()
+    base = await start_gateway(route(), clock=clock.now, store={"sweep_interval_seconds": 0.05})
     async with mcp_client(f"{base}/t/mcp") as client:
-        short = await client.experimental.call_tool_as_task("echo", {"text": "x"}, ttl=1)
+        short = await client.experimental.call_tool_as_task("echo", {"text": "x"}, ttl=60_000)
+        await client.experimental.get_task_result(short.task.taskId, types.CallToolResult)
+        clock.advance(60)
         async with asyncio.timeout(10):
             while True:  # "expired" until the sweeper ran, then gone: "not found"
                 with pytest.raises(McpError) as raised:
                     await client.experimental.get_task(short.task.taskId)
                 if raised.value.error.message.endswith("Task not found"):
                     break
-                await asyncio.sleep(0.05)
+                await asyncio.sleep(0.05)  # the sweeper's timer sets no event to await
         listed = await client.experimental.list_tasks()
     assert short.task.taskId not in [t.taskId for t in listed.tasks]
 
@@ -635,7 +641,8 @@ async def test_related_task_meta_on_task_requests_is_ignored_and_absent_from_ans
 async def test_malformed_forged_and_stale_cursors_get_minus_32602(
     start_gateway: StartGateway,
 ) -> None:
-    base = await start_gateway(route(list_page_size=1, cursor_max_age_seconds=0.05))
+    clock = FakeClock()
+    base = await start_gateway(route(list_page_size=1, cursor_max_age_seconds=60), clock=clock.now)
     async with mcp_client(f"{base}/t/mcp") as client:
         for i in range(2):
             await client.experimental.call_tool_as_task("echo", {"text": str(i)})
@@ -646,7 +653,8 @@ async def test_malformed_forged_and_stale_cursors_get_minus_32602(
             with pytest.raises(McpError) as raised:
                 await client.experimental.list_tasks(bad)
             codes.append(raised.value.error.code)
-        await asyncio.sleep(0.1)  # older than cursor_max_age_seconds
+        assert (await client.experimental.list_tasks(cursor)).tasks  # still fresh
+        clock.advance(61)  # older than cursor_max_age_seconds
         with pytest.raises(McpError) as stale:
             await client.experimental.list_tasks(cursor)
     assert codes == [INVALID_PARAMS] * 4
