@@ -81,19 +81,24 @@ class StreamableHttpTransport(Transport):
             async with self._http.post(self._url, data=body, headers=headers) as resp:
                 if isinstance(message, jsonrpc.Request) and message.method == "initialize":
                     self._session_id = resp.headers.get("Mcp-Session-Id", self._session_id)
-                await self._consume(resp, related)
+                answer = isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
+                await self._consume(resp, related, answer)
         except TimeoutError as exc:
             raise UpstreamTimeout("the upstream did not accept the connection in time") from exc
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"cannot reach the upstream: {exc}") from exc
 
     async def _consume(
-        self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None
+        self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None, answer: bool = False
     ) -> None:
         if resp.status == 404 and self._session_id is not None:
             raise UpstreamSessionExpired("the upstream no longer knows this session (HTTP 404)")
         if related is None:
             # A notification or our answer to a server request: nothing comes back but a status.
+            if resp.status >= 400 and answer:
+                # The client's answer to the upstream's question did not land: say so, so the
+                # client hears it (502) and the question stays open, rather than a lost answer.
+                raise UpstreamUnavailable(f"the upstream refused the answer: HTTP {resp.status}")
             if resp.status >= 400:
                 log.warning("the upstream refused a message: HTTP %d", resp.status)
             return
