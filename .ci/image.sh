@@ -6,7 +6,7 @@
 # No image registry is reachable here, so the official base image cannot be pulled: the build
 # runs FROM a stand-in made with mmdebstrap from Debian bookworm packages (Python 3.11.2, pip,
 # venv), passed as the Dockerfile's PYTHON_IMAGE build argument. What this proves and what it
-# cannot is in README, "Running in Docker".
+# cannot is in docs/docker.md.
 #
 # Every step prints its time; a failure prints `FAILED image step: NAME` and exits non-zero.
 # Reruns reuse the stand-in (rebuilt only when its recipe changes), podman's layer cache and

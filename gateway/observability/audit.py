@@ -1,8 +1,8 @@
 """The audit trail: one function every security-relevant event goes through.
 
 Each event is one JSON object on the `gateway.audit` logger, so an operator can route it
-to its own file and a log shipper can parse it. Events name the principal, never a
-credential; tool arguments are never included.
+to its own file and a log shipper can parse it. Events name the principal where there is
+one, never a credential; tool arguments only with `audit.include_arguments`.
 """
 
 from __future__ import annotations

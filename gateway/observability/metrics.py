@@ -54,7 +54,7 @@ class Metrics:
         )
         self.request_seconds = Histogram(
             f"{p}_request_duration_seconds",
-            "Time to answer client requests (to the first byte of a stream).",
+            "Time to answer client requests (until the answer, or its stream, ends).",
             ["route", "method"],
             buckets=_LATENCY,
             registry=r,
