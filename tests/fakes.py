@@ -5,6 +5,9 @@
   transport on purpose; `app[FAULT_HOOKS]` holds events tests await instead of sleeping.
 * `recording_upstream()`: Streamable HTTP answering everything with an empty result, and
   keeping the headers of every request it got in `app[SEEN]`.
+* `ScriptedUpstream`: no server at all but the upstream seam itself, a `Transport` the test
+  drives: it answers `initialize` and keeps the rest for the test to answer or speak to;
+  `ScriptedRoute` gives a route's sessions one each.
 
 Run one standalone with `python -m tests.fakes {sse,streamable} [--port N]`.
 """
@@ -14,13 +17,14 @@ import asyncio
 import json
 import secrets
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from aiohttp import web
 from multidict import CIMultiDictProxy
 
+from gateway.config import RouteConfig
 from gateway.demo.server import (
     LegacyServer,
     Message,
@@ -29,7 +33,11 @@ from gateway.demo.server import (
     text_result,
 )
 from gateway.demo.tools import DEMO_TOOLS, EchoArgs, NoArgs, echo
+from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INVALID_REQUEST, PARSE_ERROR
+from gateway.upstream import UpstreamRoute
+from gateway.upstream.base import Sink, Transport
+from gateway.upstream.streamable_http import UpstreamSessionExpired
 
 SESSION_NOT_FOUND = -32001
 
@@ -261,6 +269,102 @@ def recording_upstream() -> web.Application:
     app[SEEN] = []
     app.router.add_post("/mcp", post)
     return app
+
+
+class ScriptedUpstream(Transport):
+    """The upstream seam in-process: `initialize` is answered at once with `handshake` (or
+    refused when `refusal` is set); everything sent is kept in `sent`, and the test answers
+    (`answer`), speaks first (`say`) or loses the connection (`sink.on_lost`)."""
+
+    def __init__(self, sink: Sink) -> None:
+        super().__init__(sink)
+        self.sent: list[jsonrpc.Message] = []
+        self.starts = 0
+        self.closes = 0
+        self.handshake: jsonrpc.JsonObject = {"protocolVersion": "2025-06-18", "capabilities": {}}
+        #: The error message the next initialize is refused with, if any.
+        self.refusal: str | None = None
+        #: The next request sent fails as if the upstream had forgotten our session (HTTP 404).
+        self.forget_session = False
+        self._changed = asyncio.Event()
+
+    async def start(self) -> None:
+        self.starts += 1
+
+    async def send(self, message: jsonrpc.Message) -> None:
+        if self.forget_session and isinstance(message, jsonrpc.Request):
+            self.forget_session = False
+            raise UpstreamSessionExpired("the upstream no longer knows the session")
+        self.sent.append(message)
+        self._changed.set()
+        self._changed = asyncio.Event()
+        if isinstance(message, jsonrpc.Request) and message.method == "initialize":
+            if self.refusal is not None:
+                refused = jsonrpc.error_response(message.id, -32000, self.refusal)
+                self.sink.on_message(refused, message.id)
+            else:
+                self.answer(message, self.handshake)
+
+    async def close(self) -> None:
+        self.closes += 1
+
+    def methods(self) -> list[str]:
+        """The method of every request and notification sent, in order."""
+        kinds = jsonrpc.Request | jsonrpc.Notification
+        return [m.method for m in self.sent if isinstance(m, kinds)]
+
+    async def received(
+        self, method: str, count: int = 1
+    ) -> list[jsonrpc.Request | jsonrpc.Notification]:
+        """The first `count` messages sent with `method`, waiting until they are (callers
+        bound the wait)."""
+        while True:
+            found = [
+                m
+                for m in self.sent
+                if isinstance(m, jsonrpc.Request | jsonrpc.Notification) and m.method == method
+            ]
+            if len(found) >= count:
+                return found[:count]
+            await self._changed.wait()
+
+    async def request(self, method: str) -> jsonrpc.Request:
+        """The first request sent with `method`, once it is."""
+        (found,) = await self.received(method)
+        assert isinstance(found, jsonrpc.Request)
+        return found
+
+    def answers(self) -> list[jsonrpc.Response | jsonrpc.ErrorResponse]:
+        """Every answer sent (to the upstream's own requests), in order."""
+        return [m for m in self.sent if isinstance(m, jsonrpc.Response | jsonrpc.ErrorResponse)]
+
+    def answer(self, request: jsonrpc.Request, result: jsonrpc.JsonObject) -> None:
+        self.sink.on_message(jsonrpc.Response(jsonrpc="2.0", id=request.id, result=result), None)
+
+    def garble(self, raw: bytes) -> None:
+        """Bytes the upstream sends that may not be a readable message."""
+        self._deliver(raw, "the scripted upstream")
+
+    def say(self, message: jsonrpc.Message, related: jsonrpc.RequestId | None = None) -> None:
+        """A message the upstream sends, on the stream of request `related` if given."""
+        self.sink.on_message(message, related)
+
+
+class ScriptedRoute(UpstreamRoute):
+    """A route's upstream side whose every session gets a `ScriptedUpstream` (in `made`)."""
+
+    def __init__(self, config: RouteConfig) -> None:
+        super().__init__(config)
+        self.made: list[ScriptedUpstream] = []
+
+    def transport(
+        self,
+        sink: Any,
+        forwarded: Callable[[], Mapping[str, str]],
+        principal: str | None = None,
+    ) -> Transport:
+        self.made.append(ScriptedUpstream(sink))
+        return self.made[-1]
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ Fixtures are in conftest.py and fake upstreams in fakes.py; no test module impor
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import resource
@@ -23,6 +24,7 @@ import httpx
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway.session.streams import EventStream
 from gateway.tasks.models import utcnow
 
 from .conftest import DEMO, ROOT, free_port, wait_for_port
@@ -165,6 +167,39 @@ def route(upstream: dict[str, Any] | None = None, **tasks: Any) -> list[dict[str
     # These tests run without authentication, where tasks/list is offered only on opt-in.
     auth = {"list_tasks_without_auth": True}
     return [{"name": "t", "upstream": upstream or DEMO, "tasks": tasks, "auth": auth}]
+
+
+# -- a session's event streams, read as a connection would
+
+#: What `EventStream.follow` yields: (event number, data), or None for a quiet interval.
+StreamItem = tuple[int, str] | None
+
+
+async def take(stream: EventStream, after: int, count: int, idle: float = 60) -> list[StreamItem]:
+    """The next `count` items a connection reading `stream` from event `after` on gets."""
+    items: list[StreamItem] = []
+    async with asyncio.timeout(5), contextlib.aclosing(stream.follow(after, idle)) as events:
+        async for item in events:
+            items.append(item)
+            if len(items) == count:
+                break
+    return items
+
+
+async def until_end(stream: EventStream, after: int = 0) -> list[StreamItem]:
+    """Everything a connection reading `stream` from event `after` on gets until it ends."""
+    async with asyncio.timeout(5):
+        return [item async for item in stream.follow(after, 60)]
+
+
+async def messages(stream: EventStream, count: int, after: int = 0) -> list[dict[str, Any]]:
+    """The next `count` messages on `stream` after event `after`, decoded."""
+    return [json.loads(item[1]) for item in await take(stream, after, count) if item]
+
+
+async def last_messages(stream: EventStream, after: int = 0) -> list[dict[str, Any]]:
+    """The messages on `stream` after event `after` until it ends, decoded."""
+    return [json.loads(item[1]) for item in await until_end(stream, after) if item]
 
 
 # -- the real mcp 1.30 client
