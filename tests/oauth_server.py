@@ -7,8 +7,11 @@ file adds what an identity provider adds around it: a signing key published as a
 access tokens whose `aud` is the RFC 8707 resource the client asked for, and consent given at
 once (the user is `alice`). POST /exchange is RFC 8693 token exchange for one confidential
 client, the gateway (`mcp-task-gateway` / `gateway-secret`); the SDK's token endpoint offers
-only the authorization code and refresh grants. POST /control lets a test play the provider's
-operator: rotate the key, grant fewer scopes, or sign with a clock that is off.
+only the authorization code and refresh grants. With `opaque` set, access tokens are random
+strings instead, and POST /introspect (RFC 7662, for the same confidential client) answers for
+them. POST /control lets a test play the provider's operator: rotate the key, grant fewer
+scopes, sign with a clock that is off, issue opaque tokens, spoil introspection answers, mint a
+token without the browser steps; its answer counts the introspections so far.
 """
 
 from __future__ import annotations
@@ -44,6 +47,8 @@ from starlette.routing import Route
 SCOPES = ["mcp", "tools", "reports:write"]
 #: The one client allowed to exchange tokens, as HTTP Basic credentials.
 EXCHANGER = "Basic " + base64.b64encode(b"mcp-task-gateway:gateway-secret").decode()
+#: The same client's credentials in the form (client_secret_post), which /introspect takes too.
+EXCHANGER_FORM = ("mcp-task-gateway", "gateway-secret")
 
 
 @dataclass
@@ -69,6 +74,10 @@ class Operator:
     #: Seconds added to `iat` and `exp` in tokens, as a provider with a wrong clock would.
     clock_skew: int = 0
     subject: str = "alice"
+    #: Issue opaque access tokens (answered for at /introspect) instead of JWTs.
+    opaque: bool = False
+    #: Fields written over every active introspection answer, as a faulty provider would.
+    answer: dict[str, Any] = field(default_factory=dict)
 
 
 @dataclass
@@ -79,6 +88,9 @@ class Provider:
     clients: dict[str, OAuthClientInformationFull] = field(default_factory=dict)
     codes: dict[str, AuthorizationCode] = field(default_factory=dict)
     refresh: dict[str, RefreshToken] = field(default_factory=dict)
+    #: Opaque access tokens and what introspection says of them.
+    opaque: dict[str, dict[str, Any]] = field(default_factory=dict)
+    introspections: int = 0
 
     async def get_client(self, client_id: str) -> OAuthClientInformationFull | None:
         return self.clients.get(client_id)
@@ -159,8 +171,13 @@ class Provider:
         }
         if resource is not None:
             claims["aud"] = resource
-        signer = self.keys[-1]
-        access = jwt.encode(claims, signer.key, algorithm="RS256", headers={"kid": signer.kid})
+        if self.operator.opaque:
+            access = secrets.token_urlsafe(32)
+            self.opaque[access] = claims
+        else:
+            signer = self.keys[-1]
+            headers = {"kid": signer.kid}
+            access = jwt.encode(claims, signer.key, algorithm="RS256", headers=headers)
         refresh = secrets.token_urlsafe(32)
         self.refresh[refresh] = RefreshToken(
             token=refresh, client_id=client_id, scopes=granted, resource=resource, subject=subject
@@ -187,9 +204,33 @@ def app(port: int) -> Starlette:
         if change.pop("rotate", False):
             fresh = Keys.new(len(provider.keys) + 1)
             provider.keys = [*provider.keys, fresh] if change.pop("keep_old", True) else [fresh]
+        mint = change.pop("mint", None)
         for key, value in change.items():
             setattr(provider.operator, key, value)
-        return JSONResponse({"kid": provider.keys[-1].kid, "issuer": provider.issuer})
+        done: dict[str, Any] = {
+            "kid": provider.keys[-1].kid,
+            "issuer": provider.issuer,
+            "introspections": provider.introspections,
+        }
+        if mint is not None:  # {scopes, resource}: what the token endpoint would issue
+            issued = provider._issue(
+                "minted", mint["scopes"], mint["resource"], provider.operator.subject
+            )
+            done["access_token"] = issued.access_token
+        return JSONResponse(done)
+
+    async def introspect(request: Request) -> JSONResponse:
+        provider.introspections += 1
+        form = await request.form()
+        posted = (form.get("client_id"), form.get("client_secret"))
+        if request.headers.get("Authorization") != EXCHANGER and posted != EXCHANGER_FORM:
+            return JSONResponse({"error": "invalid_client"}, status_code=401)
+        claims = provider.opaque.get(str(form.get("token", "")))
+        now = time.time() + provider.operator.clock_skew
+        if claims is None or claims["exp"] <= now:
+            return JSONResponse({"active": False})
+        answer = {"active": True, "token_type": "Bearer", **claims}
+        return JSONResponse({**answer, **provider.operator.answer})
 
     async def exchange(request: Request) -> JSONResponse:
         form = await request.form()
@@ -236,6 +277,7 @@ def app(port: int) -> Starlette:
         Route("/jwks.json", jwks),
         Route("/control", control, methods=["POST"]),
         Route("/exchange", exchange, methods=["POST"]),
+        Route("/introspect", introspect, methods=["POST"]),
     ]
     return Starlette(routes=routes)
 

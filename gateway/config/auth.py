@@ -139,6 +139,40 @@ def http_url(value: str, *, canonical: bool = False) -> str:
     return urlunsplit((url.scheme.lower(), url.netloc.lower(), url.path.rstrip("/"), "", ""))
 
 
+class IntrospectionConfig(Section):
+    """RFC 7662 token introspection at the identity provider, for access tokens that are not
+    JWTs (opaque strings); the gateway authenticates to it as a confidential client."""
+
+    url: str
+    client_id: str = Field(min_length=1)
+    #: The variable holding the client secret (never written in the file).
+    client_secret_env: str = Field(pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    auth_method: Literal["client_secret_basic", "client_secret_post"] = "client_secret_basic"
+    #: An active answer is used until the token's `exp`, and at most this long (a revoked
+    #: token is accepted this long at worst); 0: every request asks.
+    cache_seconds_max: float = Field(300.0, ge=0, le=86400)
+
+    _secret: str = PrivateAttr("")
+
+    @property
+    def secret(self) -> str:
+        """The client secret, read from `client_secret_env` when the settings were loaded."""
+        return self._secret
+
+    @field_validator("url")
+    @classmethod
+    def _url(cls, value: str) -> str:
+        return http_url(value)
+
+    @model_validator(mode="after")
+    def _read_secret(self, info: ValidationInfo) -> IntrospectionConfig:
+        try:
+            self._secret = secret_from_env(info, self.client_secret_env)
+        except ValueError as exc:
+            raise refusal("client_secret_env", str(exc)) from None
+        return self
+
+
 class OAuthConfig(Section):
     """The gateway as an OAuth 2.1 resource server (MCP authorization, RFC 9728, RFC 8707):
     each route is a protected resource at PUBLIC_URL + its path, with its own metadata, and
@@ -169,6 +203,9 @@ class OAuthConfig(Section):
     #: form /.well-known/oauth-protected-resource, and tokens issued for it are accepted on
     #: every route that uses this section (besides tokens for the route itself).
     shared_resource: bool = False
+    #: Opaque access tokens (anything but a JWT) are checked at the provider's RFC 7662
+    #: introspection endpoint; null: every token must be a JWT.
+    introspection: IntrospectionConfig | None = None
 
     @field_validator("issuer", "jwks_url")
     @classmethod

@@ -4,7 +4,8 @@ An `Authenticator` is built once per config. It reads key files then, so a bad f
 start-up instead of failing every request. `authenticate()` runs on every request. An API
 key is hashed once and compared in constant time with every configured digest. A JWT is
 verified by `jwt_verify` with the configured algorithms only; an OAuth access token the
-same way, for the route's resource (`oauth`), and it carries the scopes it grants. Failures
+same way, for the route's resource (`oauth`), or, when it is not a JWT and the provider offers
+it, by RFC 7662 introspection (`introspection`); it carries the scopes it grants. Failures
 raise `AuthError`, whose reason is safe to log and to return because it never contains the
 credential.
 """
@@ -16,10 +17,12 @@ import hmac
 import re
 from typing import Literal
 
+import jwt
 from pydantic import BaseModel, ConfigDict
 
 from gateway.config import AuthConfig
 from gateway.security.errors import MISSING_TOKEN, AuthError
+from gateway.security.introspection import Introspector
 from gateway.security.jwt_verify import JwtVerifier, principal_of
 from gateway.security.oauth import ProtectedResource, scopes_of
 
@@ -60,6 +63,7 @@ class Authenticator:
         )
         self._jwt: JwtVerifier | None = None
         self._oauth: JwtVerifier | None = None
+        self._introspection: Introspector | None = None
         self._tenant_claim: str | None = None
         if config.mode == "jwt":
             assert config.jwt is not None  # AuthConfig's validator guarantees it
@@ -68,6 +72,13 @@ class Authenticator:
             assert config.oauth is not None and resource is not None
             self._oauth = JwtVerifier(config.oauth.verification(), resource.audiences)
             self._tenant_claim = config.oauth.tenant_claim
+            if config.oauth.introspection is not None:
+                self._introspection = Introspector(
+                    config.oauth.introspection,
+                    issuer=config.oauth.issuer,
+                    audiences=resource.audiences,
+                    leeway_seconds=config.oauth.leeway_seconds,
+                )
 
     @property
     def required(self) -> bool:
@@ -78,11 +89,14 @@ class Authenticator:
 
         Raises:
             AuthError: the credentials are missing or were not accepted.
-            IdentityProviderUnavailable: `jwks_url` is needed but cannot be fetched.
+            IdentityProviderUnavailable: `jwks_url` is needed but cannot be fetched, or the
+                introspection endpoint cannot answer.
         """
         if self._mode == "none":
             return None
         token = bearer_token(authorization)
+        if self._introspection is not None and not _is_jwt(token):
+            return self._from_access_token(await self._introspection.claims(token))
         if self._oauth is not None:
             return self._from_access_token(await self._oauth.claims(token))
         if self._jwt is not None:
@@ -111,6 +125,18 @@ class Authenticator:
         if found is None:
             raise AuthError("unknown API key")
         return found
+
+
+def _is_jwt(token: str) -> bool:
+    """A JWS in compact form: three parts, the first a JSON header. Anything else (an opaque
+    string, or an encrypted JWT, which the gateway cannot read) goes to introspection."""
+    if token.count(".") != 2:
+        return False
+    try:
+        jwt.get_unverified_header(token)
+    except jwt.PyJWTError:
+        return False
+    return True
 
 
 def bearer_token(authorization: str | None) -> str:

@@ -18,8 +18,9 @@ class AuthError(Exception):
 
 
 class IdentityProviderUnavailable(GatewayError):
-    """The `jwks_url` key set cannot be fetched now, so the token cannot be checked (503 with
-    Retry-After). The message names neither the URL nor the error: those are logged."""
+    """The `jwks_url` key set cannot be fetched, or the introspection endpoint cannot answer,
+    now, so the token cannot be checked (503 with Retry-After). The message names neither the
+    URL nor the error: those are logged."""
 
     code = INTERNAL_ERROR
     http_status = 503
