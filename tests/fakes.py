@@ -313,20 +313,23 @@ class ScriptedUpstream(Transport):
         kinds = jsonrpc.Request | jsonrpc.Notification
         return [m.method for m in self.sent if isinstance(m, kinds)]
 
+    async def until(self, condition: Callable[[], bool]) -> None:
+        """Return once `condition()` holds, re-checked whenever something is sent (callers
+        bound the wait)."""
+        while not condition():
+            await self._changed.wait()
+
     async def received(
         self, method: str, count: int = 1
     ) -> list[jsonrpc.Request | jsonrpc.Notification]:
-        """The first `count` messages sent with `method`, waiting until they are (callers
-        bound the wait)."""
-        while True:
-            found = [
-                m
-                for m in self.sent
-                if isinstance(m, jsonrpc.Request | jsonrpc.Notification) and m.method == method
-            ]
-            if len(found) >= count:
-                return found[:count]
-            await self._changed.wait()
+        """The first `count` messages sent with `method`, once they are."""
+
+        def found() -> list[jsonrpc.Request | jsonrpc.Notification]:
+            kinds = jsonrpc.Request | jsonrpc.Notification
+            return [m for m in self.sent if isinstance(m, kinds) and m.method == method]
+
+        await self.until(lambda: len(found()) >= count)
+        return found()[:count]
 
     async def request(self, method: str) -> jsonrpc.Request:
         """The first request sent with `method`, once it is."""

@@ -192,6 +192,13 @@ async def until_end(stream: EventStream, after: int = 0) -> list[StreamItem]:
         return [item async for item in stream.follow(after, 60)]
 
 
+async def pushed(stream: EventStream, count: int) -> None:
+    """Return once `count` events were pushed to `stream`, none of them read."""
+    async with asyncio.timeout(5):
+        while stream.pushed < count:
+            await stream.wait_changed()
+
+
 async def messages(stream: EventStream, count: int, after: int = 0) -> list[dict[str, Any]]:
     """The next `count` messages on `stream` after event `after`, decoded."""
     return [json.loads(item[1]) for item in await take(stream, after, count) if item]
