@@ -10,6 +10,7 @@ import json
 
 import aiohttp
 import pytest
+from aiohttp.test_utils import TestServer
 
 from gateway.protocol.errors import (
     INVALID_REQUEST,
@@ -19,6 +20,7 @@ from gateway.protocol.errors import (
 )
 
 from .conftest import StartGateway
+from .fakes import FAULT_HOOKS
 from .helpers import INIT, error_of, headers, open_session, read_events
 
 
@@ -299,17 +301,16 @@ async def test_idle_get_stream_gets_keep_alive_comments(start_gateway: StartGate
 
 
 async def test_cancelled_notification_stops_the_upstream_call_and_no_answer_is_sent(
-    endpoint: str,
+    start_gateway: StartGateway, faulty_upstream: TestServer
 ) -> None:
+    upstream = {"transport": "streamable_http", "url": str(faulty_upstream.make_url("/mcp"))}
+    url = f"{await start_gateway([{'name': 'f', 'upstream': upstream}])}/f/mcp"
+    hooks = faulty_upstream.app[FAULT_HOOKS]
     call = {
         "jsonrpc": "2.0",
         "id": 9,
         "method": "tools/call",
-        "params": {
-            "name": "slow",
-            "arguments": {"seconds": 30, "steps": 30},
-            "_meta": {"progressToken": 1},
-        },
+        "params": {"name": "hang", "arguments": {}},
     }
     cancel = {
         "jsonrpc": "2.0",
@@ -317,12 +318,19 @@ async def test_cancelled_notification_stops_the_upstream_call_and_no_answer_is_s
         "params": {"requestId": 9, "reason": "user gave up"},
     }
     async with aiohttp.ClientSession() as http:
-        session_id = await open_session(http, endpoint)
-        async with http.post(endpoint, json=call, headers=headers(session_id)) as resp:
-            await read_events(resp, 2)  # priming + first progress: the call is running
-            async with http.post(endpoint, json=cancel, headers=headers(session_id)) as sent:
+        session_id = await open_session(http, url)
+        async with http.post(url, json=call, headers=headers(session_id)) as resp:
+            async with asyncio.timeout(5):
+                await hooks.arrived["hang"].wait()  # the call is running upstream
+            async with http.post(url, json=cancel, headers=headers(session_id)) as sent:
                 assert sent.status == 202
             async with asyncio.timeout(5):
                 rest = await resp.content.read()
-    # The stream ends at once, with no answer to the cancelled request.
+    # The stream ends at once, with no answer to the cancelled request...
     assert b'"id":9' not in rest
+    # ...and the upstream was told, under the id it knows the call by.
+    upstream_call = next(m for m in hooks.received if m.get("method") == "tools/call")
+    cancels = [m for m in hooks.received if m.get("method") == "notifications/cancelled"]
+    assert [c["params"] for c in cancels] == [
+        {"requestId": upstream_call["id"], "reason": "user gave up"}
+    ]

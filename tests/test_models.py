@@ -32,7 +32,12 @@ def test_only_the_spec_lifecycle_transitions_are_allowed(
     # "Tasks with a completed, failed, or cancelled status are in a terminal state and MUST
     # NOT transition to any other status."
     assert {new for new in TaskStatus if may_transition(current, new)} == allowed
-    assert current.terminal == (current in TERMINAL)
+
+
+def test_completed_failed_and_cancelled_are_the_terminal_statuses() -> None:
+    # tasks spec: "completed, failed, or cancelled status are in a terminal state".
+    assert TERMINAL == {DONE, FAILED, CANCELLED}
+    assert [s for s in TaskStatus if s.terminal] == [DONE, FAILED, CANCELLED]
 
 
 def test_is_error_tool_result_makes_the_task_failed_with_its_text() -> None:
