@@ -19,6 +19,7 @@ from .conftest import StartGateway
 
 ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 REFUSED = web.AppKey("refused", list[int])
+RELAYS = web.AppKey("relays", set["asyncio.Task[Any]"])
 
 
 def refusing_proxy(upstream: str) -> web.Application:
@@ -26,6 +27,14 @@ def refusing_proxy(upstream: str) -> web.Application:
     (a client's answer to a question) with HTTP 503, as an overloaded server would."""
     app = web.Application()
     app[REFUSED] = []
+    # Streams the gateway holds open through the proxy (its GET stream) end with the proxy.
+    app[RELAYS] = set()
+
+    async def end_relays(app: web.Application) -> None:
+        for relay in app[RELAYS]:
+            relay.cancel()
+
+    app.on_shutdown.append(end_relays)
 
     async def relay(request: web.Request) -> web.StreamResponse:
         body = await request.read()
@@ -33,6 +42,10 @@ def refusing_proxy(upstream: str) -> web.Application:
         if "result" in message and "method" not in message and not app[REFUSED]:
             app[REFUSED].append(message["id"])
             return web.Response(status=503, text="busy")
+        me = asyncio.current_task()
+        assert me is not None
+        app[RELAYS].add(me)
+        me.add_done_callback(app[RELAYS].discard)
         skip = {"host", "content-length", "transfer-encoding"}
         forwarded = {k: v for k, v in request.headers.items() if k.lower() not in skip}
         async with aiohttp.ClientSession() as http:
