@@ -12,6 +12,8 @@ Data flow for one client message (package by package, in the order a request mee
               Local      -> tasks.api_2025 -> tasks.store (never the runner's memory)
               Forward    -> session -> upstream client -> answer on the request's stream
               Deliver    -> session -> upstream (ids mapped back to the upstream's)
+        --> or, for a session-less 2026-07-28 request, http.endpoint_modern: protocol.modern
+            checks and decides, session.held forwards over an upstream session held for the caller
     upstream --server messages--> session -> the right downstream stream (POST or GET)
 
 Everything long-lived (the store, the runner, upstream connection pools, sessions and their
@@ -35,6 +37,7 @@ from gateway.http.urls import add_routes
 from gateway.keys import (
     ALLOWED_HOSTS,
     HEALTH,
+    HELD_SESSIONS,
     METRICS,
     ROUTES,
     RUNNER,
@@ -45,6 +48,7 @@ from gateway.keys import (
 )
 from gateway.observability.metrics import Metrics
 from gateway.route import Route
+from gateway.session.held import HeldSessions
 from gateway.session.registry import SessionRegistry
 from gateway.tasks.api_2025 import TaskApi
 from gateway.tasks.models import utcnow
@@ -102,6 +106,7 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     app[RUNNER] = runner
     app[TASK_API] = TaskApi(store, runner, notifier, await store.secret(), clock=clock)
     app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
+    app[HELD_SESSIONS] = HeldSessions(settings.sessions)
     runner.start_sweeper(settings.store.sweep_interval_seconds, app[SESSIONS].prune_records)
     for name in app[ROUTES]:
         metrics.sessions.labels(name).set_function(partial(app[SESSIONS].count, name))
@@ -114,6 +119,7 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
             await metrics_site.cleanup()
         await runner.close()
         await app[SESSIONS].close()
+        await app[HELD_SESSIONS].close()
         for route in app[ROUTES].values():
             await route.close()
         await store.close()

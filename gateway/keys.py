@@ -8,6 +8,7 @@ from gateway.config import Settings
 from gateway.http.health import Health
 from gateway.observability.metrics import Metrics
 from gateway.route import Route
+from gateway.session.held import HeldSessions
 from gateway.session.registry import SessionRegistry
 from gateway.tasks.api_2025 import TaskApi
 from gateway.tasks.runner import TaskRunner
@@ -15,6 +16,8 @@ from gateway.tasks.store import TaskStore
 
 SETTINGS = web.AppKey("settings", Settings)
 SESSIONS = web.AppKey("sessions", SessionRegistry)
+#: The upstream sessions held for 2026-07-28 callers, who have no session of their own.
+HELD_SESSIONS = web.AppKey("held_sessions", HeldSessions)
 ROUTES = web.AppKey("routes", dict[str, Route])
 STORE = web.AppKey("store", TaskStore)
 RUNNER = web.AppKey("runner", TaskRunner)

@@ -24,6 +24,8 @@ class Route:
         self.name = config.name
         self.metrics = metrics
         self.policy = config.tasks
+        #: The protocol generations this route serves (2025-11-25, 2026-07-28).
+        self.generations = config.generations
         self.limits = route_limits(settings, config)
         auth = route_auth(settings, config)
         #: With auth mode oauth: the resource this route is, its metadata and scope rules.

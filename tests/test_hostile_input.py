@@ -305,33 +305,21 @@ async def test_a_defect_becomes_minus_32603_without_detail_logged_once_with_its_
     assert len(tracebacks) == 1
 
 
-# -- pinned to a version we do not serve (item 11)
+# -- pinned to a version we do not serve (item 11); 2026-07-28 itself: test_modern_endpoint
 
 
 @pytest.mark.parametrize(
     "message",
     [
-        {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}},
         {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {}},
         {"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {"name": "echo"}},
     ],
-    ids=["server/discover", "tools/list", "tools/call"],
+    ids=["tools/list", "tools/call"],
 )
-@pytest.mark.parametrize("where", ["header", "meta"])
-async def test_a_request_pinned_to_2026_07_28_gets_the_unsupported_version_error(
-    gateway: str, message: dict[str, Any], where: str
+async def test_a_sessionless_request_pinned_to_an_unknown_version_gets_the_supported_versions(
+    gateway: str, message: dict[str, Any]
 ) -> None:
-    extra: dict[str, str] = {}
-    if where == "header":
-        extra["MCP-Protocol-Version"] = "2026-07-28"
-    else:
-        message = {
-            **message,
-            "params": {
-                **message["params"],
-                "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28"},
-            },
-        }
+    extra = {"MCP-Protocol-Version": "2099-01-01"}
     async with aiohttp.ClientSession() as http:
         async with http.post(gateway, json=message, headers=headers(**extra)) as resp:
             assert resp.status == 400
@@ -339,8 +327,8 @@ async def test_a_request_pinned_to_2026_07_28_gets_the_unsupported_version_error
     assert body["id"] == 1
     assert body["error"]["code"] == UNSUPPORTED_PROTOCOL_VERSION
     assert body["error"]["data"] == {
-        "requested": "2026-07-28",
-        "supported": ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"],
+        "requested": "2099-01-01",
+        "supported": ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25", "2026-07-28"],
     }
 
 

@@ -13,10 +13,9 @@ import pytest
 from aiohttp.test_utils import TestServer
 
 from gateway.protocol.errors import (
+    INVALID_PARAMS,
     INVALID_REQUEST,
-    METHOD_NOT_FOUND,
     PARSE_ERROR,
-    UNSUPPORTED_PROTOCOL_VERSION,
 )
 
 from .conftest import StartGateway
@@ -191,22 +190,19 @@ async def test_body_over_the_configured_size_gets_413_and_the_session_lives_on(
             assert (await resp.json())["result"]["content"][0]["text"] == "fits"
 
 
-async def test_server_discover_probe_gets_an_error_so_clients_fall_back(endpoint: str) -> None:
-    # mcp 2.3's "auto" mode probes with the 2026-07-28 header and falls back to initialize
-    # on any error; the error says which versions we serve (2026-07-28: -32022, data.supported).
+async def test_a_server_discover_without_its_envelope_is_refused_and_initialize_still_works(
+    endpoint: str,
+) -> None:
+    # server/discover exists only in 2026-07-28, which needs params._meta on every request
+    # (served: test_modern_endpoint); a client that cannot send it initializes as before.
     probe = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {}}
     async with aiohttp.ClientSession() as http:
-        modern = headers(**{"MCP-Protocol-Version": "2026-07-28"})
-        async with http.post(endpoint, json=probe, headers=modern) as resp:
-            assert resp.status == 400
-            body = await resp.json()
-            assert "result" not in body and body["id"] == 1
-            assert body["error"]["code"] == UNSUPPORTED_PROTOCOL_VERSION
-            assert body["error"]["data"]["supported"][-1] == "2025-11-25"
-        # Unpinned, the probe is just a method we do not have.
-        async with http.post(endpoint, json=probe, headers=headers()) as resp:
-            assert (await resp.json())["error"]["code"] == METHOD_NOT_FOUND
-        # ...after which the same client initializes normally.
+        for extra in ({"MCP-Protocol-Version": "2026-07-28"}, {}):
+            async with http.post(endpoint, json=probe, headers=headers(**extra)) as resp:
+                assert resp.status == 400
+                body = await resp.json()
+                assert "result" not in body and body["id"] == 1
+                assert body["error"]["code"] == INVALID_PARAMS
         await open_session(http, endpoint)
 
 

@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from .conftest import ROOT, StartGateway
+from .conftest import DEMO, ROOT, StartGateway
 
 MCP2_PYTHON = Path(
     os.environ.get(
@@ -40,27 +40,34 @@ def modern_client(url: str, mode: str) -> dict[str, Any]:
     return dict(json.loads(done.stdout))
 
 
-async def test_a_client_pinned_to_2026_07_28_learns_the_versions_the_gateway_serves(
-    start_gateway: StartGateway,
-) -> None:
-    url = f"{await start_gateway()}/demo/mcp"
-    outcome = await _run(url, "2026-07-28")
-    assert outcome["error"]["code"] == -32022  # UnsupportedProtocolVersion (2026-07-28)
-    assert outcome["error"]["data"]["supported"] == [
-        "2024-11-05",
-        "2025-03-26",
-        "2025-06-18",
-        "2025-11-25",
-    ]
-
-
-@pytest.mark.parametrize("mode", ["auto", "legacy"])
-async def test_an_auto_or_legacy_mcp_2_3_client_falls_back_to_a_session_and_is_served(
+@pytest.mark.parametrize("mode", ["2026-07-28", "auto"])
+async def test_a_pinned_or_auto_mcp_2_3_client_is_served_on_the_2026_07_28_path(
     start_gateway: StartGateway, mode: str
 ) -> None:
     url = f"{await start_gateway()}/demo/mcp"
     outcome = await _run(url, mode)
+    assert outcome["protocol_version"] == "2026-07-28"
     assert "echo" in outcome["tools"]
+    assert outcome["echo"][0]["text"] == "modern"
+
+
+async def test_a_legacy_mcp_2_3_client_still_gets_a_session(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway()}/demo/mcp"
+    outcome = await _run(url, "legacy")
+    assert outcome["protocol_version"] == "2025-11-25"
+    assert "echo" in outcome["tools"]
+    assert outcome["echo"][0]["text"] == "modern"
+
+
+async def test_an_auto_client_falls_back_to_a_session_where_2026_07_28_is_switched_off(
+    start_gateway: StartGateway,
+) -> None:
+    routes = [{"name": "demo", "upstream": DEMO, "generations": ["2025-11-25"]}]
+    url = f"{await start_gateway(routes)}/demo/mcp"
+    outcome = await _run(url, "auto")
+    assert outcome["protocol_version"] == "2025-11-25"
     assert outcome["echo"][0]["text"] == "modern"
 
 

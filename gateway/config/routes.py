@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import os
 import sys
+from datetime import date
 from typing import Annotated, Literal
 
 from pydantic import (
     Field,
     PrivateAttr,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -142,6 +144,11 @@ class RouteConfig(Section):
     path: str | None = Field(None, pattern=r"^/[^?#]*$")
     upstream: UpstreamConfig
     tasks: TaskPolicy = TaskPolicy()
+    #: The protocol generations served: 2025-11-25 (sessions opened by initialize, every
+    #: revision since 2024-11-05) and 2026-07-28 (session-less, per-request _meta).
+    generations: tuple[Literal["2025-11-25", "2026-07-28"], ...] = Field(
+        ("2025-11-25", "2026-07-28"), min_length=1
+    )
     #: Replaces the gateway's `auth` for this route when it sets `mode` or credentials.
     auth: AuthConfig | None = None
     limits: LimitsOverride = LimitsOverride()
@@ -149,6 +156,14 @@ class RouteConfig(Section):
     required_scopes: tuple[ScopeToken, ...] = ()
     #: Auth mode oauth: scopes a tools/call of the named tool needs, e.g. {deploy: [ops]}.
     tool_scopes: dict[str, tuple[ScopeToken, ...]] = Field(default_factory=dict)
+
+    @field_validator("generations", mode="before")
+    @classmethod
+    def _dates_as_names(cls, value: object) -> object:
+        # YAML reads an unquoted 2025-11-25 as a date; the generation is meant.
+        if isinstance(value, list | tuple):
+            return [item.isoformat() if isinstance(item, date) else item for item in value]
+        return value
 
     @property
     def http_path(self) -> str:

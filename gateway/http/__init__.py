@@ -12,6 +12,8 @@ A request meets, in order:
 * `endpoint`: hands the parsed message to `gateway.protocol.dispatch`, then acts on the
   decision: open a session, relay through `gateway.session`, start a task in
   `gateway.tasks`, or answer a tasks/* request from the task API;
+* `endpoint_modern`: a session-less 2026-07-28 request instead, checked and decided by
+  `gateway.protocol.modern`, answered over an upstream session `gateway.session.held` holds;
 * `sse`: a session's event stream written to the connection, when the answer is a stream.
 
 `health` answers /healthz cheaply. Nothing below this package knows about HTTP requests.

@@ -34,7 +34,7 @@ from gateway.protocol.errors import (
     Unauthorized,
     UnsupportedVersion,
 )
-from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS
+from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS, served_versions
 from gateway.route import Route
 from gateway.security.auth import bearer_token
 from gateway.security.errors import MISSING_TOKEN, AuthError, InsufficientScope
@@ -69,19 +69,25 @@ def check_version(request: web.Request) -> None:
         )
 
 
-def check_modern_version(request: web.Request, message: jsonrpc.Message | None = None) -> None:
+def check_modern_version(
+    request: web.Request,
+    message: jsonrpc.Message | None = None,
+    served: list[str] | None = None,
+) -> None:
     """A request with no session that pins a version we do not serve (2026-07-28 clients,
     which have no sessions) learns which versions we do, in 2026-07-28's own terms, so a
-    client that can fall back to `initialize` does, and one that cannot says why."""
+    client that can fall back to `initialize` does, and one that cannot says why. `served`
+    lists the versions the route answers (default: the session-based ones)."""
+    supported = list(SUPPORTED_PROTOCOL_VERSIONS) if served is None else served
     version: object = request.headers.get(VERSION_HEADER)
     if version is None and isinstance(message, jsonrpc.Request | jsonrpc.Notification):
         version = (jsonrpc.param(message, "_meta") or {}).get(MODERN_VERSION_META)
-    if version is not None and version not in SUPPORTED_PROTOCOL_VERSIONS:
+    if version is not None and version not in supported:
         version = printable(str(version), 40)
         raise UnsupportedVersion(
-            f"Unsupported protocol version {version!r}: this gateway serves "
-            f"{', '.join(SUPPORTED_PROTOCOL_VERSIONS)} (send initialize to start a session)",
-            {"requested": version, "supported": list(SUPPORTED_PROTOCOL_VERSIONS)},
+            f"Unsupported protocol version {version!r}: this route serves "
+            f"{', '.join(supported)} (send initialize to start a session)",
+            {"requested": version, "supported": supported},
         )
 
 
@@ -185,7 +191,7 @@ def challenge(reason: str, route: Route | None = None) -> str:
 async def session_for(request: web.Request, route: Route, caller: Caller) -> Session:
     session_id = request.headers.get(SESSION_HEADER)
     if not session_id:
-        check_modern_version(request)
+        check_modern_version(request, served=served_versions(route.generations))
         raise SessionRequired("Bad Request: missing MCP-Session-Id header; initialize first")
     check_version(request)
     try:

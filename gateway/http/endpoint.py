@@ -3,6 +3,7 @@
 POST carries one JSON-RPC message: requests are answered as JSON when the answer comes
 quickly and alone, otherwise as a resumable SSE stream; notifications and responses get 202.
 GET opens (or with Last-Event-ID resumes) a stream; DELETE ends the session.
+A session-less 2026-07-28 request goes to `endpoint_modern` instead (GET and DELETE: 405).
 """
 
 from __future__ import annotations
@@ -13,22 +14,25 @@ import logging
 from aiohttp import web
 
 from gateway.config import HttpConfig
-from gateway.http import admission, sse
+from gateway.http import admission, endpoint_modern, sse
 from gateway.http.middleware import METHOD as METHOD_KEY
 from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY
 from gateway.http.middleware import ROUTE as ROUTE_KEY
 from gateway.keys import ROUTES, RUNNER, SESSIONS, SETTINGS, TASK_API
 from gateway.observability.logs import printable
-from gateway.protocol import dispatch, jsonrpc, rewrite
+from gateway.protocol import dispatch, jsonrpc, modern, rewrite
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
     InvalidRequest,
+    MethodNotAllowed,
     NotAcceptable,
     TaskError,
     UnsupportedMediaType,
+    UnsupportedVersion,
     UpstreamError,
     UpstreamTimeout,
 )
+from gateway.protocol.versions import LEGACY_GENERATION, MODERN_PROTOCOL_VERSION, served_versions
 from gateway.route import Route
 from gateway.session.session import Rewriter
 from gateway.session.streams import EventStream
@@ -85,10 +89,19 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
         request[REQUEST_ID_KEY] = message.id
     policy = route.policy
     if not request.headers.get(admission.SESSION_HEADER):
+        version = request.headers.get(admission.VERSION_HEADER)
+        if MODERN_PROTOCOL_VERSION in route.generations and modern.wants_modern(message, version):
+            return await endpoint_modern.post(request, route, caller, message)
         first = dispatch.decide(message, policy, None)
         if isinstance(first, dispatch.Initialize):
+            if LEGACY_GENERATION not in route.generations:
+                raise UnsupportedVersion(
+                    "this route serves only the session-less 2026-07-28 generation: send "
+                    "requests with params._meta instead of initialize",
+                    {"supported": served_versions(route.generations)},
+                )
             return await _initialize(request, route, first.request, caller)
-        admission.check_modern_version(request, message)
+        admission.check_modern_version(request, message, served_versions(route.generations))
         if isinstance(first, dispatch.Reject):
             return _error(first.request.id, first.code, first.message)
 
@@ -215,11 +228,27 @@ async def _answer(
     return await sse.serve(request, stream, after=0, prime=True, config=http)
 
 
+def _refuse_modern_without_session(request: web.Request, route: Route) -> None:
+    """GET and DELETE belong to sessions; the 2026-07-28 generation has none (405)."""
+    if request.headers.get(admission.SESSION_HEADER) or (
+        MODERN_PROTOCOL_VERSION not in route.generations
+    ):
+        return
+    version = request.headers.get(admission.VERSION_HEADER)
+    if version == MODERN_PROTOCOL_VERSION or LEGACY_GENERATION not in route.generations:
+        raise MethodNotAllowed(
+            f"{request.method} needs a session, and the 2026-07-28 generation has none: "
+            "send each request as its own POST",
+            headers={"Allow": "POST"},
+        )
+
+
 async def get(route_name: str, request: web.Request) -> web.StreamResponse:
     route = request.app[ROUTES][route_name]
     request[ROUTE_KEY] = route_name
     http = request.app[SETTINGS].http
     caller = await admission.admit(request, route)
+    _refuse_modern_without_session(request, route)
     if not admission.accepts(request, "text/event-stream"):
         raise NotAcceptable("Not Acceptable: the Accept header must list text/event-stream")
     session = await admission.session_for(request, route, caller)
@@ -244,7 +273,9 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
 async def delete(route_name: str, request: web.Request) -> web.Response:
     route = request.app[ROUTES][route_name]
     request[ROUTE_KEY] = route_name
-    session = await admission.session_for(request, route, await admission.admit(request, route))
+    caller = await admission.admit(request, route)
+    _refuse_modern_without_session(request, route)
+    session = await admission.session_for(request, route, caller)
     await request.app[SESSIONS].end(session)
     log.info("route %s: session %s ended by the client", route.name, session.tag)
     return web.Response(status=200)

@@ -93,8 +93,8 @@ def decide(
         return Reject(
             message,
             METHOD_NOT_FOUND,
-            "server/discover is not supported: this gateway speaks MCP up to 2025-11-25; "
-            "send initialize",
+            "server/discover is not served: this route speaks MCP up to 2025-11-25 "
+            "(its 2026-07-28 generation is switched off); send initialize",
         )
     if not tasks_offered(policy, protocol_version):
         if message.method == "tools/call" and jsonrpc.param(message, "task") is not None:

@@ -13,6 +13,7 @@
     │   ├── RequestTimeout            (-32600, 408) body slower than http.body_timeout_seconds
     │   ├── MisdirectedRequest        (-32600, 421) Host not on http.allowed_hosts (DNS rebinding)
     │   ├── UnsupportedVersion        (-32022, 400) a session-less request pins a version we lack
+    │   ├── MethodNotAllowed          (-32600, 405) GET/DELETE without a session on a modern route
     │   ├── Unauthorized              (-32600, 401) missing or invalid credentials
     │   ├── LimitExceeded             (-32600, 429) a per-principal limit (rate, sessions)
     │   └── CapacityExceeded          (-32603, 503) a configured cap (sessions, children) is reached
@@ -40,7 +41,10 @@ INVALID_REQUEST = -32600
 METHOD_NOT_FOUND = -32601
 INVALID_PARAMS = -32602
 INTERNAL_ERROR = -32603
-#: The 2026-07-28 revision's code for a protocol version the server does not speak.
+#: The 2026-07-28 revision's codes: a header disagrees with the body, a request lacks a
+#: client capability the server needs, a protocol version the server does not speak.
+HEADER_MISMATCH = -32020
+MISSING_REQUIRED_CLIENT_CAPABILITY = -32021
 UNSUPPORTED_PROTOCOL_VERSION = -32022
 #: JSON-RPC's range for implementation-defined server errors starts here.
 SERVER_ERROR = -32000
@@ -107,6 +111,10 @@ class MisdirectedRequest(HttpRequestError):
 
 class UnsupportedVersion(HttpRequestError):
     code = UNSUPPORTED_PROTOCOL_VERSION
+
+
+class MethodNotAllowed(HttpRequestError):
+    http_status = 405
 
 
 class Unauthorized(HttpRequestError):

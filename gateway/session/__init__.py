@@ -14,4 +14,7 @@ request it belongs to, its progress token, or on stdio and HTTP+SSE the only cal
 flight): that call's stream while open; for a task's call the task's open tasks/result
 stream; otherwise the GET stream. The client's answer to a server request comes back under
 the downstream id the session gave it, and goes upstream under the upstream's own.
+
+`held.py` is the other kind: the upstream sessions the gateway holds for 2026-07-28 callers,
+who bring no session; pooled per route and principal, one per request for anonymous callers.
 """

@@ -19,6 +19,7 @@ async def main(url: str, mode: str) -> dict[str, Any]:
             tools = await client.list_tools()
             result = await client.call_tool("echo", {"text": "modern"})
             return {
+                "protocol_version": client.protocol_version,
                 "tools": sorted(tool.name for tool in tools.tools),
                 "echo": [part.model_dump(mode="json") for part in result.content],
             }
