@@ -33,9 +33,6 @@ class TaskSet:
                 exc_info=task.exception(),
             )
 
-    def __len__(self) -> int:
-        return len(self._tasks)
-
     async def close(self) -> None:
         tasks = list(self._tasks)
         for task in tasks:

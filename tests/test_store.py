@@ -12,7 +12,7 @@ import pytest
 
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import SessionRecord, Task, TaskStatus
+from gateway.tasks.models import SessionRecord, Task, TaskStatus, epoch_us
 from gateway.tasks.store import StoreInUse, TaskStore, open_store
 from gateway.tasks.store.sqlite import _COUNT_LIVE
 from gateway.tasks.store.sqlite_schema import MIGRATIONS
@@ -304,7 +304,7 @@ async def test_a_first_schema_file_gains_last_seen_times_from_creation(tmp_path:
     with sqlite3.connect(path) as db:  # what a gateway of the first schema left
         db.executescript(MIGRATIONS[0] + "; PRAGMA user_version = 1;")
         for session_id, at in [("older", T0), ("newer", T0 + timedelta(minutes=10))]:
-            row = (session_id, "r", None, "2025-11-25", "{}", None, _microseconds(at))
+            row = (session_id, "r", None, "2025-11-25", "{}", None, epoch_us(at))
             db.execute("INSERT INTO sessions VALUES (?,?,?,?,?,?,?)", row)
     db.close()
 
@@ -313,10 +313,6 @@ async def test_a_first_schema_file_gains_last_seen_times_from_creation(tmp_path:
 
     assert pruned == ["older"] and await store.get_session("newer") is not None
     await store.close()
-
-
-def _microseconds(at: datetime) -> int:
-    return (at - datetime(1970, 1, 1, tzinfo=UTC)) // timedelta(microseconds=1)
 
 
 async def test_sessions_round_trip_are_replaced_and_deleted(store: TaskStore) -> None:
