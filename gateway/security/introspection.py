@@ -16,18 +16,17 @@ it is not asked again.
 from __future__ import annotations
 
 import asyncio
-import base64
 import hashlib
 import logging
 import math
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Sequence
-from urllib.parse import quote
 
 import aiohttp
 
 from gateway.config.auth import IntrospectionConfig
+from gateway.security.client_auth import authenticate_client
 from gateway.security.errors import AuthError, IdentityProviderUnavailable
 
 log = logging.getLogger(__name__)
@@ -131,12 +130,7 @@ class Introspector:
             raise _unavailable(wait)
         cfg = self._config
         form = {"token": token, "token_type_hint": "access_token"}
-        headers = {"Accept": "application/json"}
-        if cfg.auth_method == "client_secret_basic":
-            pair = f"{quote(cfg.client_id, safe='')}:{quote(cfg.secret, safe='')}"
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        else:
-            form.update(client_id=cfg.client_id, client_secret=cfg.secret)
+        headers = authenticate_client(cfg.auth_method, cfg.client_id, cfg.secret, form)
         async with self._turns:
             try:
                 async with asyncio.timeout(_TIMEOUT_SECONDS):

@@ -12,14 +12,12 @@ until shortly before they expire, and fetched by one request at a time.
 from __future__ import annotations
 
 import asyncio
-import base64
 import logging
 import secrets
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol
-from urllib.parse import quote
 
 import aiohttp
 import jwt
@@ -29,6 +27,7 @@ from cryptography.hazmat.primitives.serialization import load_pem_private_key
 
 from gateway.config import UpstreamConfig, UpstreamIdentity
 from gateway.protocol.errors import UpstreamUnavailable
+from gateway.security.client_auth import authenticate_client
 
 log = logging.getLogger(__name__)
 
@@ -154,12 +153,7 @@ class TokenEndpoint:
             form["scope"] = " ".join(cfg.scopes)
         if cfg.resource:
             form["resource"] = cfg.resource
-        headers = {"Accept": "application/json"}
-        if cfg.auth_method == "client_secret_basic":
-            pair = f"{quote(cfg.client_id, safe='')}:{quote(cfg.secret, safe='')}"
-            headers["Authorization"] = "Basic " + base64.b64encode(pair.encode()).decode()
-        else:
-            form.update(client_id=cfg.client_id, client_secret=cfg.secret)
+        headers = authenticate_client(cfg.auth_method, cfg.client_id, cfg.secret, form)
         started = self._clock()
         try:
             async with asyncio.timeout(_TOKEN_TIMEOUT_SECONDS):
