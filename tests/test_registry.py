@@ -164,6 +164,21 @@ async def test_at_the_per_caller_cap_the_least_recently_used_idle_session_makes_
     await gateway.open("another caller")  # counted per caller
 
 
+async def test_a_session_made_room_for_is_not_brought_back_by_its_record_meanwhile(
+    start: Start,
+) -> None:
+    # Its record is deleted in the background: a request with its id in between must still
+    # find it ended, not restore it from the record.
+    gateway = await start(limits={"sessions_per_principal": 1})
+    replaced = await gateway.open()
+    gateway.registry.create(gateway.route, None, "127.0.0.1")  # makes room; nothing awaited
+    with pytest.raises(SessionNotFound):
+        await gateway.registry.get(replaced.id, gateway.route, None, "127.0.0.1")
+    await ended(replaced)
+    with pytest.raises(SessionNotFound):
+        await gateway.registry.get(replaced.id, gateway.route, None, "127.0.0.1")
+
+
 @pytest.mark.parametrize("how", ["a call in flight", "a client reading its GET stream"])
 async def test_a_caller_whose_sessions_are_all_in_use_is_refused_with_429(
     start: Start, how: str

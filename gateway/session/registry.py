@@ -44,6 +44,8 @@ class SessionRegistry:
         #: Sessions held per `Session.limit_key`: what limits.sessions_per_principal caps.
         self._per_limit_key: collections.Counter[str] = collections.Counter()
         self._tasks = TaskSet("sessions")
+        #: Ended sessions whose records are still being deleted: not to be restored meanwhile.
+        self._retiring: set[str] = set()
 
     def count(self, route: str) -> int:
         return sum(1 for s in self._sessions.values() if s.route.name == route)
@@ -76,6 +78,7 @@ class SessionRegistry:
                 )
             log.info("session %s: ended to make room for a new one of its caller", idle.tag)
             self._forget(idle)
+            self._retiring.add(idle.id)  # now: its record must not bring it back meanwhile
             self._tasks.spawn(self._retire(idle, "replaced"), name="retire session")
         session = Session(session_id, route, self._http, principal, limit_key)
         session.persist = self._store.save_session
@@ -133,7 +136,11 @@ class SessionRegistry:
     async def _restore(
         self, session_id: str, route: Route, principal: str | None, limit_key: str
     ) -> Session | None:
+        if session_id in self._retiring:
+            return None
         record = await self._store.get_session(session_id)
+        if session_id in self._retiring:  # ended while the record was being read
+            return None
         if record is None or record.route != route.name or record.principal != principal:
             return None
         session = self._sessions.get(session_id)  # another request restored it meanwhile
@@ -166,9 +173,11 @@ class SessionRegistry:
 
     async def _retire(self, session: Session, why: str) -> None:
         audit("session_ended", route=session.route.name, principal=session.principal, reason=why)
+        self._retiring.add(session.id)
         try:
             await self._store.delete_session(session.id)
         finally:
+            self._retiring.discard(session.id)
             # Its child and streams go even when the store fails; a record left behind
             # only lets its client come back, as after a restart.
             await session.close()
