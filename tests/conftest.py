@@ -50,9 +50,8 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20)
     raise TimeoutError(f"nothing listens on port {port}")
 
 
-@pytest.fixture(scope="session")
-def sdk_upstream() -> Iterator[str]:
-    """The SDK's FastMCP server over Streamable HTTP, as a real child process."""
+def start_sdk_upstream() -> tuple[str, subprocess.Popen[bytes]]:
+    """The SDK's FastMCP server over Streamable HTTP as a child process, once it listens."""
     port = free_port()
     proc = subprocess.Popen(
         [sys.executable, str(ROOT / "tests" / "sdk_upstream.py"), str(port)],
@@ -61,7 +60,19 @@ def sdk_upstream() -> Iterator[str]:
     )
     try:
         wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}/mcp"
+    except BaseException:
+        proc.kill()
+        proc.wait(10)
+        raise
+    return f"http://127.0.0.1:{port}/mcp", proc
+
+
+@pytest.fixture(scope="session")
+def sdk_upstream() -> Iterator[str]:
+    """The SDK's FastMCP server over Streamable HTTP, as a real child process."""
+    url, proc = start_sdk_upstream()
+    try:
+        yield url
     finally:
         proc.terminate()
         proc.wait(10)

@@ -272,6 +272,17 @@ def start_process(config: Path, port: int) -> subprocess.Popen[bytes]:
     return proc
 
 
+def write_config(tmp_path: Path, port: int, extra: str = "", routes: str = DEMO_ROUTE) -> Path:
+    """A config file for the real command: listening on `port`, its store in `tmp_path`."""
+    config = tmp_path / "gateway.yaml"
+    config.write_text(
+        f"listen: {{host: 127.0.0.1, port: {port}}}\n"
+        f"store: {{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}\n"
+        f"{extra}\n{routes}\n"
+    )
+    return config
+
+
 @contextmanager
 def gateway_process(
     tmp_path: Path, extra: str = "", args: tuple[str, ...] = (), nofile: int | None = None
@@ -279,12 +290,7 @@ def gateway_process(
     """The real command on a free port with the demo route; yields its base URL, port and
     stderr file."""
     port = free_port()
-    config = tmp_path / "gateway.yaml"
-    config.write_text(
-        f"listen: {{host: 127.0.0.1, port: {port}}}\n"
-        f"store: {{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}\n"
-        f"{extra}\n{DEMO_ROUTE}\n"
-    )
+    config = write_config(tmp_path, port, extra)
     stderr = tmp_path / f"gateway-{port}.log"
 
     def limit_descriptors() -> None:

@@ -16,8 +16,8 @@ from aiohttp.test_utils import TestServer
 from gateway.protocol.errors import INTERNAL_ERROR
 
 from .conftest import StartGateway
+from .helpers import INIT, headers
 
-ACCEPT = {"Accept": "application/json, text/event-stream", "Content-Type": "application/json"}
 REFUSED = web.AppKey("refused", list[int])
 RELAYS = web.AppKey("relays", set["asyncio.Task[Any]"])
 
@@ -85,19 +85,11 @@ async def test_an_answer_refused_with_an_http_error_gets_502_and_the_retry_compl
 ) -> None:
     upstream = {"transport": "streamable_http", "url": str(proxied.make_url("/mcp"))}
     url = f"{await start_gateway([{'name': 't', 'upstream': upstream}])}/t/mcp"
-    init = {
-        "jsonrpc": "2.0",
-        "id": 1,
-        "method": "initialize",
-        "params": {
-            "protocolVersion": "2025-11-25",
-            "capabilities": {"elicitation": {}},
-            "clientInfo": {"name": "refused-answer", "version": "1"},
-        },
-    }
+    # A client that answers questions declares elicitation in its capabilities.
+    init = {**INIT, "params": {**INIT["params"], "capabilities": {"elicitation": {}}}}
     async with aiohttp.ClientSession() as http:
-        async with http.post(url, json=init, headers=ACCEPT) as resp:
-            session = {**ACCEPT, "Mcp-Session-Id": resp.headers["Mcp-Session-Id"]}
+        async with http.post(url, json=init, headers=headers()) as resp:
+            session = headers(resp.headers["Mcp-Session-Id"])
         note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
         async with http.post(url, json=note, headers=session):
             pass

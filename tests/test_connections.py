@@ -14,8 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .conftest import ROOT, mcp_client
-from .helpers import gateway_process, headers, raw_session, rpc, start_task
+from .conftest import mcp_client
+from .helpers import gateway_process, headers, raw_session, rpc
 
 #: Another loopback address: the "attacker" in these tests, so caps on it leave 127.0.0.1 free.
 OTHER = "127.0.0.2"
@@ -95,35 +95,6 @@ async def test_when_descriptors_run_short_idle_connections_make_room_for_healthz
     log = err.read_text()
     assert "at the connection limit" in log
     assert "Traceback" not in log and "out of system resource" not in log
-
-
-async def test_a_second_gateway_on_a_taken_port_stops_in_one_line_and_costs_the_first_nothing(
-    tmp_path: Path,
-) -> None:
-    with gateway_process(tmp_path) as (base, port, _err):
-        url = f"{base}/demo/mcp"
-        async with aiohttp.ClientSession() as http:
-            session_id, _ = await raw_session(http, url)
-            task_id = await start_task(http, url, session_id, "slow", {"seconds": 2, "steps": 2})
-            config = tmp_path / "gateway.yaml"  # the same file, store and port: run twice
-            second = await asyncio.to_thread(
-                subprocess.run,
-                [sys.executable, "-m", "gateway", "--config", str(config)],
-                cwd=ROOT,
-                capture_output=True,
-                timeout=30,
-            )
-            assert second.returncode == 2
-            stderr = second.stderr.decode()
-            assert f"cannot listen on 127.0.0.1:{port}: the port is in use" in stderr
-            assert "--port" in stderr and "Traceback" not in stderr
-            async with asyncio.timeout(15):
-                while True:
-                    got = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, 5)
-                    if got["result"]["status"] != "working":
-                        break
-                    await asyncio.sleep(0.2)
-            assert got["result"]["status"] == "completed"
 
 
 def test_a_port_in_use_by_another_program_is_one_line_and_exit_2(tmp_path: Path) -> None:

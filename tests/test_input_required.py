@@ -12,7 +12,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,7 +23,13 @@ from mcp.shared.context import RequestContext
 
 from gateway.protocol.errors import INTERNAL_ERROR
 
-from .conftest import DEMO, ROOT, StartGateway, free_port, mcp_client, wait_for_port
+from .conftest import (
+    DEMO,
+    ROOT,
+    StartGateway,
+    mcp_client,
+    start_sdk_upstream,
+)
 from .helpers import (
     RELATED,
     headers,
@@ -376,15 +381,9 @@ async def test_sdk_client_that_answers_too_late_leaves_the_default_answer_standi
 @pytest.fixture
 def own_sdk_upstream() -> Iterator[tuple[str, subprocess.Popen[bytes]]]:
     """An SDK upstream process of the test's own, which it may stop, resume or kill."""
-    port = free_port()
-    proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "sdk_upstream.py"), str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+    url, proc = start_sdk_upstream()
     try:
-        wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}/mcp", proc
+        yield url, proc
     finally:
         proc.send_signal(signal.SIGCONT)
         proc.kill()

@@ -5,7 +5,6 @@ Each test starts the real command (`python -m gateway`)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import signal
 import subprocess
 import sys
@@ -15,7 +14,7 @@ import aiohttp
 import pytest
 
 from .conftest import ROOT, free_port
-from .helpers import DEMO_ROUTE, gateway_process, raw_session, rpc, start_process, start_task
+from .helpers import gateway_process, raw_session, rpc, start_process, start_task, write_config
 
 
 async def wait_until_done(
@@ -65,12 +64,7 @@ async def test_the_store_of_a_killed_gateway_opens_at_once_and_its_task_fails_as
     tmp_path: Path,
 ) -> None:
     port = free_port()
-    config = tmp_path / "gateway.yaml"
-    config.write_text(
-        f"listen: {{host: 127.0.0.1, port: {port}}}\n"
-        f"store: {{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}\n"
-        f"{DEMO_ROUTE}\n"
-    )
+    config = write_config(tmp_path, port)
     url = f"http://127.0.0.1:{port}/demo/mcp"
     proc = start_process(config, port)
     try:

@@ -18,21 +18,23 @@ from gateway.tasks.runner import SHUTDOWN_MESSAGE
 
 from .conftest import free_port
 from .fakes import faulty_streamable_app
-from .helpers import headers, raw_session, result_request, rpc, start_process, start_task
+from .helpers import (
+    headers,
+    raw_session,
+    result_request,
+    rpc,
+    start_process,
+    start_task,
+    write_config,
+)
 
 
 async def test_sigterm_answers_waiting_clients_fails_running_tasks_and_exits_in_time(
     tmp_path: Path,
 ) -> None:
     port = free_port()
-    config = tmp_path / "gateway.yaml"
-    config.write_text(
-        f"listen: {{host: 127.0.0.1, port: {port}}}\n"
-        f"store: {{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}\n"
-        "http: {shutdown_grace_seconds: 5}\n"
-        "auth: {list_tasks_without_auth: true}\n"
-        "routes: [{name: demo, upstream: "
-        "{transport: stdio, command: [python, -m, gateway.demo]}}]\n"
+    config = write_config(
+        tmp_path, port, "http: {shutdown_grace_seconds: 5}\nauth: {list_tasks_without_auth: true}"
     )
     url = f"http://127.0.0.1:{port}/demo/mcp"
     proc = start_process(config, port)
@@ -88,16 +90,15 @@ async def test_sigterm_with_a_thousand_sessions_and_tasks_fails_them_all_and_exi
     upstream = TestServer(upstream_app, host="127.0.0.1")
     await upstream.start_server()
     port = free_port()
-    config = tmp_path / "gateway.yaml"
     db = tmp_path / "gateway.db"
-    config.write_text(
-        f"listen: {{host: 127.0.0.1, port: {port}}}\n"
-        f"store: {{path: {json.dumps(str(db))}}}\n"
-        "http: {shutdown_grace_seconds: 10}\n"
+    http_upstream = {"transport": "streamable_http", "url": str(upstream.make_url("/mcp"))}
+    config = write_config(
+        tmp_path,
+        port,
         # One client address opens them all: only the per-caller caps are lifted.
-        "limits: {sessions_per_principal: null, requests_per_second: null}\n"
-        "routes: [{name: t, upstream: "
-        f"{{transport: streamable_http, url: {json.dumps(str(upstream.make_url('/mcp')))}}}}}]\n"
+        "http: {shutdown_grace_seconds: 10}\n"
+        "limits: {sessions_per_principal: null, requests_per_second: null}",
+        routes="routes: " + json.dumps([{"name": "t", "upstream": http_upstream}]),
     )
     url = f"http://127.0.0.1:{port}/t/mcp"
     proc = start_process(config, port)
