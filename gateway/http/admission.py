@@ -23,7 +23,7 @@ from aiohttp import web
 from gateway.keys import SESSIONS
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, modern
 from gateway.protocol.errors import (
     InvalidRequest,
     LimitExceeded,
@@ -43,8 +43,6 @@ from gateway.session.session import Session
 
 SESSION_HEADER = "Mcp-Session-Id"
 VERSION_HEADER = "Mcp-Protocol-Version"
-#: Where 2026-07-28 clients put their version in every request, besides the header.
-MODERN_VERSION_META = "io.modelcontextprotocol/protocolVersion"
 
 
 def accepts(request: web.Request, *media_types: str) -> bool:
@@ -81,7 +79,7 @@ def check_modern_version(
     supported = list(SUPPORTED_PROTOCOL_VERSIONS) if served is None else served
     version: object = request.headers.get(VERSION_HEADER)
     if version is None and isinstance(message, jsonrpc.Request | jsonrpc.Notification):
-        version = (jsonrpc.param(message, "_meta") or {}).get(MODERN_VERSION_META)
+        version = (jsonrpc.param(message, "_meta") or {}).get(modern.VERSION_META)
     if version is not None and version not in supported:
         version = printable(str(version), 40)
         raise UnsupportedVersion(
