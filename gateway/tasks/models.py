@@ -88,6 +88,9 @@ class Task(BaseModel):
     poll_interval_ms: int
     #: The progress token the client sent with the call, echoed on relayed progress.
     progress_token: RequestId | None = None
+    #: The protocol generation of the request that made the task ("2025-11-25" or
+    #: "2026-07-28"); either may read it, each rendered by the reader's rules.
+    generation: str = "2025-11-25"
 
     @property
     def expires_at(self) -> datetime | None:
@@ -137,6 +140,25 @@ def status_for(outcome: Outcome) -> tuple[TaskStatus, str | None]:
     if outcome.body.get("isError") is True:
         return TaskStatus.FAILED, _first_text(outcome.body) or "the tool reported an error"
     return TaskStatus.COMPLETED, None
+
+
+class InputRequest(BaseModel):
+    """A question the upstream asked during a task's call, kept until it is answered.
+
+    The 2026-07-28 generation shows the pending ones in `tasks/get` as `inputRequests`, under
+    `key`, and takes their answers in `tasks/update`; `upstream_id` is the id the upstream
+    gave its request, under which the answer goes back.
+    """
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    #: Minted by the gateway, unique for the task's lifetime (the extension requires it).
+    key: str
+    method: str
+    params: JsonObject
+    upstream_id: RequestId
+    created_at: datetime
 
 
 class SessionRecord(BaseModel):

@@ -10,8 +10,9 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Protocol
 
+from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import SessionRecord, Task, TaskStatus
+from gateway.tasks.models import InputRequest, SessionRecord, Task, TaskStatus
 
 
 class TaskStore(Protocol):
@@ -61,6 +62,26 @@ class TaskStore(Protocol):
         """
 
     async def get_outcome(self, task_id: str) -> Outcome | None: ...
+
+    async def add_input(self, request: InputRequest) -> bool:
+        """Record a pending input request of a live task; False if the task is unknown or
+        terminal, or the key is taken (keys are never reused within a task)."""
+
+    async def pending_inputs(self, task_id: str) -> list[InputRequest]:
+        """The task's unanswered input requests, oldest first."""
+
+    async def answer_input(
+        self, task_id: str, key: str, response: JsonObject, now: datetime
+    ) -> InputRequest | None:
+        """Mark a pending input request answered, keeping `response`; None if the key is
+        unknown, already answered or withdrawn (the extension says such answers are ignored)."""
+
+    async def withdraw_inputs(
+        self, task_id: str, now: datetime, keys: Collection[str] | None = None
+    ) -> list[InputRequest]:
+        """The task's still-pending input requests named by `keys` (all when None) are
+        withdrawn: its call ended, or a question got the default answer after
+        `tasks.input_timeout_seconds`. Returns those it withdrew."""
 
     async def delete_expired(self, now: datetime) -> list[str]:
         """Deletes tasks (and outcomes) whose expiry is at or before `now`; returns their ids."""

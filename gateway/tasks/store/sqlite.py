@@ -1,4 +1,5 @@
-"""The SQLite backend of `TaskStore`: the task, outcome and session queries on one file.
+"""The SQLite backend of `TaskStore`: the task and outcome queries on one file, and the
+session and input-request ones (`sqlite_sessions`, `sqlite_inputs`) it delegates to.
 
 Writes go through the file's single `GroupCommitWriter` (`sqlite_writer`), so each returns
 once durable; reads use a second connection and, under WAL, see committed rows only and never
@@ -18,14 +19,24 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
+from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import SessionRecord, Task, TaskStatus, epoch_us, may_transition
+from gateway.tasks.models import (
+    InputRequest,
+    SessionRecord,
+    Task,
+    TaskStatus,
+    epoch_us,
+    may_transition,
+)
+from gateway.tasks.store import sqlite_inputs as inputs
+from gateway.tasks.store import sqlite_sessions as sessions
 from gateway.tasks.store.sqlite_schema import (
+    IN_JSON_ARRAY,
     LIVE_SQL,
     TASK_COLUMNS,
     json_text,
     open_database,
-    session_from_row,
     task_from_row,
 )
 from gateway.tasks.store.sqlite_writer import GroupCommitWriter
@@ -35,8 +46,6 @@ T = TypeVar("T")
 #: The statuses of a task that is still running.
 _LIVE = tuple(s for s in TaskStatus if not s.terminal)
 _COUNT_LIVE = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND {LIVE_SQL}"
-#: `IN` over any number of values through one JSON array parameter (SQLite caps parameters).
-_IN_JSON_ARRAY = "IN (SELECT value FROM json_each(?))"
 
 
 def _marks(values: Collection[Any]) -> str:
@@ -67,6 +76,7 @@ class SqliteTaskStore:
             *(task.task_id, task.owner, task.route, task.tool, task.status, task.status_message),
             *(epoch_us(task.created_at), epoch_us(task.updated_at)),
             *(task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
+            task.generation,
             None if expires is None else epoch_us(expires),
         )
         sql = f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES ({_marks(row)})"
@@ -143,6 +153,7 @@ class SqliteTaskStore:
             moved = await _transition(db, task_id, sources, status, status_message, now)
             if outcome is not None:
                 await _insert_outcomes(db, moved, outcome)
+            await inputs.withdraw_all(db, [task.task_id for task in moved], now)
             return next(iter(moved), None)
 
         return await self._write(finish)
@@ -151,7 +162,24 @@ class SqliteTaskStore:
         rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = ?", task_id)
         return next((Outcome(kind=r["kind"], body=json.loads(r["body"])) for r in rows), None)
 
+    async def add_input(self, request: InputRequest) -> bool:
+        return await self._write(lambda db: inputs.add(db, request))
+
+    async def pending_inputs(self, task_id: str) -> list[InputRequest]:
+        return [inputs.input_from_row(row) for row in await self._read(inputs.PENDING, task_id)]
+
+    async def answer_input(
+        self, task_id: str, key: str, response: JsonObject, now: datetime
+    ) -> InputRequest | None:
+        return await self._write(lambda db: inputs.answer(db, task_id, key, response, now))
+
+    async def withdraw_inputs(
+        self, task_id: str, now: datetime, keys: Collection[str] | None = None
+    ) -> list[InputRequest]:
+        return await self._write(lambda db: inputs.withdraw(db, task_id, now, keys))
+
     async def delete_expired(self, now: datetime) -> list[str]:
+        # Their outcomes and input rows go with them: the foreign keys cascade.
         sql = "DELETE FROM tasks WHERE expires_at <= ? RETURNING task_id"
         rows = await self._write(lambda db: db.execute_fetchall(sql, (epoch_us(now),)))
         return [row["task_id"] for row in rows]
@@ -171,50 +199,25 @@ class SqliteTaskStore:
         async def fail(db: aiosqlite.Connection) -> list[Task]:
             tasks = await _transition(db, ids, sources, failed, message, now)
             await _insert_outcomes(db, tasks, Outcome.error(-32603, message))
+            await inputs.withdraw_all(db, [task.task_id for task in tasks], now)
             return tasks
 
         return await self._write(fail)
 
     async def save_session(self, record: SessionRecord) -> None:
-        created = epoch_us(record.created_at)
-        row = (
-            *(record.session_id, record.route, record.principal, record.protocol_version),
-            *(json_text(record.initialize), json_text(record.initialized), created, created),
-        )
-        # Not INSERT OR REPLACE: rewriting a record (its `initialized` arrives later) must not
-        # set its last-seen time back to its creation.
-        sql = (
-            "INSERT INTO sessions (session_id, route, principal, protocol_version, initialize,"
-            f" initialized, created_at, last_seen) VALUES ({_marks(row)})"
-            " ON CONFLICT (session_id) DO UPDATE SET route = excluded.route,"
-            " principal = excluded.principal, protocol_version = excluded.protocol_version,"
-            " initialize = excluded.initialize, initialized = excluded.initialized,"
-            " created_at = excluded.created_at, last_seen = max(last_seen, excluded.last_seen)"
-        )
-        await self._write(lambda db: db.execute(sql, row))
+        await self._write(lambda db: sessions.save(db, record))
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        rows = await self._read("SELECT * FROM sessions WHERE session_id = ?", session_id)
-        return next((session_from_row(row) for row in rows), None)
+        rows = await self._read(sessions.GET, session_id)
+        return next((sessions.session_from_row(row) for row in rows), None)
 
     async def delete_session(self, session_id: str) -> None:
-        sql = "DELETE FROM sessions WHERE session_id = ?"
-        await self._write(lambda db: db.execute(sql, (session_id,)))
+        await self._write(lambda db: db.execute(sessions.DELETE, (session_id,)))
 
     async def prune_sessions(
         self, live: Collection[str], now: datetime, idle_before: datetime
     ) -> list[str]:
-        touch = (
-            f"UPDATE sessions SET last_seen = ? WHERE session_id {_IN_JSON_ARRAY} AND last_seen < ?"
-        )
-        prune = "DELETE FROM sessions WHERE last_seen < ? RETURNING session_id"
-        seen, ids, before = epoch_us(now), json.dumps(list(live)), epoch_us(idle_before)
-
-        async def run(db: aiosqlite.Connection) -> list[str]:
-            await db.execute(touch, (seen, ids, seen))
-            return [row["session_id"] for row in await db.execute_fetchall(prune, (before,))]
-
-        return await self._write(run)
+        return await self._write(lambda db: sessions.prune(db, live, now, idle_before))
 
     @property
     def commits(self) -> int:
@@ -274,7 +277,7 @@ async def _transition(
     elif isinstance(which, str):
         one, key = "task_id = ? AND", (which,)
     else:
-        one, key = f"task_id {_IN_JSON_ARRAY} AND", (json.dumps(list(which)),)
+        one, key = f"task_id {IN_JSON_ARRAY} AND", (json.dumps(list(which)),)
     sql = (
         "UPDATE tasks SET status = ?, status_message = ?, updated_at = ?"
         f" WHERE {one} status IN ({_marks(sources)}) RETURNING {TASK_COLUMNS}"

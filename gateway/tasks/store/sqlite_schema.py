@@ -18,7 +18,7 @@ from typing import Any
 
 import aiosqlite
 
-from gateway.tasks.models import SessionRecord, Task, TaskStatus, from_epoch_us
+from gateway.tasks.models import Task, TaskStatus, from_epoch_us
 
 #: Applied in order once each; PRAGMA user_version counts those applied. Append, never edit.
 MIGRATIONS = [
@@ -64,6 +64,23 @@ MIGRATIONS = [
     CREATE INDEX sessions_by_last_seen ON sessions (last_seen);
     CREATE INDEX tasks_live ON tasks (owner) WHERE status IN ('working', 'input_required');
     """,
+    # Tasks remember the generation that made them; the questions a task's call asks are kept
+    # (see `sqlite_inputs`) so that the 2026-07-28 generation can show and answer them.
+    """
+    ALTER TABLE tasks ADD COLUMN generation TEXT NOT NULL DEFAULT '2025-11-25';
+    CREATE TABLE task_inputs (
+        task_id TEXT NOT NULL REFERENCES tasks ON DELETE CASCADE,
+        key TEXT NOT NULL,
+        method TEXT NOT NULL,
+        params TEXT NOT NULL,
+        upstream_id TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'answered', 'withdrawn')),
+        response TEXT,
+        created_at INTEGER NOT NULL,
+        settled_at INTEGER,
+        PRIMARY KEY (task_id, key)
+    );
+    """,
 ]
 
 #: The statuses of a running task, spelled exactly as the `tasks_live` partial index's WHERE:
@@ -71,10 +88,13 @@ MIGRATIONS = [
 #: parameters do not count).
 LIVE_SQL = "status IN ('working', 'input_required')"
 
+#: `IN` over any number of values through one JSON array parameter (SQLite caps parameters).
+IN_JSON_ARRAY = "IN (SELECT value FROM json_each(?))"
+
 #: What `task_from_row` reads. Times are `epoch_us` integers, a progress token is JSON text.
 TASK_COLUMNS = (
     "task_id, owner, route, tool, status, status_message, created_at, updated_at, ttl_ms,"
-    " poll_interval_ms, progress_token"
+    " poll_interval_ms, progress_token, generation"
 )
 
 _PRAGMAS = "PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
@@ -95,19 +115,7 @@ def task_from_row(row: sqlite3.Row) -> Task:
         poll_interval_ms=row["poll_interval_ms"],
         # JSON text keeps an int token an int and a str token a str.
         progress_token=None if token is None else json.loads(token),
-    )
-
-
-def session_from_row(row: sqlite3.Row) -> SessionRecord:
-    initialized = row["initialized"]
-    return SessionRecord(
-        session_id=row["session_id"],
-        route=row["route"],
-        principal=row["principal"],
-        protocol_version=row["protocol_version"],
-        initialize=json.loads(row["initialize"]),
-        initialized=None if initialized is None else json.loads(initialized),
-        created_at=from_epoch_us(row["created_at"]),
+        generation=row["generation"],
     )
 
 

@@ -1,0 +1,94 @@
+"""The SQLite store's input-request rows: the questions a task's call asked, and their fate.
+
+A row is `pending` until it is `answered` or `withdrawn`, and never changes again; it stays
+until its task is deleted (the foreign key cascades), so a settled key is never reused. The
+write functions here run inside the store's writer (`sqlite_writer`), each in its batch's
+transaction; the store does the reads.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Collection
+from datetime import datetime
+
+import aiosqlite
+
+from gateway.protocol.jsonrpc import JsonObject
+from gateway.tasks.models import InputRequest, epoch_us, from_epoch_us
+from gateway.tasks.store.sqlite_schema import IN_JSON_ARRAY, LIVE_SQL, json_text
+
+#: What `input_from_row` reads. `upstream_id` is JSON text, so 1 and "1" stay apart.
+_COLUMNS = "task_id, key, method, params, upstream_id, created_at"
+
+# INSERT ... SELECT from the task's row: no row (unknown or terminal task), no insert; the
+# check and the write are one statement. A taken key inserts nothing either.
+_ADD = (
+    f"INSERT INTO task_inputs ({_COLUMNS}, state)"
+    f" SELECT ?, ?, ?, ?, ?, ?, 'pending' FROM tasks WHERE task_id = ? AND {LIVE_SQL}"
+    " ON CONFLICT (task_id, key) DO NOTHING RETURNING key"
+)
+
+PENDING = (
+    f"SELECT {_COLUMNS} FROM task_inputs WHERE task_id = ? AND state = 'pending'"
+    " ORDER BY created_at, key"
+)
+
+_ANSWER = (
+    "UPDATE task_inputs SET state = 'answered', response = ?, settled_at = ?"
+    f" WHERE task_id = ? AND key = ? AND state = 'pending' RETURNING {_COLUMNS}"
+)
+
+_WITHDRAW = "UPDATE task_inputs SET state = 'withdrawn', settled_at = ? WHERE state = 'pending'"
+
+
+def input_from_row(row: sqlite3.Row) -> InputRequest:
+    return InputRequest(
+        task_id=row["task_id"],
+        key=row["key"],
+        method=row["method"],
+        params=json.loads(row["params"]),
+        upstream_id=json.loads(row["upstream_id"]),
+        created_at=from_epoch_us(row["created_at"]),
+    )
+
+
+async def add(db: aiosqlite.Connection, request: InputRequest) -> bool:
+    """Inserts `request` as pending; False if its task is unknown or terminal or the key taken."""
+    row = (
+        *(request.task_id, request.key, request.method, json_text(request.params)),
+        *(json_text(request.upstream_id), epoch_us(request.created_at), request.task_id),
+    )
+    return bool(list(await db.execute_fetchall(_ADD, row)))
+
+
+async def answer(
+    db: aiosqlite.Connection, task_id: str, key: str, response: JsonObject, now: datetime
+) -> InputRequest | None:
+    """Moves the pending `key` to answered with `response`; None unless it was pending."""
+    rows = await db.execute_fetchall(_ANSWER, (json_text(response), epoch_us(now), task_id, key))
+    return next((input_from_row(row) for row in rows), None)
+
+
+async def withdraw(
+    db: aiosqlite.Connection, task_id: str, now: datetime, keys: Collection[str] | None
+) -> list[InputRequest]:
+    """Moves the task's pending rows named by `keys` (all when None) to withdrawn; returns
+    them oldest first."""
+    named, params = "", [epoch_us(now), task_id]
+    if keys is not None:
+        named = f"AND key {IN_JSON_ARRAY}"
+        params.append(json.dumps(list(keys)))
+    sql = f"{_WITHDRAW} AND task_id = ? {named} RETURNING {_COLUMNS}"
+    rows = await db.execute_fetchall(sql, params)
+    # RETURNING comes in no promised order.
+    return sorted(map(input_from_row, rows), key=lambda r: (r.created_at, r.key))
+
+
+async def withdraw_all(db: aiosqlite.Connection, task_ids: Collection[str], now: datetime) -> None:
+    """Withdraws every pending row of `task_ids`: part of their terminal write, so that a
+    finished task never shows a question."""
+    if task_ids:
+        sql = f"{_WITHDRAW} AND task_id {IN_JSON_ARRAY}"
+        await db.execute(sql, (epoch_us(now), json.dumps(list(task_ids))))

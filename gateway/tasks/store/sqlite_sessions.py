@@ -1,0 +1,68 @@
+"""The SQLite store's session records: what a client session needs to outlive a restart.
+
+The write functions here run inside the store's writer (`sqlite_writer`), each in its batch's
+transaction; the store does the reads.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Collection
+from datetime import datetime
+
+import aiosqlite
+
+from gateway.tasks.models import SessionRecord, epoch_us, from_epoch_us
+from gateway.tasks.store.sqlite_schema import IN_JSON_ARRAY, json_text
+
+# Not INSERT OR REPLACE: rewriting a record (its `initialized` arrives later) must not set its
+# last-seen time back to its creation.
+_SAVE = (
+    "INSERT INTO sessions (session_id, route, principal, protocol_version, initialize,"
+    " initialized, created_at, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " ON CONFLICT (session_id) DO UPDATE SET route = excluded.route,"
+    " principal = excluded.principal, protocol_version = excluded.protocol_version,"
+    " initialize = excluded.initialize, initialized = excluded.initialized,"
+    " created_at = excluded.created_at, last_seen = max(last_seen, excluded.last_seen)"
+)
+
+GET = "SELECT * FROM sessions WHERE session_id = ?"
+DELETE = "DELETE FROM sessions WHERE session_id = ?"
+
+_TOUCH = f"UPDATE sessions SET last_seen = ? WHERE session_id {IN_JSON_ARRAY} AND last_seen < ?"
+_PRUNE = "DELETE FROM sessions WHERE last_seen < ? RETURNING session_id"
+
+
+def session_from_row(row: sqlite3.Row) -> SessionRecord:
+    initialized = row["initialized"]
+    return SessionRecord(
+        session_id=row["session_id"],
+        route=row["route"],
+        principal=row["principal"],
+        protocol_version=row["protocol_version"],
+        initialize=json.loads(row["initialize"]),
+        initialized=None if initialized is None else json.loads(initialized),
+        created_at=from_epoch_us(row["created_at"]),
+    )
+
+
+async def save(db: aiosqlite.Connection, record: SessionRecord) -> None:
+    """Inserts or updates `record`; an update keeps the later of the two last-seen times."""
+    created = epoch_us(record.created_at)
+    row = (
+        *(record.session_id, record.route, record.principal, record.protocol_version),
+        *(json_text(record.initialize), json_text(record.initialized), created, created),
+    )
+    await db.execute(_SAVE, row)
+
+
+async def prune(
+    db: aiosqlite.Connection, live: Collection[str], now: datetime, idle_before: datetime
+) -> list[str]:
+    """Marks the `live` sessions seen at `now`, then deletes those last seen before
+    `idle_before`; returns the deleted ids."""
+    seen = epoch_us(now)
+    await db.execute(_TOUCH, (seen, json.dumps(list(live)), seen))
+    rows = await db.execute_fetchall(_PRUNE, (epoch_us(idle_before),))
+    return [row["session_id"] for row in rows]
