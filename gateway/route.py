@@ -11,6 +11,8 @@ import logging
 
 from gateway.config import RouteConfig, Settings, route_auth, route_limits
 from gateway.observability.metrics import Metrics
+from gateway.protocol import jsonrpc, rewrite
+from gateway.protocol.modern_headers import ToolHeaders
 from gateway.security.auth import Authenticator
 from gateway.security.limits import RateLimiter
 from gateway.security.oauth import ProtectedResource
@@ -43,6 +45,8 @@ class Route:
         #: when the operator opts in (the spec's SHOULD NOT otherwise).
         self.lists_tasks = self.authenticator.required or auth.list_tasks_without_auth
         self.rate = RateLimiter(self.limits.requests_per_second, self.limits.burst)
+        #: The `Mcp-Param-*` headers each tool declares, from the tools/list answers relayed.
+        self.tool_headers = ToolHeaders()
         self.upstream = UpstreamRoute(config)
         if any(name.lower() == "authorization" for name in config.upstream.copied_headers):
             log.warning(
@@ -54,6 +58,12 @@ class Route:
             )
         metrics.learn_tools(config.name, list(config.tasks.tools))
         metrics.children.labels(config.name).set_function(lambda: self.upstream.slots.running)
+
+    def learn_tools(self, answer: jsonrpc.Response) -> None:
+        """What a tools/list answer (either generation's) teaches: tool names as metric
+        labels, and the headers 2026-07-28 callers must mirror for each tool."""
+        self.metrics.learn_tools(self.name, rewrite.tool_names(answer))
+        self.tool_headers.learn(answer)
 
     async def close(self) -> None:
         await self.upstream.close()
