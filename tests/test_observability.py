@@ -183,4 +183,58 @@ async def test_task_lifecycle_and_sessions_are_audited_without_arguments(
     assert ended and ended[0]["duration_seconds"] >= 0
     first = next(e for e in events if e["event"] == "task_created")
     assert first["task_id"] == created.task.taskId and first["tool"] == "echo"
+    assert first["generation"] == "2025-11-25"
     assert "private words" not in caplog.text  # arguments only when the operator opts in
+
+
+async def test_requests_are_counted_and_audited_by_protocol_generation(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "gateway.audit")
+    monkeypatch.setenv("K", "key-1")
+    auth = {"mode": "api_keys", "api_keys": [{"principal": "alice", "key_env": "K"}]}
+    base = await start_gateway([{"name": "demo", "upstream": DEMO, "auth": auth}])
+    url = f"{base}/demo/mcp"
+    accept = {"Accept": "application/json, text/event-stream"}
+    modern = {**accept, "MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/list"}
+    meta = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    listing = {"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {"_meta": meta}}
+    init = {
+        "jsonrpc": "2.0",
+        "id": 1,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": "2025-11-25",
+            "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"},
+        },
+    }
+    async with aiohttp.ClientSession() as http:
+        for body, hdrs in ((listing, modern), (init, accept)):
+            async with http.post(url, json=body, headers={**hdrs, "Authorization": "Bearer no"}):
+                pass
+            async with http.post(url, json=body, headers={**hdrs, "Authorization": "Bearer key-1"}):
+                pass
+    text = await scrape(f"{base}/metrics")
+
+    def counted(generation: str, method: str, outcome: str) -> float:
+        labels = {"generation": generation, "method": method, "outcome": outcome}
+        return sample(text, "mcp_gateway_requests_total", route="demo", **labels)
+
+    assert counted("2026-07-28", "tools/list", "ok") == 1
+    assert counted("2025-11-25", "initialize", "ok") == 1
+    # Refused before the body is read: the headers alone tell the generation.
+    assert counted("2026-07-28", "other", "rejected") == 1
+    assert counted("2025-11-25", "other", "rejected") == 1
+    assert counted("2025-11-25", "tools/list", "ok") == 0
+    seconds = "mcp_gateway_request_duration_seconds_count"
+    assert sample(text, seconds, generation="2026-07-28", method="tools/list") == 1
+    refused = [
+        json.loads(r.getMessage())
+        for r in caplog.records
+        if r.name == "gateway.audit" and json.loads(r.getMessage())["event"] == "auth_failed"
+    ]
+    assert sorted(e["generation"] for e in refused) == ["2025-11-25", "2026-07-28"]

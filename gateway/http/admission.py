@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from gateway.http.middleware import GENERATION
 from gateway.keys import SESSIONS
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
@@ -34,7 +35,12 @@ from gateway.protocol.errors import (
     Unauthorized,
     UnsupportedVersion,
 )
-from gateway.protocol.versions import SUPPORTED_PROTOCOL_VERSIONS, served_versions
+from gateway.protocol.versions import (
+    LEGACY_GENERATION,
+    MODERN_PROTOCOL_VERSION,
+    SUPPORTED_PROTOCOL_VERSIONS,
+    served_versions,
+)
 from gateway.route import Route
 from gateway.security.auth import bearer_token
 from gateway.security.errors import MISSING_TOKEN, AuthError, InsufficientScope
@@ -89,6 +95,20 @@ def check_modern_version(
         )
 
 
+def generation(request: web.Request, message: jsonrpc.Message | None = None) -> str:
+    """The protocol generation a request speaks, for metrics and audit events: 2026-07-28
+    for a session-less request that names it (in its header, or, once parsed, as
+    `modern.wants_modern` reads the body), else 2025-11-25."""
+    if request.headers.get(SESSION_HEADER):
+        return LEGACY_GENERATION
+    version = request.headers.get(VERSION_HEADER)
+    if message is None:
+        speaks_modern = version == MODERN_PROTOCOL_VERSION
+    else:
+        speaks_modern = modern.wants_modern(message, version)
+    return MODERN_PROTOCOL_VERSION if speaks_modern else LEGACY_GENERATION
+
+
 @dataclass(frozen=True, slots=True)
 class Caller:
     principal: str | None
@@ -103,19 +123,27 @@ async def admit(request: web.Request, route: Route) -> Caller:
 
     Failed authentications are rate-limited per client address, so guessing credentials or
     flooding the audit log stops at the burst. Anonymous requests in a session are limited
-    per session once the session is known (see `session_for`), the rest per address.
+    per session once the session is known (see `session_for`), the rest per address. The
+    request's generation, as its headers tell it, is noted for the metrics.
 
     Raises:
         Unauthorized: missing or invalid credentials (401, WWW-Authenticate: Bearer).
         LimitExceeded: over the caller's request rate (429, Retry-After).
     """
     address = f"address:{request.remote}"
+    request[GENERATION] = generation(request)
     try:
         principal = await route.authenticator.authenticate(request.headers.get("Authorization"))
     except AuthError as exc:
         check_rate(route, address)
         route.metrics.auth_failures.labels(route.name).inc()
-        audit("auth_failed", route=route.name, reason=exc.reason, remote=request.remote)
+        audit(
+            "auth_failed",
+            route=route.name,
+            reason=exc.reason,
+            remote=request.remote,
+            generation=request[GENERATION],
+        )
         raise Unauthorized(
             f"Unauthorized: {exc.reason}",
             headers={"WWW-Authenticate": challenge(exc.reason, route)},
@@ -123,7 +151,7 @@ async def admit(request: web.Request, route: Route) -> Caller:
     if principal is not None:
         caller = Caller(principal.name, f"principal:{principal.name}", principal.scopes)
         check_rate(route, caller.limit_key)
-        check_scopes(route, caller)
+        check_scopes(route, caller, generation=request[GENERATION])
         if principal.method != "api_key":
             # The caller's latest token, for an upstream identity that exchanges it (RFC 8693).
             token = bearer_token(request.headers.get("Authorization"))
@@ -142,9 +170,14 @@ def check_rate(route: Route, key: str) -> None:
         raise
 
 
-def check_scopes(route: Route, caller: Caller, message: jsonrpc.Message | None = None) -> None:
+def check_scopes(
+    route: Route,
+    caller: Caller,
+    message: jsonrpc.Message | None = None,
+    generation: str | None = None,
+) -> None:
     """With auth mode oauth: the caller's token grants every scope the route needs, and for a
-    `tools/call` (a task's too) every scope that tool needs.
+    `tools/call` (a task's too) every scope that tool needs. `generation` is for the audit.
 
     Raises:
         InsufficientScope: 403 with the scopes to ask for in WWW-Authenticate.
@@ -158,7 +191,11 @@ def check_scopes(route: Route, caller: Caller, message: jsonrpc.Message | None =
     missing = route.resource.needed(tool) - caller.scopes
     if missing:
         audit(
-            "auth_failed", route=route.name, reason="insufficient scope", principal=caller.principal
+            "auth_failed",
+            route=route.name,
+            reason="insufficient scope",
+            principal=caller.principal,
+            generation=generation,
         )
         description = f"needs scope {' '.join(sorted(missing))}"
         raise InsufficientScope(

@@ -15,6 +15,7 @@ from aiohttp import web
 
 from gateway.config import HttpConfig
 from gateway.http import admission, endpoint_modern, sse
+from gateway.http.middleware import GENERATION as GENERATION_KEY
 from gateway.http.middleware import METHOD as METHOD_KEY
 from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY
 from gateway.http.middleware import ROUTE as ROUTE_KEY
@@ -79,8 +80,10 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
     )
     message = jsonrpc.parse(body)
     request[METHOD_KEY] = _method_label(message)
+    request[GENERATION_KEY] = admission.generation(request, message)
     if route.resource is not None and route.resource.tool_scopes:
-        admission.check_scopes(route, caller, message)  # a tool's own scopes (403)
+        # a tool's own scopes (403)
+        admission.check_scopes(route, caller, message, request[GENERATION_KEY])
     if log.isEnabledFor(logging.DEBUG):
         log.debug(
             "route %s: %s from %s", route.name, printable(_method_label(message)), request.remote
@@ -165,7 +168,7 @@ def _rewriter(which: dispatch.Rewrite | None, route: Route) -> Rewriter | None:
 
         def tools_list(answer: Answer) -> Answer:
             if isinstance(answer, jsonrpc.Response):
-                route.metrics.learn_tools(route.name, rewrite.tool_names(answer))
+                route.learn_tools(answer)
                 return rewrite.tools_list(answer, policy)
             return answer
 

@@ -22,6 +22,7 @@ from gateway.protocol.errors import (
     GatewayError,
     MisdirectedRequest,
 )
+from gateway.protocol.versions import LEGACY_GENERATION
 
 log = logging.getLogger(__name__)
 
@@ -134,9 +135,11 @@ async def check_origin(request: web.Request, handler: Handler) -> web.StreamResp
     return await handler(request)
 
 
-#: Where handlers note which route and MCP method a request was, for the metrics.
+#: Where handlers note which route, MCP method and protocol generation a request was, for
+#: the metrics (the generation: "2025-11-25" for the session-based one, else "2026-07-28").
 ROUTE = web.RequestKey("route", str)
 METHOD = web.RequestKey("method", str)
+GENERATION = web.RequestKey("generation", str)
 
 
 @web.middleware
@@ -163,4 +166,6 @@ async def observe(request: web.Request, handler: Handler) -> web.StreamResponse:
                 if status < 400
                 else ("rejected" if status < 500 else "error")
             )
-            metrics.request_done(route, method, outcome, time.perf_counter() - started)
+            generation = request.get(GENERATION, LEGACY_GENERATION)
+            seconds = time.perf_counter() - started
+            metrics.request_done(route, generation, method, outcome, seconds)

@@ -1,9 +1,10 @@
 """Prometheus metrics on a per-app registry, with bounded label values.
 
 Labels only ever hold values from closed sets: route names from the configuration, JSON-RPC
-methods from a fixed list, tool names the upstream listed (capped per route), task statuses,
-and short outcome words. Anything else is counted as `other`. Never a task id, a session id
-or a principal: those would make every series unique and the registry grow without bound.
+methods from a fixed list, the two protocol generations, tool names the upstream listed
+(capped per route), task statuses, and short outcome words. Anything else is counted as
+`other`. Never a task id, a session id or a principal: those would make every series unique
+and the registry grow without bound.
 """
 
 from __future__ import annotations
@@ -17,17 +18,18 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import UpstreamProtocolError, UpstreamTimeout
+from gateway.protocol.versions import GENERATIONS, LEGACY_GENERATION
 
 PREFIX = "mcp_gateway"
 
 #: Client-facing methods with a label of their own; the rest are "other".
 METHODS = frozenset(
     {
-        "initialize", "ping", "tools/list", "tools/call", "tasks/get", "tasks/result",
-        "tasks/list", "tasks/cancel", "resources/list", "resources/read",
-        "resources/templates/list", "resources/subscribe", "resources/unsubscribe",
-        "prompts/list", "prompts/get", "completion/complete", "logging/setLevel",
-        "notification", "response", "GET", "DELETE",
+        "initialize", "ping", "server/discover", "tools/list", "tools/call", "tasks/get",
+        "tasks/result", "tasks/list", "tasks/cancel", "tasks/update", "resources/list",
+        "resources/read", "resources/templates/list", "resources/subscribe",
+        "resources/unsubscribe", "subscriptions/listen", "prompts/list", "prompts/get",
+        "completion/complete", "logging/setLevel", "notification", "response", "GET", "DELETE",
     }
 )  # fmt: skip
 _MAX_TOOLS_PER_ROUTE = 200
@@ -42,20 +44,20 @@ class Metrics:
         self._routes = frozenset(routes)
         self._tools: dict[str, set[str]] = {route: set() for route in routes}
         # Label values are bounded, so these caches are too.
-        self._request_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+        self._request_children: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
         self._upstream_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         r = self.registry
         p = PREFIX
         self.requests = Counter(
             f"{p}_requests",
-            "Client HTTP requests by route, MCP method and outcome.",
-            ["route", "method", "outcome"],
+            "Client HTTP requests by route, protocol generation, MCP method and outcome.",
+            ["route", "generation", "method", "outcome"],
             registry=r,
         )
         self.request_seconds = Histogram(
             f"{p}_request_duration_seconds",
             "Time to answer client requests (until the answer, or its stream, ends).",
-            ["route", "method"],
+            ["route", "generation", "method"],
             buckets=_LATENCY,
             registry=r,
         )
@@ -165,14 +167,18 @@ class Metrics:
         known = self._tools.get(route)
         return name if isinstance(name, str) and known and name in known else "other"
 
-    def request_done(self, route: str, method: str, outcome: str, seconds: float) -> None:
-        """One client request: counted and timed (children cached: this runs per request)."""
-        key = (route, method, outcome)
+    def request_done(
+        self, route: str, generation: str, method: str, outcome: str, seconds: float
+    ) -> None:
+        """One client request: counted and timed (children cached: this runs per request).
+        `generation` is one of `GENERATIONS`; anything else is counted as the session one."""
+        generation = generation if generation in GENERATIONS else LEGACY_GENERATION
+        key = (route, generation, method, outcome)
         children = self._request_children.get(key)
         if children is None:
             children = self._request_children[key] = (
-                self.requests.labels(route, method, outcome),
-                self.request_seconds.labels(route, method),
+                self.requests.labels(route, generation, method, outcome),
+                self.request_seconds.labels(route, generation, method),
             )
         children[0].inc()
         children[1].observe(seconds)

@@ -42,6 +42,7 @@ class TaskTelemetry:
             task_id=task.task_id,
             tool=task.tool,
             ttl_ms=task.ttl_ms,
+            generation=task.generation,
             arguments=arguments,
         )
 
