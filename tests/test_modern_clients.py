@@ -18,6 +18,9 @@ import pytest
 
 from .conftest import DEMO, ROOT, StartGateway
 
+#: What tests/modern/client.py's callbacks answer (it runs under mcp 2.3: not importable here).
+ANSWERS = {"name": "mcp-2.3", "sampled": "sampled by mcp 2.3", "root": "file:///mcp-2.3"}
+
 MCP2_PYTHON = Path(
     os.environ.get(
         "MCP2_PYTHON", ROOT / ".cache" / "conformance" / "everything-venv" / "bin" / "python"
@@ -30,9 +33,9 @@ pytestmark = pytest.mark.skipif(
 )
 
 
-def modern_client(url: str, mode: str) -> dict[str, Any]:
+def modern_client(url: str, mode: str, action: str = "echo") -> dict[str, Any]:
     done = subprocess.run(
-        [str(MCP2_PYTHON), str(ROOT / "tests" / "modern" / "client.py"), url, mode],
+        [str(MCP2_PYTHON), str(ROOT / "tests" / "modern" / "client.py"), url, mode, action],
         capture_output=True,
         timeout=60,
     )
@@ -71,5 +74,68 @@ async def test_an_auto_client_falls_back_to_a_session_where_2026_07_28_is_switch
     assert outcome["echo"][0]["text"] == "modern"
 
 
-async def _run(url: str, mode: str) -> dict[str, Any]:
-    return await asyncio.to_thread(modern_client, url, mode)
+@pytest.mark.parametrize("transport", ["stdio", "streamable_http"])
+@pytest.mark.parametrize("mode", ["2026-07-28", "auto"])
+async def test_an_upstream_elicitation_reaches_the_mcp_2_3_client_as_an_mrtr_round(
+    start_gateway: StartGateway, request: pytest.FixtureRequest, mode: str, transport: str
+) -> None:
+    url = f"{await start_gateway(_routes(request, transport))}/demo/mcp"
+    outcome = await _run(url, mode, "ask")
+    assert outcome.get("error") is None, outcome
+    assert outcome["protocol_version"] == "2026-07-28"
+    [asked] = outcome["asked"]  # the callback ran once, for the tool's one question
+    assert asked["message"] == "What is your name?"
+    assert asked["requestedSchema"]["required"] == ["name"]
+    assert outcome["content"][0]["text"] == f"Hello, {ANSWERS['name']}!"
+    assert outcome["is_error"] is False
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable_http"])
+@pytest.mark.parametrize("mode", ["2026-07-28", "auto"])
+async def test_an_upstream_sampling_request_reaches_the_mcp_2_3_client_as_an_mrtr_round(
+    start_gateway: StartGateway, request: pytest.FixtureRequest, mode: str, transport: str
+) -> None:
+    url = f"{await start_gateway(_routes(request, transport))}/demo/mcp"
+    outcome = await _run(url, mode, "sample")
+    assert outcome.get("error") is None, outcome
+    assert outcome["protocol_version"] == "2026-07-28"
+    [asked] = outcome["asked"]
+    assert asked["messages"][0]["content"]["text"] == "Say something."
+    assert outcome["content"][0]["text"] == ANSWERS["sampled"]
+
+
+async def test_an_upstream_roots_request_reaches_the_mcp_2_3_client_as_an_mrtr_round(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway()}/demo/mcp"
+    outcome = await _run(url, "2026-07-28", "roots")
+    assert outcome.get("error") is None, outcome
+    assert outcome["asked"] == [{"method": "roots/list"}]
+    assert outcome["content"][0]["text"] == ANSWERS["root"]
+
+
+@pytest.mark.parametrize("action", ["ask", "sample", "roots"])
+async def test_the_mcp_2_3_question_actions_work_in_a_legacy_session(
+    start_gateway: StartGateway, action: str
+) -> None:
+    """The same runner over a 2025-11-25 session, where questions are server requests: the
+    actions above are sound, so a failure there is the 2026-07-28 path's."""
+    url = f"{await start_gateway()}/demo/mcp"
+    outcome = await _run(url, "legacy", action)
+    assert outcome["protocol_version"] == "2025-11-25"
+    assert len(outcome["asked"]) == 1
+    expected = {"ask": f"Hello, {ANSWERS['name']}!", "sample": ANSWERS["sampled"]}
+    assert outcome["content"][0]["text"] == expected.get(action, ANSWERS["root"])
+
+
+def _routes(request: pytest.FixtureRequest, transport: str) -> list[dict[str, Any]]:
+    """Route `demo` to the bundled demo (stdio) or to the SDK's FastMCP server (Streamable
+    HTTP, tests/sdk_upstream.py): both have `ask` and `sample`."""
+    if transport == "stdio":
+        return [{"name": "demo", "upstream": DEMO}]
+    url = request.getfixturevalue("sdk_upstream")
+    return [{"name": "demo", "upstream": {"transport": "streamable_http", "url": url}}]
+
+
+async def _run(url: str, mode: str, action: str = "echo") -> dict[str, Any]:
+    return await asyncio.to_thread(modern_client, url, mode, action)

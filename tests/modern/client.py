@@ -1,7 +1,13 @@
 """Runs under mcp 2.3 (a separate venv: it conflicts with mcp 1.30): one client session
 against URL in MODE, printing one JSON line of what happened.
 
-    python tests/modern/client.py URL MODE     MODE: auto | legacy | 2026-07-28
+    python tests/modern/client.py URL MODE [ACTION]     MODE: auto | legacy | 2026-07-28
+
+ACTION (default `echo`): `echo` lists the tools and calls echo; `ask`, `sample` and `roots`
+call the demo tool of that name with the client's elicitation, sampling or roots callback
+set, which answers with ANSWERS and records each question it gets (`asked`). On the
+2026-07-28 path the questions come as MRTR rounds (InputRequiredResult, then a retry), which
+the client drives inside `call_tool`.
 """
 
 import asyncio
@@ -9,20 +15,64 @@ import json
 import sys
 from typing import Any
 
-from mcp import Client
+from mcp import Client, types
 from mcp.shared.exceptions import MCPError
 
+#: What the callbacks answer, so the caller can find it in the tool's result.
+ANSWERS = {"name": "mcp-2.3", "sampled": "sampled by mcp 2.3", "root": "file:///mcp-2.3"}
 
-async def main(url: str, mode: str) -> dict[str, Any]:
+
+async def echo(url: str, mode: str) -> dict[str, Any]:
+    async with Client(url, mode=mode) as client:  # type: ignore[arg-type]
+        tools = await client.list_tools()
+        result = await client.call_tool("echo", {"text": "modern"})
+        return {
+            "protocol_version": client.protocol_version,
+            "tools": sorted(tool.name for tool in tools.tools),
+            "echo": [part.model_dump(mode="json") for part in result.content],
+        }
+
+
+async def ask(url: str, mode: str, action: str) -> dict[str, Any]:
+    """Call the tool `action` with the one callback it needs; record what was asked."""
+    asked: list[dict[str, Any]] = []
+
+    async def elicitation(_: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        asked.append(params.model_dump(mode="json", by_alias=True, exclude_none=True))
+        return types.ElicitResult(action="accept", content={"name": ANSWERS["name"]})
+
+    async def sampling(
+        _: Any, params: types.CreateMessageRequestParams
+    ) -> types.CreateMessageResult:
+        asked.append(params.model_dump(mode="json", by_alias=True, exclude_none=True))
+        text = types.TextContent(type="text", text=ANSWERS["sampled"])
+        return types.CreateMessageResult(role="assistant", content=text, model="mcp-2.3-test")
+
+    async def roots(_: Any) -> types.ListRootsResult:
+        asked.append({"method": "roots/list"})
+        return types.ListRootsResult(roots=[types.Root(uri=ANSWERS["root"], name="mcp-2.3")])
+
+    callbacks: dict[str, Any] = {
+        "ask": {"elicitation_callback": elicitation},
+        "sample": {"sampling_callback": sampling},
+        "roots": {"list_roots_callback": roots},
+    }[action]
+    arguments = {"sample": {"prompt": "Say something."}}.get(action, {})
+    async with Client(url, mode=mode, **callbacks) as client:  # type: ignore[arg-type]
+        result = await client.call_tool(action, arguments)
+        return {
+            "protocol_version": client.protocol_version,
+            "asked": asked,
+            "content": [part.model_dump(mode="json") for part in result.content],
+            "is_error": result.is_error,
+        }
+
+
+async def main(url: str, mode: str, action: str = "echo") -> dict[str, Any]:
     try:
-        async with Client(url, mode=mode) as client:  # type: ignore[arg-type]
-            tools = await client.list_tools()
-            result = await client.call_tool("echo", {"text": "modern"})
-            return {
-                "protocol_version": client.protocol_version,
-                "tools": sorted(tool.name for tool in tools.tools),
-                "echo": [part.model_dump(mode="json") for part in result.content],
-            }
+        if action == "echo":
+            return await echo(url, mode)
+        return await ask(url, mode, action)
     except (MCPError, BaseExceptionGroup) as exc:
         error = _mcp_error(exc)
         return {
@@ -48,4 +98,4 @@ def _mcp_error(exc: BaseException) -> MCPError:
 
 
 if __name__ == "__main__":
-    print(json.dumps(asyncio.run(main(sys.argv[1], sys.argv[2]))))
+    print(json.dumps(asyncio.run(main(*sys.argv[1:4]))))
