@@ -39,6 +39,8 @@ from gateway.keys import (
     HEALTH,
     HELD_SESSIONS,
     METRICS,
+    MODERN_TASK_API,
+    PARKED_CALLS,
     ROUTES,
     RUNNER,
     SESSIONS,
@@ -49,8 +51,10 @@ from gateway.keys import (
 from gateway.observability.metrics import Metrics
 from gateway.route import Route
 from gateway.session.held import HeldSessions
+from gateway.session.mrtr import ParkedCalls
 from gateway.session.registry import SessionRegistry
 from gateway.tasks.api_2025 import TaskApi
+from gateway.tasks.api_modern import ModernTaskApi
 from gateway.tasks.models import utcnow
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner
@@ -104,7 +108,10 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     app[STORE] = store
     app[HEALTH] = Health(store)
     app[RUNNER] = runner
-    app[TASK_API] = TaskApi(store, runner, notifier, await store.secret(), clock=clock)
+    secret = await store.secret()
+    app[TASK_API] = TaskApi(store, runner, notifier, secret, clock=clock)
+    app[MODERN_TASK_API] = ModernTaskApi(store, runner, clock=clock)
+    app[PARKED_CALLS] = ParkedCalls(secret)
     app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
     app[HELD_SESSIONS] = HeldSessions(settings.sessions)
     runner.start_sweeper(settings.store.sweep_interval_seconds, app[SESSIONS].prune_records)
@@ -119,6 +126,7 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
             await metrics_site.cleanup()
         await runner.close()
         await app[SESSIONS].close()
+        await app[PARKED_CALLS].close()
         await app[HELD_SESSIONS].close()
         for route in app[ROUTES].values():
             await route.close()

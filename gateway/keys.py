@@ -9,8 +9,10 @@ from gateway.http.health import Health
 from gateway.observability.metrics import Metrics
 from gateway.route import Route
 from gateway.session.held import HeldSessions
+from gateway.session.mrtr import ParkedCalls
 from gateway.session.registry import SessionRegistry
 from gateway.tasks.api_2025 import TaskApi
+from gateway.tasks.api_modern import ModernTaskApi
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 
@@ -22,6 +24,10 @@ ROUTES = web.AppKey("routes", dict[str, Route])
 STORE = web.AppKey("store", TaskStore)
 RUNNER = web.AppKey("runner", TaskRunner)
 TASK_API = web.AppKey("task_api", TaskApi)
+#: The tasks extension's API (2026-07-28), over the same store and runner.
+MODERN_TASK_API = web.AppKey("modern_task_api", ModernTaskApi)
+#: 2026-07-28 calls waiting between MRTR rounds for the client's retry.
+PARKED_CALLS = web.AppKey("parked_calls", ParkedCalls)
 METRICS = web.AppKey("metrics", Metrics)
 HEALTH = web.AppKey("health", Health)
 #: Host header names served (None: any), from http.allowed_hosts and the listen address.

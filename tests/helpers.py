@@ -333,3 +333,63 @@ async def wait_until_dead(pid: int) -> None:
     async with asyncio.timeout(10):
         while alive(pid):  # noqa: ASYNC110 - another process's exit has no event to await
             await asyncio.sleep(0.05)
+
+
+# -- the 2026-07-28 wire: every request carries its envelope and names itself in headers
+
+MODERN = "2026-07-28"
+TASKS_EXTENSION = "io.modelcontextprotocol/tasks"
+#: Client capabilities: the tasks extension, and elicitation for MRTR rounds.
+WITH_TASKS: dict[str, Any] = {"extensions": {TASKS_EXTENSION: {}}}
+WITH_ELICITATION: dict[str, Any] = {"elicitation": {}}
+
+
+async def modern_rpc(
+    http: aiohttp.ClientSession,
+    url: str,
+    method: str,
+    params: dict[str, Any] | None = None,
+    capabilities: dict[str, Any] | None = None,
+    request_id: int = 7,
+    extra: dict[str, str] | None = None,
+) -> tuple[int, dict[str, Any]]:
+    """One 2026-07-28 request with a valid envelope and headers; returns (status, body)."""
+    params = dict(params or {})
+    params["_meta"] = {
+        "io.modelcontextprotocol/protocolVersion": MODERN,
+        "io.modelcontextprotocol/clientCapabilities": capabilities or {},
+        "io.modelcontextprotocol/clientInfo": {"name": "raw", "version": "1"},
+    }
+    hdrs = headers(**{"MCP-Protocol-Version": MODERN, "Mcp-Method": method})
+    named = params.get("taskId", params.get("name"))
+    if isinstance(named, str):
+        hdrs["Mcp-Name"] = named
+    hdrs.update(extra or {})
+    body = {"jsonrpc": "2.0", "id": request_id, "method": method, "params": params}
+    async with http.post(url, json=body, headers=hdrs) as resp:
+        return resp.status, dict(await resp.json())
+
+
+async def modern_terminal(
+    http: aiohttp.ClientSession, url: str, task_id: str, seconds: float = 20
+) -> dict[str, Any]:
+    """Polls tasks/get until the task is terminal; returns its DetailedTask."""
+    async with asyncio.timeout(seconds):
+        while True:
+            _, body = await modern_rpc(http, url, "tasks/get", {"taskId": task_id}, WITH_TASKS)
+            task = dict(body["result"])
+            if task["status"] in ("completed", "failed", "cancelled"):
+                return task
+            await asyncio.sleep(0.05)
+
+
+async def modern_status(
+    http: aiohttp.ClientSession, url: str, task_id: str, status: str, seconds: float = 20
+) -> dict[str, Any]:
+    """Polls tasks/get until the task has `status`; returns its DetailedTask."""
+    async with asyncio.timeout(seconds):
+        while True:
+            _, body = await modern_rpc(http, url, "tasks/get", {"taskId": task_id}, WITH_TASKS)
+            if body["result"]["status"] == status:
+                return dict(body["result"])
+            await asyncio.sleep(0.05)

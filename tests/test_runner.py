@@ -27,7 +27,7 @@ from gateway.tasks.runner import (
     TaskRunner,
 )
 from gateway.tasks.store import TaskStore, open_store
-from gateway.upstream import UpstreamClient
+from gateway.upstream import Answer, UpstreamClient
 
 from .fakes import ScriptedUpstream
 from .helpers import FakeClock
@@ -67,6 +67,9 @@ class Host:
     ) -> jsonrpc.Request:
         self.on_input = on_input
         return jsonrpc.with_id(request, self.upstream.next_id())
+
+    async def run_task_call(self, request: jsonrpc.Request) -> Answer:
+        return await self.upstream.call(request, bounded=False)
 
     async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
         self.ended.append(upstream_id)

@@ -119,6 +119,10 @@ class TaskPolicy(Section):
     time_limit_seconds: float | None = Field(3600.0, gt=0)
     input_timeout_seconds: float | None = Field(600.0, gt=0)
     immediate_response: str | None = None
+    #: 2026-07-28 only: how long a call that may become a task runs first. An answer within
+    #: it comes back directly (a `required` tool's as a finished task), a question within it
+    #: is an MRTR round before the task; after it, the call becomes a task.
+    sync_window_ms: int = Field(250, ge=0, le=60_000)
     list_page_size: int = Field(50, ge=1, le=1000)
     cursor_max_age_seconds: float = Field(3600.0, gt=0)
 

@@ -3,10 +3,11 @@
 `endpoint.post` hands over a parsed message that `protocol.modern.wants_modern` claims (no
 `Mcp-Session-Id`, the 2026-07-28 version in the header or the per-request `_meta`). Here the
 envelope and headers are checked (`protocol.modern.classify`), the request is decided
-(`protocol.modern.decide`), and `server/discover`, `tools/list` and `tools/call` are answered
-through the upstream session the gateway holds for the caller (`session.held`). Answers are
-JSON; an error's HTTP status follows its code (400 for malformed, mismatched or unsupported
-requests, 404 for unknown methods).
+(`protocol.modern.decide`), and answered: `tools/call` by `http.modern_tools` (MRTR rounds
+and tasks), the tasks extension's methods by `tasks.api_modern` from the store, anything
+else through an upstream session the gateway holds for the caller (`session.held`). Answers
+are JSON; an error's HTTP status follows its code (400 for malformed, mismatched or
+unsupported requests, 404 for unknown methods).
 """
 
 from __future__ import annotations
@@ -15,11 +16,13 @@ import logging
 
 from aiohttp import web
 
-from gateway.http import admission
-from gateway.keys import HELD_SESSIONS
-from gateway.protocol import jsonrpc, modern, rewrite
-from gateway.protocol.errors import INTERNAL_ERROR, InvalidRequest, UpstreamError
+from gateway.http import admission, modern_tools
+from gateway.http.modern_tools import forwarded_headers, modern_owner, upstream_failed
+from gateway.keys import HELD_SESSIONS, MODERN_TASK_API
+from gateway.protocol import jsonrpc, modern
+from gateway.protocol.errors import HEADER_MISMATCH, InvalidRequest, UpstreamError
 from gateway.route import Route
+from gateway.upstream import Answer
 
 log = logging.getLogger(__name__)
 
@@ -34,34 +37,48 @@ async def post(
     headers = {name.lower(): value for name, value in request.headers.items()}
     checked = modern.classify(message, headers)
     if isinstance(checked, modern.Reject):
-        return _refuse(message.id, checked)
+        return refuse(message.id, checked)
+    mismatch = route.tool_headers.check(message, request.headers.items())
+    if mismatch is not None:
+        return refuse(message.id, modern.Reject(HEADER_MISMATCH, mismatch))
     decision = modern.decide(checked, route.policy)
     if isinstance(decision, modern.Reject):
-        return _refuse(message.id, decision)
-    forwarded = {
-        name: value
-        for name in route.upstream.config.copied_headers
-        if (value := request.headers.get(name)) is not None
-    }
-    async with request.app[HELD_SESSIONS].session(route, caller.principal, forwarded) as held:
-        try:
-            if isinstance(decision, modern.Discover):
-                initialized = await held.open()
-                return _json(modern.discover_result(message.id, initialized))
-            answer = await held.call(decision.request)
-        except UpstreamError as exc:
-            error = jsonrpc.error_response(
-                message.id, INTERNAL_ERROR, f"upstream unavailable: {exc.message}"
-            )
-            return _json(jsonrpc.dump(error))
+        return refuse(message.id, decision)
+    if isinstance(decision, modern.TaskRequest):
+        owner = modern_owner(route, caller)
+        answer = await request.app[MODERN_TASK_API].answer(message, owner, caller.principal)
+        return reply(answer)
+    if isinstance(decision, modern.Call):
+        return reply(await modern_tools.call(request, route, caller, checked, decision))
+    lease = await request.app[HELD_SESSIONS].lease(
+        route, caller.principal, {}, forwarded_headers(request, route)
+    )
+    try:
+        if isinstance(decision, modern.Discover):
+            initialized = await lease.held.open()
+            return _json(modern.discover_result(message.id, initialized, route.policy.enabled))
+        answer = await lease.held.call(decision.request)
+    except UpstreamError as exc:
+        return reply(upstream_failed(message.id, exc))
+    finally:
+        await lease.release()
+    if isinstance(answer, jsonrpc.Response) and message.method == "tools/list":
+        route.learn_tools(answer)
+    return reply(answer, message.method)
+
+
+def reply(answer: Answer, method: str | None = None) -> web.Response:
+    """An answer as JSON: an error with the status its code has on this path, a relayed
+    upstream result made a 2026-07-28 result (`method` given)."""
     if isinstance(answer, jsonrpc.ErrorResponse):
+        answer = modern.renumbered(answer)
         return _json(jsonrpc.dump(answer), modern.http_status(answer))
-    if message.method == "tools/list":
-        route.metrics.learn_tools(route.name, rewrite.tool_names(answer))
-    return _json(jsonrpc.dump(modern.complete(answer, message.method)))
+    if method is not None:
+        answer = modern.complete(answer, method)
+    return _json(jsonrpc.dump(answer))
 
 
-def _refuse(request_id: jsonrpc.RequestId, reject: modern.Reject) -> web.Response:
+def refuse(request_id: jsonrpc.RequestId, reject: modern.Reject) -> web.Response:
     error = jsonrpc.error_response(request_id, reject.code, reject.message, reject.data)
     return _json(jsonrpc.dump(error), modern.http_status(error))
 

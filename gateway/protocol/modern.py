@@ -13,8 +13,6 @@ forward a tools request over a held upstream session, or refuse. Every result ge
 
 from __future__ import annotations
 
-import base64
-import binascii
 from dataclasses import dataclass
 from typing import Any
 
@@ -29,6 +27,7 @@ from gateway.protocol.errors import (
     PARSE_ERROR,
     UNSUPPORTED_PROTOCOL_VERSION,
 )
+from gateway.protocol.modern_headers import decode
 from gateway.protocol.versions import MODERN_PROTOCOL_VERSION
 
 VERSION_META = "io.modelcontextprotocol/protocolVersion"
@@ -44,7 +43,18 @@ VERSION_HEADER = "MCP-Protocol-Version"
 METHOD_HEADER = "Mcp-Method"
 NAME_HEADER = "Mcp-Name"
 #: The body parameter `Mcp-Name` repeats, per method.
-NAME_BEARING = {"tools/call": "name", "prompts/get": "name", "resources/read": "uri"}
+NAME_BEARING = {
+    "tools/call": "name",
+    "prompts/get": "name",
+    "resources/read": "uri",
+    "tasks/get": "taskId",
+    "tasks/update": "taskId",
+    "tasks/cancel": "taskId",
+}
+#: The tasks extension's methods (SEP-2663); tasks/result and tasks/list are not among them.
+TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+#: A retry's round parameters (MRTR): for the gateway, never for the upstream.
+ROUND_PARAMS = ("inputResponses", "requestState")
 #: Results that carry `ttlMs` and `cacheScope` (SEP-2549).
 CACHEABLE = frozenset(
     {
@@ -56,8 +66,28 @@ CACHEABLE = frozenset(
         "resources/templates/list",
     }
 )
+#: The base protocol's other requests, relayed over a held upstream session as they are.
+FORWARDED = frozenset(
+    {
+        "resources/list",
+        "resources/templates/list",
+        "resources/read",
+        "prompts/list",
+        "prompts/get",
+        "completion/complete",
+    }
+)
 #: What the modern path serves today; any other method is 404 with -32601.
-SERVED = frozenset({"server/discover", "tools/list", "tools/call"})
+SERVED = frozenset({"server/discover", "tools/list", "tools/call", *TASK_METHODS, *FORWARDED})
+#: Resource not found before 2026-07-28, which now forbids the code: -32602 replaces it.
+LEGACY_RESOURCE_NOT_FOUND = -32002
+#: Capability flags that promise notifications, which 2026-07-28 delivers only on
+#: `subscriptions/listen` streams (not served): discover leaves them out.
+_UNKEPT_PROMISES = {
+    "tools": ("listChanged",),
+    "prompts": ("listChanged",),
+    "resources": ("listChanged", "subscribe"),
+}
 
 #: HTTP status of an error answer on the modern path (others are 200).
 _ERROR_STATUS = {
@@ -135,7 +165,7 @@ def classify(request: jsonrpc.Request, headers: dict[str, str]) -> ModernRequest
     name_key = NAME_BEARING.get(request.method)
     if name_key is not None:
         named = jsonrpc.param(request, name_key)
-        if named is not None and _decode(headers.get(NAME_HEADER.lower())) != named:
+        if named is not None and decode(headers.get(NAME_HEADER.lower())) != named:
             return Reject(
                 HEADER_MISMATCH, f"the {NAME_HEADER} header does not match params.{name_key}"
             )
@@ -156,16 +186,6 @@ def classify(request: jsonrpc.Request, headers: dict[str, str]) -> ModernRequest
     return ModernRequest(request, version, capabilities)
 
 
-def _decode(value: str | None) -> str | None:
-    """A header value, with the spec's `=?base64?…?=` sentinel decoded (None if malformed)."""
-    if value is None or not (value.startswith("=?base64?") and value.endswith("?=")):
-        return value
-    try:
-        return base64.b64decode(value[9:-2], validate=True).decode()
-    except (binascii.Error, UnicodeDecodeError):
-        return None
-
-
 @dataclass(frozen=True, slots=True)
 class Discover:
     """Answer server/discover from the upstream's initialize result."""
@@ -178,7 +198,31 @@ class Forward:
     request: jsonrpc.Request
 
 
-def decide(checked: ModernRequest, policy: TaskPolicy) -> Discover | Forward | Reject:
+@dataclass(frozen=True, slots=True)
+class Call:
+    """A tools/call: run upstream, maybe parked between MRTR rounds, maybe become a task."""
+
+    #: What the upstream is sent (the first round's; a retry continues that call).
+    request: jsonrpc.Request
+    #: "optional" or "required" when the call may become a task; None when it may not.
+    task: str | None
+    #: The retry's `requestState` and `inputResponses`, when it is a retry.
+    state: object = None
+    responses: object = None
+
+    @property
+    def retry(self) -> bool:
+        return self.state is not None or self.responses is not None
+
+
+@dataclass(frozen=True, slots=True)
+class TaskRequest:
+    """tasks/get, tasks/update or tasks/cancel of the tasks extension."""
+
+
+def decide(
+    checked: ModernRequest, policy: TaskPolicy
+) -> Discover | Forward | Call | TaskRequest | Reject:
     request = checked.request
     if request.method not in SERVED:
         return Reject(
@@ -187,33 +231,47 @@ def decide(checked: ModernRequest, policy: TaskPolicy) -> Discover | Forward | R
         )
     if request.method == "server/discover":
         return Discover()
+    if request.method in TASK_METHODS:
+        if not checked.declares_tasks:
+            return Reject(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                f"{request.method} belongs to the tasks extension: the request must declare it",
+                {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
+        return TaskRequest()
     if request.method == "tools/call":
         name = jsonrpc.param(request, "name")
         if not isinstance(name, str):
             return Reject(INVALID_PARAMS, "params.name must be a string")
-        if policy.enabled and policy.support(name) == "required":
-            return _task_required(name, checked.declares_tasks)
+        support = policy.support(name) if policy.enabled else "forbidden"
+        if support == "required" and not checked.declares_tasks:
+            return Reject(
+                MISSING_REQUIRED_CLIENT_CAPABILITY,
+                f"tool {name!r} runs only as a task: the request must declare the tasks extension",
+                {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
+            )
+        responses = jsonrpc.param(request, "inputResponses")
+        if responses is not None and not (
+            isinstance(responses, dict) and all(isinstance(v, dict) for v in responses.values())
+        ):
+            return Reject(INVALID_PARAMS, "params.inputResponses must be an object of answers")
+        return Call(
+            upstream_request(request),
+            support if checked.declares_tasks and support != "forbidden" else None,
+            jsonrpc.param(request, "requestState"),
+            responses,
+        )
+    name_key = NAME_BEARING.get(request.method)  # prompts/get's name, resources/read's uri
+    if name_key is not None and not isinstance(jsonrpc.param(request, name_key), str):
+        return Reject(INVALID_PARAMS, f"params.{name_key} must be a string")
     return Forward(upstream_request(request))
 
 
-def _task_required(name: str, declared: bool) -> Reject:
-    if declared:
-        # The extension is not served on this path yet; discover does not advertise it.
-        return Reject(
-            MISSING_REQUIRED_CLIENT_CAPABILITY,
-            f"tool {name!r} runs only as a task, and this gateway serves tasks to 2026-07-28 "
-            "clients not yet: call it in a 2025-11-25 session (initialize)",
-        )
-    return Reject(
-        MISSING_REQUIRED_CLIENT_CAPABILITY,
-        f"tool {name!r} runs only as a task: the request must declare the tasks extension",
-        {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
-    )
-
-
 def upstream_request(request: jsonrpc.Request) -> jsonrpc.Request:
-    """What a legacy upstream is sent: no envelope keys in `_meta`, no legacy `task`."""
-    request = jsonrpc.without_param(request, "task")
+    """What a legacy upstream is sent: no envelope keys in `_meta`, no legacy `task`, no
+    MRTR round parameters."""
+    for key in ("task", *ROUND_PARAMS):
+        request = jsonrpc.without_param(request, key)
     meta = request.meta
     if not any(key in meta for key in ENVELOPE_META):
         return request
@@ -233,12 +291,40 @@ def complete(answer: jsonrpc.Response, method: str) -> jsonrpc.Response:
     return jsonrpc.Response(jsonrpc="2.0", id=answer.id, result=result)
 
 
-def discover_result(request_id: jsonrpc.RequestId, initialized: jsonrpc.JsonObject) -> str:
+def renumbered(answer: jsonrpc.ErrorResponse) -> jsonrpc.ErrorResponse:
+    """An error as 2026-07-28 numbers it: a legacy upstream's resource not found (-32002)
+    is -32602 (Invalid Params), its message and data kept."""
+    if answer.error.code != LEGACY_RESOURCE_NOT_FOUND:
+        return answer
+    error = answer.error.model_copy(update={"code": INVALID_PARAMS})
+    return answer.model_copy(update={"error": error})
+
+
+def input_required(
+    request_id: jsonrpc.RequestId, requests: jsonrpc.JsonObject, state: str
+) -> jsonrpc.Response:
+    """An MRTR round: the upstream's questions by key, and the state the retry echoes."""
+    result = {"resultType": "input_required", "inputRequests": requests, "requestState": state}
+    return jsonrpc.Response(jsonrpc="2.0", id=request_id, result=result)
+
+
+def discover_result(
+    request_id: jsonrpc.RequestId, initialized: jsonrpc.JsonObject, tasks: bool
+) -> str:
     """server/discover from the upstream's initialize result; its own 2025-11-25 `tasks`
-    capability is not the extension and is not passed on."""
+    capability is not the extension and is not passed on. With `tasks`, the gateway's own
+    tasks extension is advertised."""
     capabilities = initialized.get("capabilities")
     capabilities = dict(capabilities) if isinstance(capabilities, dict) else {}
     capabilities.pop("tasks", None)
+    for name, flags in _UNKEPT_PROMISES.items():
+        if isinstance(kept := capabilities.get(name), dict):
+            capabilities[name] = {key: value for key, value in kept.items() if key not in flags}
+    if tasks:
+        extensions = capabilities.get("extensions")
+        extensions = dict(extensions) if isinstance(extensions, dict) else {}
+        extensions[TASKS_EXTENSION] = {}
+        capabilities["extensions"] = extensions
     result: jsonrpc.JsonObject = {
         "supportedVersions": [MODERN_PROTOCOL_VERSION],
         "capabilities": capabilities,

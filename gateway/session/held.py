@@ -1,23 +1,29 @@
 """Upstream sessions the gateway holds for 2026-07-28 callers, who bring no session of their own.
 
-A legacy upstream needs a session: the gateway opens one on the caller's behalf, and keeps
-it for the next request of the same caller. A pool entry is keyed by route and principal;
-anonymous callers cannot be told apart, so each of their requests gets a session of its own,
-closed after the answer. The upstream is initialized with no client capabilities: until the
-gateway bridges questions into 2026-07-28 `input_required` results, nothing could answer an
-elicitation, sampling or roots request, so none is invited, and several calls may share a
-session. A question asked anyway gets -32601 at once; notifications are dropped (the modern
-path answers as JSON, with no stream to put them on). Entries idle for
+A legacy upstream needs a session: the gateway opens one on the caller's behalf, initialized
+with the question capabilities (elicitation, sampling, roots) the caller declared on its
+request, and lends it out per call (`HeldSessions.lease`).
+
+A legacy session cannot always say which call a question belongs to (stdio and HTTP+SSE
+upstreams have no per-request stream), so a session that may be asked questions serves one
+call at a time: such a lease is exclusive, and its session goes back to an idle list keyed by
+route, principal and capabilities when the call ends. A caller that declared no question
+capability invites none: its calls share one session per route and principal, and a question
+the upstream asks anyway gets -32601 at once. Anonymous callers cannot be told apart, so they
+never share: each call gets a session of its own, closed when the call ends. Sessions idle for
 `sessions.idle_timeout_seconds` are closed.
+
+Progress notifications carry the token the gateway put on the call, so they reach their call
+whichever kind of session it runs on.
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import time
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from typing import Protocol
 
 from gateway.aio import TaskSet
 from gateway.config import SessionsConfig
@@ -31,17 +37,49 @@ log = logging.getLogger(__name__)
 
 #: Who the gateway says it is when it initializes an upstream for a 2026-07-28 caller.
 CLIENT_INFO = {"name": "mcp-task-gateway", "version": "2026-07-28 front end"}
+#: The client capabilities that invite the upstream's questions, and the methods they allow.
+QUESTION_CAPABILITIES = {
+    "elicitation": "elicitation/create",
+    "sampling": "sampling/createMessage",
+    "roots": "roots/list",
+}
+
+
+def question_capabilities(declared: jsonrpc.JsonObject) -> jsonrpc.JsonObject:
+    """The part of a caller's declared capabilities the upstream is initialized with."""
+    return {
+        name: value
+        for name in QUESTION_CAPABILITIES
+        if isinstance(value := declared.get(name), dict)
+    }
+
+
+class Asker(Protocol):
+    """The call a held session's questions and progress belong to (`modern_call.ModernCall`)."""
+
+    def asked(self, request: jsonrpc.Request) -> None: ...
+
+    def withdrawn(self, upstream_id: jsonrpc.RequestId) -> None: ...
+
+    def progress(self, params: jsonrpc.JsonObject) -> None: ...
 
 
 class HeldSession:
     """One upstream session opened for 2026-07-28 callers (the `Listener` of its client)."""
 
-    def __init__(self, route: Route, principal: str | None) -> None:
+    def __init__(
+        self, route: Route, principal: str | None, capabilities: jsonrpc.JsonObject
+    ) -> None:
         self.route = route
+        self.capabilities = capabilities
         #: The latest values of the client headers this route forwards upstream.
         self.forwarded: dict[str, str] = {}
         self.last_used = time.monotonic()
         self.initialized: jsonrpc.JsonObject | None = None
+        #: The one call of an exclusive lease: the upstream's questions are its.
+        self.asker: Asker | None = None
+        self._by_token: dict[str, Asker] = {}
+        self._allowed = frozenset(QUESTION_CAPABILITIES[name] for name in capabilities)
         self._calls = 0
         self._open_lock = asyncio.Lock()
         self._tasks = TaskSet(f"held session on {route.name}")
@@ -56,12 +94,25 @@ class HeldSession:
         self, message: jsonrpc.Message, related: jsonrpc.RequestId | None
     ) -> None:
         if isinstance(message, jsonrpc.Request):
+            if self.asker is not None and message.method in self._allowed:
+                self.asker.asked(message)
+                return
             refusal = jsonrpc.error_response(
                 message.id,
                 METHOD_NOT_FOUND,
                 f"{message.method} is not supported: the client declared no such capability",
             )
             self._tasks.spawn(self._answer(refusal), name="refuse upstream request")
+        elif isinstance(message, jsonrpc.Notification):
+            if message.method == "notifications/progress":
+                token = jsonrpc.param(message, "progressToken")
+                asker = self._by_token.get(token) if isinstance(token, str) else None
+                if asker is not None:
+                    asker.progress(message.params or {})
+            elif message.method == "notifications/cancelled" and self.asker is not None:
+                withdrawn = jsonrpc.param(message, "requestId")
+                if jsonrpc.is_request_id(withdrawn):
+                    self.asker.withdrawn(withdrawn)
 
     async def _answer(self, refusal: jsonrpc.ErrorResponse) -> None:
         try:
@@ -74,11 +125,18 @@ class HeldSession:
 
     @property
     def busy(self) -> bool:
-        return self._calls > 0
+        return self._calls > 0 or self.asker is not None
 
     @property
     def listening(self) -> bool:
         return False
+
+    def follow(self, token: str, asker: Asker) -> None:
+        """Progress under `token` is `asker`'s until `unfollow`."""
+        self._by_token[token] = asker
+
+    def unfollow(self, token: str) -> None:
+        self._by_token.pop(token, None)
 
     async def open(self) -> jsonrpc.JsonObject:
         """The upstream's initialize result, initializing it first if need be.
@@ -89,11 +147,12 @@ class HeldSession:
         async with self._open_lock:
             if self.initialized is None:
                 init = jsonrpc.Request(
+                    jsonrpc="2.0",
                     id=0,
                     method="initialize",
                     params={
                         "protocolVersion": LATEST_PROTOCOL_VERSION,
-                        "capabilities": {},
+                        "capabilities": self.capabilities,
                         "clientInfo": CLIENT_INFO,
                     },
                 )
@@ -103,12 +162,12 @@ class HeldSession:
                         f"the upstream refused to initialize: {answer.error.message}"
                     )
                 await self.upstream.initialized(
-                    jsonrpc.Notification(method="notifications/initialized")
+                    jsonrpc.Notification(jsonrpc="2.0", method="notifications/initialized")
                 )
                 self.initialized = answer.result
             return self.initialized
 
-    async def call(self, request: jsonrpc.Request) -> Answer:
+    async def call(self, request: jsonrpc.Request, *, bounded: bool = True) -> Answer:
         """Send one request upstream under an id of ours; the answer has the caller's id.
 
         Raises:
@@ -117,7 +176,10 @@ class HeldSession:
         self._calls += 1
         try:
             await self.open()
-            answer = await self.upstream.call(jsonrpc.with_id(request, self.upstream.next_id()))
+            upstream_id = self.upstream.next_id()
+            answer = await self.upstream.call(
+                jsonrpc.with_id(request, upstream_id), bounded=bounded
+            )
         finally:
             self._calls -= 1
             self.last_used = time.monotonic()
@@ -128,49 +190,104 @@ class HeldSession:
         await self.upstream.close()
 
 
+class Lease:
+    """One call's use of a held session; `release()` hands it back (exactly once)."""
+
+    def __init__(self, pool: HeldSessions, held: HeldSession, key: tuple[str, ...] | None) -> None:
+        self.held = held
+        self._pool = pool
+        #: The idle list an exclusive session goes back to; None: shared, or never pooled.
+        self._key = key
+        self._released = False
+
+    async def release(self, reusable: bool = True) -> None:
+        """Hand the session back; `reusable=False` closes an exclusive one instead (its
+        call was abandoned, so the upstream may still hold questions of it)."""
+        if self._released:
+            return
+        self._released = True
+        self.held.asker = None
+        self.held.last_used = time.monotonic()
+        await self._pool.give_back(self.held, self._key, reusable)
+
+
 class HeldSessions:
-    """The pool: one held session per route and principal, none shared by anonymous callers."""
+    """The pool: shared sessions per route and principal, exclusive ones kept idle for reuse."""
 
     def __init__(self, config: SessionsConfig) -> None:
         self._idle_seconds = config.idle_timeout_seconds
-        self._pool: dict[tuple[str, str], HeldSession] = {}
+        self._shared: dict[tuple[str, str], HeldSession] = {}
+        self._idle: dict[tuple[str, ...], list[HeldSession]] = {}
+        self._anonymous: set[HeldSession] = set()
+        self._in_use: set[HeldSession] = set()
 
-    @asynccontextmanager
-    async def session(
-        self, route: Route, principal: str | None, forwarded: dict[str, str]
-    ) -> AsyncIterator[HeldSession]:
-        """The caller's held session for the length of one request."""
+    async def lease(
+        self,
+        route: Route,
+        principal: str | None,
+        capabilities: jsonrpc.JsonObject,
+        forwarded: dict[str, str],
+    ) -> Lease:
+        """A session for one call of the caller; exclusive when it may be asked questions
+        (`capabilities` non-empty) or the caller is anonymous."""
         await self._close_idle()
         if principal is None:
-            held = HeldSession(route, None)
-            held.forwarded.update(forwarded)
-            try:
-                yield held
-            finally:
-                await held.close()
-            return
-        key = (route.name, principal)
-        held = self._pool.get(key) or self._pool.setdefault(key, HeldSession(route, principal))
+            held = HeldSession(route, None, capabilities)
+            self._anonymous.add(held)
+            lease = Lease(self, held, None)
+        elif capabilities:
+            key = (route.name, principal, json.dumps(capabilities, sort_keys=True))
+            idle = self._idle.get(key)
+            held = idle.pop() if idle else HeldSession(route, principal, capabilities)
+            self._in_use.add(held)
+            lease = Lease(self, held, key)
+        else:
+            shared = (route.name, principal)
+            held = self._shared.get(shared) or self._shared.setdefault(
+                shared, HeldSession(route, principal, {})
+            )
+            lease = Lease(self, held, None)
         held.forwarded.update(forwarded)
-        try:
-            yield held
-        except BaseException:
-            if held.initialized is None and self._pool.get(key) is held:
-                del self._pool[key]  # never opened: the next request starts afresh
+        return lease
+
+    async def give_back(
+        self, held: HeldSession, key: tuple[str, ...] | None, reusable: bool
+    ) -> None:
+        # A session leaves its set only once closed or pooled, so that a release cut short
+        # (a cancelled run at shutdown) still leaves it to `close()`.
+        if held in self._anonymous:
+            await held.close()
+            self._anonymous.discard(held)
+        elif key is not None:
+            if reusable and held.initialized is not None:
+                self._idle.setdefault(key, []).append(held)
+            else:
                 await held.close()
-            raise
+            self._in_use.discard(held)
+        elif held.initialized is None and not held.busy:
+            # A shared session that never opened: the next request starts afresh.
+            for shared, entry in list(self._shared.items()):
+                if entry is held:
+                    await held.close()
+                    del self._shared[shared]
 
     async def _close_idle(self) -> None:
-        now = time.monotonic()
-        idle = [
-            key
-            for key, held in self._pool.items()
-            if not held.busy and now - held.last_used > self._idle_seconds
-        ]
-        for key in idle:
-            await self._pool.pop(key).close()
+        deadline = time.monotonic() - self._idle_seconds
+        for shared, held in list(self._shared.items()):
+            if not held.busy and held.last_used < deadline:
+                del self._shared[shared]
+                await held.close()
+        for key, idle in list(self._idle.items()):
+            stale = [held for held in idle if held.last_used < deadline]
+            for held in stale:
+                idle.remove(held)
+                await held.close()
+            if not idle:
+                del self._idle[key]
 
     async def close(self) -> None:
-        held, self._pool = list(self._pool.values()), {}
-        for entry in held:
-            await entry.close()
+        every = [*self._shared.values(), *self._anonymous, *self._in_use]
+        every += [held for idle in self._idle.values() for held in idle]
+        self._shared, self._idle, self._anonymous, self._in_use = {}, {}, set(), set()
+        for held in every:
+            await held.close()

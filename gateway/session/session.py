@@ -29,7 +29,7 @@ from gateway.route import Route
 from gateway.session.calls import Calls, InFlight, Rewriter
 from gateway.session.questions import Questions, related_to_task
 from gateway.session.streams import EventStream, Streams
-from gateway.tasks.models import SessionRecord, Task
+from gateway.tasks.models import SessionRecord, Task, owner_of
 from gateway.upstream import Answer, UpstreamClient
 
 __all__ = ["Rewriter", "Session"]
@@ -84,11 +84,7 @@ class Session:
     @property
     def owner(self) -> str:
         """Whom this session's tasks belong to: its principal, or without one the session."""
-        # The route is part of it: a principal is a name one route's authenticator vouches
-        # for, and an API key's "alice" on one route is not a token's "alice" on another.
-        if self.principal:
-            return f"principal:{self.route.name}:{self.principal}"
-        return f"session:{self.id}"
+        return owner_of(self.route.name, self.principal) or f"session:{self.id}"
 
     @property
     def busy(self) -> bool:
@@ -154,6 +150,9 @@ class Session:
         outgoing = self._calls.start_task(task, request, on_progress, on_input)
         self._task_calls += 1
         return outgoing
+
+    async def run_task_call(self, request: jsonrpc.Request) -> Answer:
+        return await self.upstream.call(request, bounded=False)
 
     async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
         """Forget a finished task call; an ended session releases its upstream with the last."""

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from gateway.protocol import jsonrpc
 from gateway.tasks.models import Task
-from gateway.upstream import UpstreamClient
+from gateway.upstream import Answer, UpstreamClient
 
 
 class TaskHost(Protocol):
@@ -36,6 +36,14 @@ class TaskHost(Protocol):
         on_progress: Callable[[jsonrpc.JsonObject], None],
         on_input: Callable[[bool], asyncio.Task[None]],
     ) -> jsonrpc.Request: ...
+
+    async def run_task_call(self, request: jsonrpc.Request) -> Answer:
+        """The answer to the call `start_task_call` returned: the 2025-11-25 session sends it
+        now; a 2026-07-28 call was already running when it became a task.
+
+        Raises:
+            GatewayError: no answer could be had.
+        """
 
     async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
         """The call ended (after its terminal write); the host may release its upstream."""

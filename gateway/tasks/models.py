@@ -71,6 +71,15 @@ def iso(moment: datetime) -> str:
     return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+def owner_of(route: str, principal: str | None) -> str | None:
+    """Whom a principal's tasks belong to, in either generation (None without a principal).
+
+    The route is part of it: a principal is a name one route's authenticator vouches for,
+    and an API key's "alice" on one route is not a token's "alice" on another.
+    """
+    return f"principal:{route}:{principal}" if principal else None
+
+
 class Task(BaseModel):
     model_config = ConfigDict(frozen=True)
 

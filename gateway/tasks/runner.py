@@ -91,8 +91,10 @@ class TaskRunner:
         request: jsonrpc.Request,
         policy: TaskPolicy,
         limits: Limits,
+        generation: str = "2025-11-25",
     ) -> Task:
-        """Record a task durably and start its upstream call.
+        """Record a task durably and start its upstream call (`generation` is the protocol
+        generation of the request that makes it).
 
         Raises:
             TaskError: params.task.ttl is not a non-negative number, or the caller already
@@ -122,6 +124,7 @@ class TaskRunner:
             ttl_ms=min(policy.ttl(requested), limits.max_ttl_ms or policy.max_ttl_ms),
             poll_interval_ms=policy.poll_interval_ms,
             progress_token=jsonrpc.progress_token(request),
+            generation=generation,
         )
         cap = limits.active_tasks_per_principal
         if not await self._store.create_task(task, max_active=cap):
@@ -149,7 +152,7 @@ class TaskRunner:
         try:
             try:
                 async with asyncio.timeout(policy.time_limit_seconds):
-                    answer = await host.upstream.call(outgoing, bounded=False)
+                    answer = await host.run_task_call(outgoing)
             except (TimeoutError, GatewayError) as exc:
                 self._telemetry.upstream_call(task, None, exc, started)
                 raise

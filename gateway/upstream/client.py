@@ -230,7 +230,14 @@ class UpstreamClient:
             self._pending.pop(request.id, None)
 
     async def notify(self, message: jsonrpc.Notification | Answer) -> None:
-        """Send a notification, or our answer to a request the upstream made."""
+        """Send a notification, or our answer to a request the upstream made.
+
+        Raises:
+            UpstreamUnavailable: the session was closed (a stdio transport would start a
+                new child for the message, which nothing would ever stop).
+        """
+        if self._closed:
+            raise UpstreamUnavailable("the session ended")
         if isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse) and message.id is not None:
             self._asked.discard(message.id)
         if (

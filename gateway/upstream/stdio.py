@@ -155,6 +155,9 @@ async def _stop(proc: Process) -> None:
         if proc.returncode is None:  # cancelled on the way: never leave a child behind
             with contextlib.suppress(ProcessLookupError):
                 proc.kill()
+            # Reaped even so (a killed child exits at once): an unreaped one would keep its
+            # pipes open until the interpreter collects the transport.
+            await proc.wait()
 
 
 class StdioTransport(Transport):

@@ -1,0 +1,179 @@
+"""tools/call on the 2026-07-28 path: one upstream call, MRTR rounds, and maybe a task.
+
+A new call starts upstream on a session leased for the caller (`session.held`); a retry
+carrying `requestState` finds its parked call again (`session.mrtr`) and first hands the
+upstream the answers in `inputResponses`. Then the call runs until one of:
+
+* it ends: the answer goes back as the call's result, unless the route says the tool runs
+  only as a task (`required`), which makes it an already finished task;
+* the upstream asks something (elicitation, sampling or roots, of a kind the request
+  declared): an `InputRequiredResult`; the call is parked for the retry;
+* the window (`tasks.sync_window_ms`) passes, for a call that may become a task (the
+  request declared the tasks extension, the tool is not `forbidden`): it becomes a task,
+  durable before `CreateTaskResult` is sent, and runs on (`session.modern_task`);
+* the client goes away: the call is stopped upstream (closing the response cancels the
+  request, in this generation).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+from aiohttp import web
+
+from gateway.http import admission
+from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER
+from gateway.protocol import jsonrpc, modern
+from gateway.protocol.errors import INTERNAL_ERROR, TaskError, UpstreamError
+from gateway.protocol.versions import MODERN_PROTOCOL_VERSION
+from gateway.route import Route
+from gateway.session.held import question_capabilities
+from gateway.session.modern_call import Asked, Finished, ModernCall, Running
+from gateway.session.mrtr import BadRequestState
+from gateway.tasks.api_modern import create_task_result
+from gateway.tasks.models import owner_of
+from gateway.upstream import Answer
+
+#: How long a parked call waits for its retry when the route sets no input timeout.
+PARK_LIMIT_SECONDS = 3600.0
+#: How often a waiting request looks whether its client is still connected.
+_GONE_POLL_SECONDS = 0.25
+CLIENT_GONE = "the client closed the request"
+
+
+class _ClientGone(Exception):
+    pass
+
+
+async def call(
+    request: web.Request,
+    route: Route,
+    caller: admission.Caller,
+    checked: modern.ModernRequest,
+    decision: modern.Call,
+) -> Answer:
+    app = request.app
+    message = checked.request
+    owner = modern_owner(route, caller)
+    if decision.retry:
+        try:
+            upstream_call = app[PARKED_CALLS].resume(decision.state, owner, message)
+        except BadRequestState as exc:
+            return jsonrpc.error_response(message.id, exc.code, exc.message)
+    else:
+        lease = await app[HELD_SESSIONS].lease(
+            route,
+            caller.principal,
+            question_capabilities(checked.capabilities),
+            forwarded_headers(request, route),
+        )
+        upstream_call = ModernCall(lease, decision.request)
+        upstream_call.start()
+    handed_over = False
+    #: Why the call is stopped if it is not handed over (None: it ended by itself).
+    abandon: str | None = CLIENT_GONE
+    try:
+        responses = decision.responses if isinstance(decision.responses, dict) else {}
+        for key, response in responses.items():
+            await upstream_call.answer(key, response)  # keys not asked for are ignored
+        policy = route.policy
+        window = policy.sync_window_ms / 1000 if decision.task else None
+        limit = None if decision.task else route.upstream.config.request_timeout_seconds
+        try:
+            async with asyncio.timeout(limit):
+                state = await _wait(request, upstream_call, window)
+        except TimeoutError:
+            abandon = "the upstream took too long"
+            return jsonrpc.error_response(
+                message.id,
+                INTERNAL_ERROR,
+                f"the upstream did not answer within {limit:g} s "
+                "(upstream.request_timeout_seconds)",
+            )
+        if isinstance(state, Asked):
+            ttl = policy.input_timeout_seconds or PARK_LIMIT_SECONDS
+            token = app[PARKED_CALLS].park(upstream_call, owner, message, ttl)
+            handed_over = True
+            asks = {ask.key: ask.wire() for ask in state.asks}
+            return modern.input_required(message.id, asks, token)
+        if isinstance(state, Finished) and decision.task != "required":
+            abandon = None
+            answer = jsonrpc.with_id(state.answer, message.id)
+            if isinstance(answer, jsonrpc.Response):
+                return modern.complete(answer, "tools/call")
+            return answer
+        api = app[MODERN_TASK_API]
+        host = api.host_for(upstream_call, owner, caller.principal, policy)
+        try:
+            task = await app[RUNNER].submit(
+                host,
+                route.name,
+                decision.request,
+                policy,
+                route.limits,
+                generation=MODERN_PROTOCOL_VERSION,
+            )
+        except TaskError as exc:
+            abandon = "the task could not be made"
+            return jsonrpc.error_response(message.id, exc.code, exc.message)
+        handed_over = True
+        api.running(task.task_id, host)
+        return create_task_result(message.id, task)
+    except UpstreamError as exc:
+        abandon = "the upstream failed"
+        return upstream_failed(message.id, exc)
+    except _ClientGone:
+        return jsonrpc.error_response(message.id, INTERNAL_ERROR, CLIENT_GONE)
+    finally:
+        if not handed_over:
+            # Shielded: a handler cancelled by its client's going away must still stop
+            # the call upstream and give its session back.
+            await asyncio.shield(upstream_call.end(abandon))
+
+
+def modern_owner(route: Route, caller: admission.Caller) -> str:
+    """Whom a 2026-07-28 caller's tasks belong to: its principal (the same owner as on the
+    session path), or every anonymous caller of the route alike (their task ids, 192 random
+    bits, are the only guard: see docs/security.md)."""
+    return owner_of(route.name, caller.principal) or f"anonymous:{route.name}"
+
+
+def forwarded_headers(request: web.Request, route: Route) -> dict[str, str]:
+    return {
+        name: value
+        for name in route.upstream.config.copied_headers
+        if (value := request.headers.get(name)) is not None
+    }
+
+
+def upstream_failed(request_id: jsonrpc.RequestId, exc: UpstreamError) -> jsonrpc.ErrorResponse:
+    return jsonrpc.error_response(
+        request_id, INTERNAL_ERROR, f"upstream unavailable: {exc.message}"
+    )
+
+
+async def _wait(
+    request: web.Request, upstream_call: ModernCall, window: float | None
+) -> Finished | Asked | Running:
+    waiting = asyncio.ensure_future(upstream_call.wait(window))
+    watching = asyncio.ensure_future(_client_gone(request))
+    try:
+        await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
+        if waiting.done():
+            return waiting.result()
+        raise _ClientGone
+    finally:
+        for future in (waiting, watching):
+            future.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await future
+
+
+async def _client_gone(request: web.Request) -> None:
+    """Returns once the client's connection is closed."""
+    while True:
+        transport = request.transport
+        if transport is None or transport.is_closing():
+            return
+        await asyncio.sleep(_GONE_POLL_SECONDS)

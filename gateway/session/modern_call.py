@@ -1,0 +1,205 @@
+"""One upstream call made for a 2026-07-28 caller, from its first request to its end.
+
+A legacy upstream asks its questions (elicitation, sampling, roots) in the middle of a call
+and waits for the answers; a 2026-07-28 client is never asked anything mid-request. So the
+call outlives the request that started it: `wait()` tells the endpoint whether the call
+finished, asked (the questions become an `InputRequiredResult` and the call is parked until
+the client's retry brings the answers), or is still running after the window (it becomes a
+task, and its questions become the task's `inputRequests`). Questions get keys minted here,
+unique for the call's lifetime and so for the task's it may become.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import logging
+from dataclasses import dataclass
+from typing import Protocol
+
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import GatewayError
+from gateway.session.held import Lease
+from gateway.upstream import Answer
+
+log = logging.getLogger(__name__)
+
+#: Questions an upstream asks together reach the gateway a moment apart: the round that
+#: reports the first waits this long for the others, so one round carries them all.
+GATHER_SECONDS = 0.05
+
+
+@dataclass(frozen=True, slots=True)
+class Ask:
+    """An upstream question still waiting for the client's answer."""
+
+    key: str
+    upstream_id: jsonrpc.RequestId
+    method: str
+    params: jsonrpc.JsonObject
+
+    def wire(self) -> jsonrpc.JsonObject:
+        """As an entry of `inputRequests`."""
+        return {"method": self.method, "params": self.params}
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    answer: Answer
+
+
+@dataclass(frozen=True, slots=True)
+class Asked:
+    asks: tuple[Ask, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Running:
+    """The window passed with the call still running and nothing asked."""
+
+
+class TaskHooks(Protocol):
+    """Where a call that became a task sends its questions and progress."""
+
+    def asked(self, ask: Ask) -> None: ...
+
+    def withdrawn(self, ask: Ask) -> None: ...
+
+    def progress(self, params: jsonrpc.JsonObject) -> None: ...
+
+
+class ModernCall:
+    """The upstream call behind a 2026-07-28 request, its open questions, and its lease."""
+
+    def __init__(self, lease: Lease, request: jsonrpc.Request) -> None:
+        self.lease = lease
+        held = lease.held
+        upstream_id = held.upstream.next_id()
+        #: The gateway's own progress token, so progress finds this call on any session.
+        self.token = f"mcp-gateway-{upstream_id}"
+        self.outgoing = jsonrpc.with_meta(
+            jsonrpc.with_id(request, upstream_id), "progressToken", self.token
+        )
+        self.pending: dict[str, Ask] = {}
+        self.hooks: TaskHooks | None = None
+        self._keys = itertools.count(1)
+        self._asked = asyncio.Event()
+        #: Set once the session is open and the call on its way: the window starts then,
+        #: so that it measures the tool and not the upstream's start-up.
+        self._sent = asyncio.Event()
+        self._answer: asyncio.Task[Answer] | None = None
+
+    def start(self) -> None:
+        held = self.lease.held
+        held.follow(self.token, self)
+        if held.capabilities:
+            held.asker = self
+        self._answer = asyncio.create_task(  # noqa: TID251 - awaited by wait()/result(), cancelled by end()
+            self._call(), name="2026-07-28 upstream call"
+        )
+
+    async def _call(self) -> Answer:
+        held = self.lease.held
+        await held.open()
+        self._sent.set()
+        return await held.upstream.call(self.outgoing, bounded=False)
+
+    # Asker: what the held session reports.
+    def asked(self, request: jsonrpc.Request) -> None:
+        short = request.method.split("/", 1)[0]
+        ask = Ask(f"{short}-{next(self._keys)}", request.id, request.method, request.params or {})
+        self.pending[ask.key] = ask
+        if self.hooks is not None:
+            self.hooks.asked(ask)
+        else:
+            self._asked.set()
+
+    def withdrawn(self, upstream_id: jsonrpc.RequestId) -> None:
+        for key, ask in list(self.pending.items()):
+            if ask.upstream_id == upstream_id:
+                del self.pending[key]
+                if self.hooks is not None:
+                    self.hooks.withdrawn(ask)
+
+    def progress(self, params: jsonrpc.JsonObject) -> None:
+        if self.hooks is not None:
+            self.hooks.progress(params)
+
+    async def wait(self, window: float | None) -> Finished | Asked | Running:
+        """Until the call ends, asks something, or `window` seconds pass (None: no window).
+
+        Raises:
+            UpstreamError: the upstream could not answer.
+        """
+        assert self._answer is not None, "start() first"
+        if not self._sent.is_set():
+            sent = asyncio.create_task(self._sent.wait())  # noqa: TID251 - cancelled below
+            try:
+                await asyncio.wait({self._answer, sent}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                sent.cancel()
+        if not self.pending:
+            self._asked.clear()
+            asked = asyncio.create_task(self._asked.wait())  # noqa: TID251 - cancelled below
+            try:
+                await asyncio.wait(
+                    {self._answer, asked}, timeout=window, return_when=asyncio.FIRST_COMPLETED
+                )
+            finally:
+                asked.cancel()
+            if self.pending and not self._answer.done():
+                await asyncio.wait({self._answer}, timeout=GATHER_SECONDS)
+        if self._answer.done():
+            return Finished(self._answer.result())
+        if self.pending:
+            return Asked(tuple(self.pending.values()))
+        return Running()
+
+    async def result(self) -> Answer:
+        """The call's answer, however long it takes (a task's run awaits this)."""
+        assert self._answer is not None, "start() first"
+        return await self._answer
+
+    async def answer(self, key: str, response: jsonrpc.JsonObject) -> bool:
+        """Send the client's answer to the question under `key`; False if none is open.
+
+        Raises:
+            UpstreamError: the answer could not be delivered.
+        """
+        ask = self.pending.pop(key, None)
+        if ask is None:
+            return False
+        reply = jsonrpc.Response(jsonrpc="2.0", id=ask.upstream_id, result=response)
+        await self.lease.held.upstream.notify(reply)
+        return True
+
+    async def refuse(self, key: str, reply: Answer) -> bool:
+        """Send a default answer (nobody answered in time) instead of the client's."""
+        ask = self.pending.pop(key, None)
+        if ask is None:
+            return False
+        with contextlib.suppress(GatewayError):
+            await self.lease.held.upstream.notify(jsonrpc.with_id(reply, ask.upstream_id))
+        return True
+
+    async def end(self, reason: str | None = None) -> None:
+        """Release the session. With a `reason`, the call is abandoned first: stopped here
+        and cancelled upstream, and its exclusive session closed rather than reused."""
+        held = self.lease.held
+        held.unfollow(self.token)
+        abandoned = reason is not None and self._answer is not None and not self._answer.done()
+        if abandoned and self._answer is not None:
+            self._answer.cancel()
+            cancelled = jsonrpc.Notification(
+                jsonrpc="2.0",
+                method="notifications/cancelled",
+                params={"requestId": self.outgoing.id, "reason": reason},
+            )
+            try:
+                await held.upstream.notify(cancelled)
+            except GatewayError as exc:
+                log.info("could not tell the upstream a call was abandoned: %s", exc.message)
+        if self._answer is not None:
+            await asyncio.wait({self._answer})  # its outcome, if any, is someone else's
+        await self.lease.release(reusable=not abandoned and not self.pending)

@@ -1,0 +1,178 @@
+"""`ModernTaskHost`: the runner's seam (`tasks.host.TaskHost`) for a 2026-07-28 call that
+became a task of the tasks extension.
+
+The call is already running when the task is made (it ran through the request's window, or
+an MRTR round before it), so the run awaits that call rather than starting one. The
+upstream's questions during the task become rows in the store under the call's keys,
+committed before the task shows `input_required`, so that whoever reads the task sees them
+as `inputRequests`; `tasks/update` answers them through `answer()`. A question nobody answers
+within `tasks.input_timeout_seconds` gets the default answer upstream and is withdrawn.
+Progress becomes the task's `statusMessage`; there is no stream to send anything on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from datetime import datetime
+
+from gateway.aio import TaskSet
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
+from gateway.session.modern_call import Ask, ModernCall
+from gateway.tasks.models import InputRequest, Task
+from gateway.tasks.store import TaskStore
+from gateway.upstream import Answer, UpstreamClient
+
+log = logging.getLogger(__name__)
+
+TIMED_OUT = "nobody answered within tasks.input_timeout_seconds"
+
+
+def default_answer(upstream_id: jsonrpc.RequestId, method: str, reason: str) -> Answer:
+    """What the upstream is told when nobody answers its question."""
+    if method == "elicitation/create":
+        # Elicitation has a way to say "nobody answered": the user dismissed the dialog.
+        return jsonrpc.Response(jsonrpc="2.0", id=upstream_id, result={"action": "cancel"})
+    return jsonrpc.error_response(upstream_id, INTERNAL_ERROR, reason)
+
+
+class ModernTaskHost:
+    def __init__(
+        self,
+        call: ModernCall,
+        owner: str,
+        principal: str | None,
+        store: TaskStore,
+        clock: Callable[[], datetime],
+        input_timeout: float | None,
+        on_end: Callable[[str], None],
+    ) -> None:
+        self.call = call
+        self._owner = owner
+        self._principal = principal
+        self._store = store
+        self._clock = clock
+        self._input_timeout = input_timeout
+        self._on_end = on_end
+        self._tasks = TaskSet("2026-07-28 task")
+        self._timers: dict[str, asyncio.Task[None]] = {}
+        self._task_id = ""
+        self._on_progress: Callable[[jsonrpc.JsonObject], None] = lambda _: None
+        self._on_input: Callable[[bool], asyncio.Task[None]] | None = None
+        #: The latest status write for input; the next waits for it, so they land in order.
+        self._input_write: asyncio.Task[None] | None = None
+
+    # TaskHost
+    @property
+    def owner(self) -> str:
+        return self._owner
+
+    @property
+    def principal(self) -> str | None:
+        return self._principal
+
+    @property
+    def upstream(self) -> UpstreamClient:
+        return self.call.lease.held.upstream
+
+    def start_task_call(
+        self,
+        task: Task,
+        request: jsonrpc.Request,
+        on_progress: Callable[[jsonrpc.JsonObject], None],
+        on_input: Callable[[bool], asyncio.Task[None]],
+    ) -> jsonrpc.Request:
+        self._task_id = task.task_id
+        self._on_progress = on_progress
+        self._on_input = on_input
+        self.call.hooks = self
+        # A question asked after the window closed but before these hooks were set.
+        for ask in self.call.pending.values():
+            self.asked(ask)
+        return self.call.outgoing
+
+    async def run_task_call(self, request: jsonrpc.Request) -> Answer:
+        return await self.call.result()
+
+    async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
+        self._on_end(self._task_id)
+        for timer in self._timers.values():
+            timer.cancel()
+        await self._tasks.close()
+        await self.call.end(None if not self.call.pending else "the task ended")
+
+    def withdraw_questions(self, task_id: str, reason: str) -> None:
+        # The terminal write withdrew the stored rows; the call itself is being stopped.
+        for timer in self._timers.values():
+            timer.cancel()
+
+    def task_status(self, task: Task) -> None:
+        pass  # 2026-07-28 readers poll tasks/get: there is no stream to notify
+
+    # TaskHooks: what the call reports.
+    def asked(self, ask: Ask) -> None:
+        self._tasks.spawn(self._record(ask), name="task input request")
+
+    def withdrawn(self, ask: Ask) -> None:
+        self._tasks.spawn(self._withdraw(ask.key), name="task input withdrawn")
+
+    def progress(self, params: jsonrpc.JsonObject) -> None:
+        self._on_progress(params)
+
+    async def _record(self, ask: Ask) -> None:
+        row = InputRequest(
+            task_id=self._task_id,
+            key=ask.key,
+            method=ask.method,
+            params=ask.params,
+            upstream_id=ask.upstream_id,
+            created_at=self._clock(),
+        )
+        if not await self._store.add_input(row):
+            return  # the task ended meanwhile
+        await self._input_changed(True)
+        if self._input_timeout is not None:
+            self._timers[ask.key] = self._tasks.spawn(
+                self._unanswered(ask, self._input_timeout), name="task input timeout"
+            )
+
+    async def _unanswered(self, ask: Ask, limit: float) -> None:
+        await asyncio.sleep(limit)
+        self._timers.pop(ask.key, None)
+        if await self.call.refuse(ask.key, default_answer(ask.upstream_id, ask.method, TIMED_OUT)):
+            await self._withdraw(ask.key)
+
+    async def _withdraw(self, key: str) -> None:
+        await self._store.withdraw_inputs(self._task_id, self._clock(), [key])
+        if not self.call.pending:
+            await self._input_changed(False)
+
+    async def answer(self, key: str, response: jsonrpc.JsonObject) -> bool:
+        """The client's answer to the question under `key` (tasks/update); False if it is
+        not open. The stored row is settled first, so any reader sees it answered."""
+        if key not in self.call.pending:
+            return False
+        if await self._store.answer_input(self._task_id, key, response, self._clock()) is None:
+            return False
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        try:
+            delivered = await self.call.answer(key, response)
+        except GatewayError as exc:
+            log.info("could not deliver an answer upstream: %s", exc.message)
+            return False
+        if not self.call.pending:
+            await self._input_changed(False)
+        return delivered
+
+    async def _input_changed(self, waiting: bool) -> None:
+        if self._on_input is None:
+            return
+        previous = self._input_write
+        if previous is not None and not previous.done():
+            await asyncio.wait({previous})
+        self._input_write = self._on_input(waiting)
+        await asyncio.wait({self._input_write})

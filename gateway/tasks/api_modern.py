@@ -1,0 +1,176 @@
+"""The tasks extension's API (SEP-2663, 2026-07-28): tasks/get, tasks/update, tasks/cancel.
+
+The same store as the 2025-11-25 API, rendered by this generation's rules: the result, the
+error or the pending input requests inlined in `tasks/get` (there is no tasks/result); a tool
+result with `isError` is `completed` here although a 2025-11-25 reader sees that task
+`failed` (the store keeps the raw outcome, and each reader derives its status); `ttlMs` and
+`pollIntervalMs`; no related-task meta. `tasks/update` answers input requests by key (unknown
+or settled keys are ignored, as the extension says); `tasks/cancel` is an acknowledgement,
+for terminal tasks too. Either generation's tasks may be read here by the same owner.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import datetime
+
+from gateway.config import TaskPolicy
+from gateway.observability.audit import audit
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import INTERNAL_ERROR, TaskError
+from gateway.protocol.outcome import Outcome
+from gateway.session.modern_call import ModernCall
+from gateway.session.modern_task import ModernTaskHost
+from gateway.tasks.api_2025 import EXPIRED, NOT_FOUND
+from gateway.tasks.models import InputRequest, Task, TaskStatus, iso
+from gateway.tasks.runner import TaskRunner
+from gateway.tasks.store import TaskStore
+
+Answer = jsonrpc.Response | jsonrpc.ErrorResponse
+
+#: Served by this API (tasks/result and tasks/list do not exist in the extension).
+METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+
+
+def task_fields(task: Task, outcome: Outcome | None = None) -> jsonrpc.JsonObject:
+    """The extension's `Task` object: the status as this generation derives it."""
+    status = task.status
+    if status is TaskStatus.FAILED and outcome is not None and outcome.kind == "result":
+        status = TaskStatus.COMPLETED  # a tool's isError result completes the call here
+    out: jsonrpc.JsonObject = {
+        "taskId": task.task_id,
+        "status": status.value,
+        "createdAt": iso(task.created_at),
+        "lastUpdatedAt": iso(task.updated_at),
+        "ttlMs": task.ttl_ms,
+        "pollIntervalMs": task.poll_interval_ms,
+    }
+    if task.status_message is not None and status is not TaskStatus.COMPLETED:
+        out["statusMessage"] = task.status_message
+    return out
+
+
+def create_task_result(request_id: jsonrpc.RequestId, task: Task) -> jsonrpc.Response:
+    """The flat CreateTaskResult: no nested task, no result, no requestState."""
+    return jsonrpc.Response(
+        jsonrpc="2.0", id=request_id, result={"resultType": "task", **task_fields(task)}
+    )
+
+
+def detailed(task: Task, outcome: Outcome | None, inputs: list[InputRequest]) -> jsonrpc.JsonObject:
+    """The DetailedTask of tasks/get: what the status says the reader needs, inlined."""
+    fields = task_fields(task, outcome)
+    status = fields["status"]
+    if status == "completed" and outcome is not None and outcome.kind == "result":
+        # Inlined as the call's own 2026-07-28 result would be, `resultType` and all.
+        fields["result"] = {"resultType": "complete", **outcome.body}
+    elif status == "failed":
+        fields["error"] = (
+            outcome.body
+            if outcome is not None and outcome.kind == "error"
+            else {"code": INTERNAL_ERROR, "message": task.status_message or "the task failed"}
+        )
+    elif status == "input_required":
+        fields["inputRequests"] = {
+            row.key: {"method": row.method, "params": row.params} for row in inputs
+        }
+    return fields
+
+
+class ModernTaskApi:
+    def __init__(self, store: TaskStore, runner: TaskRunner, clock: Callable[[], datetime]):
+        self._store = store
+        self._runner = runner
+        self._clock = clock
+        #: The 2026-07-28 tasks this process runs, for their answers to reach their calls.
+        self._hosts: dict[str, ModernTaskHost] = {}
+
+    def host_for(
+        self, call: ModernCall, owner: str, principal: str | None, policy: TaskPolicy
+    ) -> ModernTaskHost:
+        """The runner's seam for a call about to become a task."""
+        return ModernTaskHost(
+            call,
+            owner,
+            principal,
+            self._store,
+            self._clock,
+            policy.input_timeout_seconds,
+            on_end=self.ended,
+        )
+
+    def running(self, task_id: str, host: ModernTaskHost) -> None:
+        self._hosts[task_id] = host
+
+    def ended(self, task_id: str) -> None:
+        self._hosts.pop(task_id, None)
+
+    async def answer(self, request: jsonrpc.Request, owner: str, principal: str | None) -> Answer:
+        try:
+            task = await self._find(jsonrpc.param(request, "taskId"), owner, principal)
+            if request.method == "tasks/get":
+                return _ok(request, await self._get(task))
+            if request.method == "tasks/update":
+                await self._update(task, jsonrpc.param(request, "inputResponses"))
+            else:
+                await self._cancel(task, principal)
+            return _ok(request, {})
+        except TaskError as exc:
+            return jsonrpc.error_response(request.id, exc.code, exc.message)
+
+    async def _find(self, task_id: object, owner: str, principal: str | None) -> Task:
+        if not isinstance(task_id, str):
+            raise TaskError("params.taskId must be a string")
+        # One query by id and owner, as in the 2025-11-25 API: a foreign task and an
+        # unknown id cannot be told apart, by the answer or by its timing.
+        task = await self._store.find_task(task_id, owner)
+        if task is None:
+            foreign = await self._store.get_task(task_id)
+            if foreign is not None:
+                audit(
+                    "task_access_denied", principal=principal, task_id=task_id, route=foreign.route
+                )
+            raise TaskError(NOT_FOUND)
+        if task.expired(self._clock()):
+            raise TaskError(EXPIRED)
+        return task
+
+    async def _get(self, task: Task) -> jsonrpc.JsonObject:
+        outcome = None
+        inputs: list[InputRequest] = []
+        if task.status.terminal:
+            outcome = await self._store.get_outcome(task.task_id)
+            audit(
+                "task_result_retrieved",
+                task_id=task.task_id,
+                kind=outcome.kind if outcome is not None else None,
+            )
+        elif task.status is TaskStatus.INPUT_REQUIRED:
+            inputs = await self._store.pending_inputs(task.task_id)
+        return detailed(task, outcome, inputs)
+
+    async def _update(self, task: Task, responses: object) -> None:
+        if not isinstance(responses, dict):
+            raise TaskError("params.inputResponses must be an object of answers by key")
+        for key, response in responses.items():
+            if not isinstance(response, dict):
+                raise TaskError(f"params.inputResponses[{key!r}] must be an object")
+        host = self._hosts.get(task.task_id)
+        if host is None or task.status.terminal:
+            return  # nothing waits: the extension says such answers are ignored
+        for key, response in responses.items():
+            await host.answer(key, response)
+
+    async def _cancel(self, task: Task, principal: str | None) -> None:
+        if task.status.terminal:
+            return  # the extension acknowledges a cancel of a finished task
+        try:
+            await self._runner.cancel(task)
+        except TaskError:
+            pass  # it finished meanwhile: still an acknowledgement
+
+
+def _ok(request: jsonrpc.Request, result: jsonrpc.JsonObject) -> jsonrpc.Response:
+    return jsonrpc.Response(
+        jsonrpc="2.0", id=request.id, result={"resultType": "complete", **result}
+    )

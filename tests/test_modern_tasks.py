@@ -1,0 +1,424 @@
+"""The tasks extension (SEP-2663) and MRTR on the 2026-07-28 path, over real HTTP, in front of
+the bundled demo server (stdio) and the SDK's legacy server (Streamable HTTP).
+
+The spec's words are quoted where a test pins them: `../shared/spec/tasks-extension-2026-07-28.md`
+summarises the extension and names its sources, `basic/patterns/mrtr.mdx` is MRTR's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+from typing import Any
+
+import aiohttp
+import pytest
+
+from gateway.protocol.errors import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    METHOD_NOT_FOUND,
+    MISSING_REQUIRED_CLIENT_CAPABILITY,
+)
+
+from .conftest import DEMO, StartGateway
+from .fakes import FAULT_HOOKS
+from .helpers import (
+    INIT,
+    TASKS_EXTENSION,
+    WITH_ELICITATION,
+    WITH_TASKS,
+    headers,
+    modern_rpc,
+    modern_status,
+    modern_terminal,
+)
+
+BOTH = {**WITH_TASKS, **WITH_ELICITATION}
+ALICE_KEY, BOB_KEY = "alice-key-0123456789", "bob-key-9876543210"
+KEYS = {
+    "mode": "api_keys",
+    "api_keys": [
+        {"principal": name, "sha256": hashlib.sha256(key.encode()).hexdigest()}
+        for name, key in (("alice", ALICE_KEY), ("bob", BOB_KEY))
+    ],
+}
+POLICY = {"tools": {"echo": "forbidden", "fail": "required", "error": "required"}}
+
+
+@pytest.fixture
+async def demo(start_gateway: StartGateway) -> str:
+    base = await start_gateway([{"name": "demo", "upstream": DEMO, "tasks": POLICY}])
+    return f"{base}/demo/mcp"
+
+
+def call(name: str, **arguments: Any) -> dict[str, Any]:
+    return {"name": name, "arguments": arguments}
+
+
+async def test_discover_advertises_the_extension_only_where_tasks_are_on(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(
+        [
+            {"name": "on", "upstream": DEMO},
+            {"name": "off", "upstream": DEMO, "tasks": {"enabled": False}},
+        ]
+    )
+    async with aiohttp.ClientSession() as http:
+        _, on = await modern_rpc(http, f"{base}/on/mcp", "server/discover")
+        _, off = await modern_rpc(http, f"{base}/off/mcp", "server/discover")
+    # "the server advertises the same key under capabilities.extensions in server/discover"
+    assert on["result"]["capabilities"]["extensions"] == {TASKS_EXTENSION: {}}
+    assert "tasks" not in on["result"]["capabilities"]
+    assert TASKS_EXTENSION not in off["result"]["capabilities"].get("extensions", {})
+
+
+async def test_a_long_call_becomes_a_task_whose_result_tasks_get_inlines(demo: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        status, created = await modern_rpc(
+            http, demo, "tools/call", call("slow", seconds=1, steps=2), WITH_TASKS
+        )
+        assert status == 200
+        task = created["result"]
+        # CreateTaskResult is flat: "no nested task wrapper and no result/error/inputRequests/
+        # requestState"
+        assert task["resultType"] == "task"
+        assert task["status"] == "working"
+        assert not {"task", "result", "error", "inputRequests", "requestState"} & task.keys()
+        assert isinstance(task["ttlMs"], int) and isinstance(task["pollIntervalMs"], int)
+        assert not {"ttl", "pollInterval"} & task.keys()
+        # "The server MUST NOT send CreateTaskResult until tasks/get on that id would resolve"
+        _, got = await modern_rpc(http, demo, "tasks/get", {"taskId": task["taskId"]}, WITH_TASKS)
+        assert got["result"]["resultType"] == "complete"
+        assert got["result"]["status"] in ("working", "completed")
+        done = await modern_terminal(http, demo, task["taskId"])
+    assert done["status"] == "completed"
+    assert done["result"]["content"][0]["text"] == "slept 1 s"
+    # No related-task meta on the inlined result: the taskId is at the root.
+    assert "io.modelcontextprotocol/related-task" not in done["result"].get("_meta", {})
+
+
+async def test_a_quick_answer_comes_back_directly_and_forbidden_tools_never_make_tasks(
+    demo: str,
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, quick = await modern_rpc(http, demo, "tools/call", call("slow", seconds=0), WITH_TASKS)
+        _, plain = await modern_rpc(http, demo, "tools/call", call("echo", text="hi"), WITH_TASKS)
+        # The legacy `task` field is ignored: "legacy params.task MUST be ignored".
+        legacy = {**call("echo", text="hi"), "task": {"ttl": 1000}}
+        _, ignored = await modern_rpc(http, demo, "tools/call", legacy, WITH_TASKS)
+    assert quick["result"]["resultType"] == "complete"
+    assert quick["result"]["content"][0]["text"] == "slept 0 s"
+    for body in (plain, ignored):
+        assert body["result"]["resultType"] == "complete"
+        assert "taskId" not in body["result"]
+
+
+async def test_without_the_extension_calls_run_plainly_and_required_tools_get_32021(
+    demo: str,
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, slow = await modern_rpc(http, demo, "tools/call", call("slow", seconds=0.4, steps=1))
+        status, refused = await modern_rpc(http, demo, "tools/call", call("fail"))
+    # "The server MUST NOT return CreateTaskResult to a request that lacks the capability"
+    assert slow["result"]["resultType"] == "complete"
+    assert status == 400
+    assert refused["error"]["code"] == MISSING_REQUIRED_CLIENT_CAPABILITY
+    assert refused["error"]["data"]["requiredCapabilities"]["extensions"] == {TASKS_EXTENSION: {}}
+
+
+async def test_a_tool_error_completes_here_and_fails_for_a_2025_reader(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway([{"name": "keys", "upstream": DEMO, "auth": KEYS, "tasks": POLICY}])
+    url, alice = f"{base}/keys/mcp", {"Authorization": f"Bearer {ALICE_KEY}"}
+    async with aiohttp.ClientSession() as http:
+        _, created = await modern_rpc(
+            http, url, "tools/call", call("fail"), WITH_TASKS, extra=alice
+        )
+        # A `required` tool answered within the window is still a task, already finished.
+        assert created["result"]["resultType"] == "task"
+        task_id = created["result"]["taskId"]
+        async with asyncio.timeout(10):
+            while True:
+                _, got = await modern_rpc(
+                    http, url, "tasks/get", {"taskId": task_id}, WITH_TASKS, extra=alice
+                )
+                done = got["result"]
+                if done["status"] != "working":
+                    break
+        # "completed → result (the original result, including isError:true tool results)"
+        assert done["status"] == "completed"
+        assert done["result"]["isError"] is True
+        # The same principal reads it in a 2025-11-25 session: there, isError fails a task.
+        async with http.post(url, json=INIT, headers=headers(**alice)) as resp:
+            session = resp.headers["Mcp-Session-Id"]
+        get = {"jsonrpc": "2.0", "id": 2, "method": "tasks/get", "params": {"taskId": task_id}}
+        async with http.post(url, json=get, headers=headers(session, **alice)) as resp:
+            legacy = await resp.json()
+        assert legacy["result"]["status"] == "failed"
+        # Bob, another principal, cannot see it from either generation.
+        bob = {"Authorization": f"Bearer {BOB_KEY}"}
+        _, foreign = await modern_rpc(
+            http, url, "tasks/get", {"taskId": task_id}, WITH_TASKS, extra=bob
+        )
+        _, unknown = await modern_rpc(
+            http, url, "tasks/get", {"taskId": "no-such-task"}, WITH_TASKS, extra=bob
+        )
+    assert foreign["error"] == unknown["error"]
+    assert foreign["error"]["code"] == INVALID_PARAMS
+
+
+async def test_a_json_rpc_error_fails_the_task_with_the_error_inlined(demo: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, created = await modern_rpc(http, demo, "tools/call", call("error"), WITH_TASKS)
+        done = await modern_terminal(http, demo, created["result"]["taskId"])
+    # "failed → error (JSON-RPC errors only)"
+    assert done["status"] == "failed"
+    assert isinstance(done["error"]["code"], int) and done["error"]["message"]
+    assert "result" not in done
+
+
+async def test_cancel_is_an_ack_that_settles_cancelled_and_a_terminal_cancel_is_acked_too(
+    demo: str,
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, created = await modern_rpc(
+            http, demo, "tools/call", call("slow", seconds=30, steps=30), WITH_TASKS
+        )
+        task_id = created["result"]["taskId"]
+        _, ack = await modern_rpc(http, demo, "tasks/cancel", {"taskId": task_id}, WITH_TASKS)
+        assert ack["result"] == {"resultType": "complete"}
+        done = await modern_terminal(http, demo, task_id)
+        assert done["status"] == "cancelled"
+        assert not {"result", "error"} & done.keys()
+        # "Cancelling a terminal task is acked, not an error"
+        _, again = await modern_rpc(http, demo, "tasks/cancel", {"taskId": task_id}, WITH_TASKS)
+        assert again["result"] == {"resultType": "complete"}
+
+
+async def test_task_methods_refuse_what_the_extension_refuses(demo: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, created = await modern_rpc(
+            http, demo, "tools/call", call("slow", seconds=2, steps=1), WITH_TASKS
+        )
+        task_id = created["result"]["taskId"]
+        results = {
+            "undeclared": await modern_rpc(http, demo, "tasks/get", {"taskId": task_id}),
+            "unknown": await modern_rpc(http, demo, "tasks/get", {"taskId": "nope"}, WITH_TASKS),
+            "not a string": await modern_rpc(http, demo, "tasks/get", {"taskId": 12}, WITH_TASKS),
+            "tasks/result": await modern_rpc(
+                http, demo, "tasks/result", {"taskId": task_id}, WITH_TASKS
+            ),
+            "tasks/list": await modern_rpc(http, demo, "tasks/list", {}, WITH_TASKS),
+            "name mismatch": await modern_rpc(
+                http, demo, "tasks/get", {"taskId": task_id}, WITH_TASKS, extra={"Mcp-Name": "x"}
+            ),
+            "bad responses": await modern_rpc(
+                http,
+                demo,
+                "tasks/update",
+                {"taskId": task_id, "inputResponses": [1]},
+                WITH_TASKS,
+            ),
+        }
+    codes = {case: (status, body["error"]["code"]) for case, (status, body) in results.items()}
+    assert codes == {
+        "undeclared": (400, MISSING_REQUIRED_CLIENT_CAPABILITY),
+        "unknown": (400, INVALID_PARAMS),
+        "not a string": (400, HEADER_MISMATCH),  # no Mcp-Name can equal a number
+        "tasks/result": (404, METHOD_NOT_FOUND),
+        "tasks/list": (404, METHOD_NOT_FOUND),
+        "name mismatch": (400, HEADER_MISMATCH),
+        "bad responses": (400, INVALID_PARAMS),
+    }
+
+
+async def test_an_upstream_question_is_an_mrtr_round_and_the_retry_continues_the_call(
+    demo: str,
+) -> None:
+    ask = call("ask", question="Your name?")
+    async with aiohttp.ClientSession() as http:
+        _, first = await modern_rpc(http, demo, "tools/call", ask, WITH_ELICITATION, request_id=1)
+        round_ = first["result"]
+        assert round_["resultType"] == "input_required"
+        ((key, asked),) = round_["inputRequests"].items()
+        assert asked["method"] == "elicitation/create"
+        assert asked["params"]["message"] == "Your name?"
+        answer = {"action": "accept", "content": {"name": "Ada"}}
+        retry = {**ask, "inputResponses": {key: answer}, "requestState": round_["requestState"]}
+        # "The JSON-RPC id MUST be different between the initial request and the retry"
+        _, done = await modern_rpc(http, demo, "tools/call", retry, WITH_ELICITATION, request_id=2)
+        assert done["result"]["resultType"] == "complete"
+        assert done["result"]["content"][0]["text"] == "Hello, Ada!"
+        # A state is good for one retry.
+        status, replay = await modern_rpc(http, demo, "tools/call", retry, WITH_ELICITATION)
+    assert (status, replay["error"]["code"]) == (400, INVALID_PARAMS)
+    assert "no longer held" in replay["error"]["message"]
+
+
+async def test_a_request_state_is_refused_when_altered_or_presented_for_another_request(
+    demo: str,
+) -> None:
+    ask = call("ask", question="Your name?")
+    async with aiohttp.ClientSession() as http:
+        _, first = await modern_rpc(http, demo, "tools/call", ask, WITH_ELICITATION)
+        state = first["result"]["requestState"]
+        payload, mac = state.split(".")
+        altered = f"{payload[:-2]}{'A' if payload[-2] != 'A' else 'B'}{payload[-1]}.{mac}"
+        other = call("ask", question="Someone else's question?")
+        cases = {
+            "altered": {**ask, "requestState": altered},
+            "another request": {**other, "requestState": state},
+            "garbage": {**ask, "requestState": "not-a-state"},
+            "not a string": {**ask, "requestState": {"h": 1}},
+            "bad responses": {**ask, "requestState": state, "inputResponses": {"k": "yes"}},
+        }
+        answers = {
+            case: await modern_rpc(http, demo, "tools/call", params, WITH_ELICITATION)
+            for case, params in cases.items()
+        }
+        # "servers MUST treat requestState as an attacker-controlled input ... MUST reject
+        # state that fails verification"; the untouched state still works afterwards.
+        key = next(iter(first["result"]["inputRequests"]))
+        good = {
+            **ask,
+            "requestState": state,
+            "inputResponses": {key: {"action": "accept", "content": {"name": "Bo"}}},
+        }
+        _, done = await modern_rpc(http, demo, "tools/call", good, WITH_ELICITATION)
+    for case, (status, body) in answers.items():
+        assert (case, status, body["error"]["code"]) == (case, 400, INVALID_PARAMS)
+    assert "does not verify" in answers["altered"][1]["error"]["message"]
+    assert "does not verify" in answers["another request"][1]["error"]["message"]
+    assert done["result"]["content"][0]["text"] == "Hello, Bo!"
+
+
+async def test_a_request_state_is_bound_to_its_principal(start_gateway: StartGateway) -> None:
+    base = await start_gateway([{"name": "keys", "upstream": DEMO, "auth": KEYS}])
+    url = f"{base}/keys/mcp"
+    alice = {"Authorization": f"Bearer {ALICE_KEY}"}
+    bob = {"Authorization": f"Bearer {BOB_KEY}"}
+    ask = call("ask")
+    async with aiohttp.ClientSession() as http:
+        _, first = await modern_rpc(http, url, "tools/call", ask, WITH_ELICITATION, extra=alice)
+        stolen = {**ask, "requestState": first["result"]["requestState"]}
+        status, refused = await modern_rpc(
+            http, url, "tools/call", stolen, WITH_ELICITATION, extra=bob
+        )
+    assert (status, refused["error"]["code"]) == (400, INVALID_PARAMS)
+    assert "another caller" in refused["error"]["message"]
+
+
+async def test_a_parked_call_expires_and_its_state_with_it(start_gateway: StartGateway) -> None:
+    route = {"name": "demo", "upstream": DEMO, "tasks": {"input_timeout_seconds": 0.3}}
+    url = f"{await start_gateway([route])}/demo/mcp"
+    async with aiohttp.ClientSession() as http:
+        _, first = await modern_rpc(http, url, "tools/call", call("ask"), WITH_ELICITATION)
+        await asyncio.sleep(0.6)
+        late = {**call("ask"), "requestState": first["result"]["requestState"]}
+        status, refused = await modern_rpc(http, url, "tools/call", late, WITH_ELICITATION)
+    assert (status, refused["error"]["code"]) == (400, INVALID_PARAMS)
+    assert "expired" in refused["error"]["message"]
+
+
+async def test_questions_of_kinds_the_client_did_not_declare_never_reach_it(demo: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, answered = await modern_rpc(http, demo, "tools/call", call("ask"))
+    # "Servers MUST NOT send an inputRequests that the client has not declared support for":
+    # the upstream's request was refused with -32601, which the demo's tool passes on.
+    assert "result" not in answered
+    assert answered["error"]["message"] == (
+        "elicitation/create is not supported: the client declared no such capability"
+    )
+
+
+async def test_a_round_before_the_task_then_the_task_carries_the_answer(demo: str) -> None:
+    ask = call("ask", question="Who?")
+    async with aiohttp.ClientSession() as http:
+        _, first = await modern_rpc(http, demo, "tools/call", ask, BOTH)
+        round_ = first["result"]
+        assert round_["resultType"] == "input_required"
+        assert "taskId" not in round_
+        key = next(iter(round_["inputRequests"]))
+        retry = {
+            **ask,
+            "inputResponses": {key: {"action": "accept", "content": {"name": "Cy"}}},
+            "requestState": round_["requestState"],
+        }
+        _, second = await modern_rpc(http, demo, "tools/call", retry, BOTH)
+    # The demo's ask answers at once after the answer: a direct result (the shortcut).
+    assert second["result"]["resultType"] == "complete"
+    assert second["result"]["content"][0]["text"] == "Hello, Cy!"
+
+
+async def test_task_questions_are_input_requests_answered_by_tasks_update(
+    start_gateway: StartGateway, sdk_upstream: str
+) -> None:
+    route = {"name": "sdk", "upstream": {"transport": "streamable_http", "url": sdk_upstream}}
+    url = f"{await start_gateway([route])}/sdk/mcp"
+    async with aiohttp.ClientSession() as http:
+        _, created = await modern_rpc(http, url, "tools/call", call("ask_both"), BOTH)
+        task_id = created["result"]["taskId"]
+        waiting = await modern_status(http, url, task_id, "input_required")
+        asked = waiting["inputRequests"]
+        assert len(asked) == 2
+        assert {entry["method"] for entry in asked.values()} == {"elicitation/create"}
+        by_message = {entry["params"]["message"]: key for key, entry in asked.items()}
+        first, last = by_message["First name?"], by_message["Last name?"]
+        # "partial answers keep the task input_required with the unanswered keys only"
+        update = {
+            "taskId": task_id,
+            "inputResponses": {
+                first: {"action": "accept", "content": {"name": "Grace"}},
+                "never-asked": {"action": "accept", "content": {"name": "X"}},
+            },
+        }
+        _, ack = await modern_rpc(http, url, "tasks/update", update, BOTH)
+        assert ack["result"] == {"resultType": "complete"}
+        _, partial = await modern_rpc(http, url, "tasks/get", {"taskId": task_id}, BOTH)
+        assert partial["result"]["status"] == "input_required"
+        assert list(partial["result"]["inputRequests"]) == [last]
+        rest = {last: {"action": "accept", "content": {"name": "Hopper"}}}
+        await modern_rpc(
+            http, url, "tasks/update", {"taskId": task_id, "inputResponses": rest}, BOTH
+        )
+        done = await modern_terminal(http, url, task_id)
+    assert done["status"] == "completed"
+    assert done["result"]["content"][0]["text"] == "Grace Hopper"
+
+
+async def test_an_unanswered_task_question_gets_the_default_answer(
+    start_gateway: StartGateway, sdk_upstream: str
+) -> None:
+    route = {
+        "name": "sdk",
+        "upstream": {"transport": "streamable_http", "url": sdk_upstream},
+        "tasks": {"input_timeout_seconds": 0.5},
+    }
+    url = f"{await start_gateway([route])}/sdk/mcp"
+    async with aiohttp.ClientSession() as http:
+        _, created = await modern_rpc(http, url, "tools/call", call("ask_both"), BOTH)
+        done = await modern_terminal(http, url, created["result"]["taskId"])
+    # Elicitation's way to say nobody answered: the user dismissed the dialog.
+    assert done["status"] == "completed"
+    assert done["result"]["content"][0]["text"] == "cancel cancel"
+
+
+async def test_closing_the_response_cancels_the_call_upstream(
+    start_gateway: StartGateway, faulty_upstream: Any
+) -> None:
+    upstream = {"transport": "streamable_http", "url": str(faulty_upstream.make_url("/mcp"))}
+    url = f"{await start_gateway([{'name': 'f', 'upstream': upstream}])}/f/mcp"
+    async with aiohttp.ClientSession() as http:
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(0.5):
+                await modern_rpc(http, url, "tools/call", call("hang"))
+    received = faulty_upstream.app[FAULT_HOOKS].received
+    for _ in range(100):
+        if any(m.get("method") == "notifications/cancelled" for m in received):
+            break
+        await asyncio.sleep(0.05)
+    cancelled = [m for m in received if m.get("method") == "notifications/cancelled"]
+    assert cancelled, "the upstream was never told the call was cancelled"
