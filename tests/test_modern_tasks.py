@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -21,7 +22,7 @@ from gateway.protocol.errors import (
     MISSING_REQUIRED_CLIENT_CAPABILITY,
 )
 
-from .conftest import DEMO, StartGateway
+from .conftest import DEMO, StartGateway, free_port
 from .fakes import FAULT_HOOKS
 from .helpers import (
     INIT,
@@ -32,6 +33,8 @@ from .helpers import (
     modern_rpc,
     modern_status,
     modern_terminal,
+    start_process,
+    write_config,
 )
 
 BOTH = {**WITH_TASKS, **WITH_ELICITATION}
@@ -422,3 +425,64 @@ async def test_closing_the_response_cancels_the_call_upstream(
         await asyncio.sleep(0.05)
     cancelled = [m for m in received if m.get("method") == "notifications/cancelled"]
     assert cancelled, "the upstream was never told the call was cancelled"
+
+
+async def test_tasks_and_results_survive_a_crash_and_stale_request_states_are_refused(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    config = write_config(tmp_path, port)
+    url = f"http://127.0.0.1:{port}/demo/mcp"
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            _, done = await modern_rpc(
+                http, url, "tools/call", call("slow", seconds=0.5, steps=1), WITH_TASKS
+            )
+            finished = await modern_terminal(http, url, done["result"]["taskId"])
+            _, running = await modern_rpc(
+                http, url, "tools/call", call("slow", seconds=60, steps=1), WITH_TASKS
+            )
+            _, round_ = await modern_rpc(http, url, "tools/call", call("ask"), WITH_ELICITATION)
+    finally:
+        proc.kill()  # SIGKILL: nothing is written on the way out
+        proc.wait(10)
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            again = await modern_terminal(http, url, finished["taskId"])
+            lost = await modern_terminal(http, url, running["result"]["taskId"])
+            stale = {**call("ask"), "requestState": round_["result"]["requestState"]}
+            status, refused = await modern_rpc(http, url, "tools/call", stale, WITH_ELICITATION)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert again == finished
+    assert lost["status"] == "failed"
+    assert lost["error"]["message"] == "interrupted: gateway restarted"
+    assert (status, refused["error"]["code"]) == (400, INVALID_PARAMS)
+    assert "no longer held" in refused["error"]["message"]
+
+
+async def test_calls_waiting_for_answers_are_capped_per_caller(
+    start_gateway: StartGateway,
+) -> None:
+    url = f"{await start_gateway(limits={'sessions_per_principal': 2})}/demo/mcp"
+    async with aiohttp.ClientSession() as http:
+        rounds = [
+            await modern_rpc(http, url, "tools/call", call("ask"), WITH_ELICITATION)
+            for _ in range(3)
+        ]
+        answered = rounds[0][1]["result"]
+        key = next(iter(answered["inputRequests"]))
+        retry = {
+            **call("ask"),
+            "requestState": answered["requestState"],
+            "inputResponses": {key: {"action": "accept", "content": {"name": "Di"}}},
+        }
+        await modern_rpc(http, url, "tools/call", retry, WITH_ELICITATION)
+        status, fourth = await modern_rpc(http, url, "tools/call", call("ask"), WITH_ELICITATION)
+    assert [status for status, _ in rounds] == [200, 200, 429]
+    assert "limits.sessions_per_principal" in rounds[2][1]["error"]["message"]
+    # An answered round frees its place.
+    assert (status, fourth["result"]["resultType"]) == (200, "input_required")

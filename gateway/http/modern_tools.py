@@ -25,12 +25,12 @@ from aiohttp import web
 from gateway.http import admission
 from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER
 from gateway.protocol import jsonrpc, modern
-from gateway.protocol.errors import INTERNAL_ERROR, TaskError, UpstreamError
+from gateway.protocol.errors import INTERNAL_ERROR, LimitExceeded, TaskError, UpstreamError
 from gateway.protocol.versions import MODERN_PROTOCOL_VERSION
 from gateway.route import Route
 from gateway.session.held import question_capabilities
 from gateway.session.modern_call import Asked, Finished, ModernCall, Running
-from gateway.session.mrtr import BadRequestState
+from gateway.session.mrtr import BadRequestState, ParkedCalls
 from gateway.tasks.api_modern import create_task_result
 from gateway.tasks.models import owner_of
 from gateway.upstream import Answer
@@ -62,6 +62,7 @@ async def call(
         except BadRequestState as exc:
             return jsonrpc.error_response(message.id, exc.code, exc.message)
     else:
+        _check_parked(app[PARKED_CALLS], route, caller)
         lease = await app[HELD_SESSIONS].lease(
             route,
             caller.principal,
@@ -93,7 +94,7 @@ async def call(
             )
         if isinstance(state, Asked):
             ttl = policy.input_timeout_seconds or PARK_LIMIT_SECONDS
-            token = app[PARKED_CALLS].park(upstream_call, owner, message, ttl)
+            token = app[PARKED_CALLS].park(upstream_call, owner, caller.limit_key, message, ttl)
             handed_over = True
             asks = {ask.key: ask.wire() for ask in state.asks}
             return modern.input_required(message.id, asks, token)
@@ -130,6 +131,18 @@ async def call(
             # Shielded: a handler cancelled by its client's going away must still stop
             # the call upstream and give its session back.
             await asyncio.shield(upstream_call.end(abandon))
+
+
+def _check_parked(parked: ParkedCalls, route: Route, caller: admission.Caller) -> None:
+    """Each parked call keeps an upstream session (a stdio child, perhaps) until its retry
+    or expiry: a caller may have as many as it may have sessions on the session path."""
+    cap = route.limits.sessions_per_principal
+    if cap is not None and parked.held_by(caller.limit_key) >= cap:
+        route.metrics.limited.labels(route.name, "sessions").inc()
+        raise LimitExceeded(
+            f"Too many calls waiting for this caller's answers: {cap} "
+            "(limits.sessions_per_principal); answer or let one expire first"
+        )
 
 
 def modern_owner(route: Route, caller: admission.Caller) -> str:

@@ -42,7 +42,8 @@ class BadRequestState(GatewayError):
 @dataclass(slots=True)
 class _Parked:
     call: ModernCall
-    owner: str
+    #: Whom the per-caller limits count (`admission.Caller.limit_key`).
+    holder: str
     expires: float
     timer: asyncio.Task[None] | None = None
 
@@ -65,17 +66,22 @@ class ParkedCalls:
     def __len__(self) -> int:
         return len(self._parked)
 
-    def owned_by(self, owner: str) -> int:
-        return sum(1 for parked in self._parked.values() if parked.owner == owner)
+    def held_by(self, holder: str) -> int:
+        return sum(1 for parked in self._parked.values() if parked.holder == holder)
 
     def park(
-        self, call: ModernCall, owner: str, request: jsonrpc.Request, ttl_seconds: float
+        self,
+        call: ModernCall,
+        owner: str,
+        holder: str,
+        request: jsonrpc.Request,
+        ttl_seconds: float,
     ) -> str:
-        """Keep `call` for the caller's retry of `request` for `ttl_seconds`; returns its
-        requestState."""
+        """Keep `call` for the retry of `request` by `owner` for `ttl_seconds`; returns its
+        requestState. `holder` is whom the call counts against."""
         handle = secrets.token_urlsafe(16)
         expires = self._clock() + ttl_seconds
-        parked = self._parked[handle] = _Parked(call, owner, expires)
+        parked = self._parked[handle] = _Parked(call, holder, expires)
         parked.timer = self._tasks.spawn(self._expire(handle), name="parked call expiry")
         payload = _b64(json.dumps({"h": handle, "x": int(expires)}).encode())
         return f"{payload}.{_b64(self._mac(payload, owner, request))}"
