@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import json
 from pathlib import Path
 from typing import Any
 
@@ -486,3 +487,30 @@ async def test_calls_waiting_for_answers_are_capped_per_caller(
     assert "limits.sessions_per_principal" in rounds[2][1]["error"]["message"]
     # An answered round frees its place.
     assert (status, fourth["result"]["resultType"]) == (200, "input_required")
+
+
+async def test_progress_streams_on_the_requests_own_response_under_its_own_token(
+    demo: str,
+) -> None:
+    params = {**call("slow", seconds=0.6, steps=3), "_meta": {"progressToken": "mine-1"}}
+    body = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": params}
+    envelope = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    params["_meta"].update(envelope)
+    hdrs = headers(
+        **{"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "slow"}
+    )
+    async with aiohttp.ClientSession() as http:
+        async with http.post(demo, json=body, headers=hdrs) as resp:
+            assert resp.headers["Content-Type"].startswith("text/event-stream")
+            events = [
+                json.loads(line[6:]) async for line in resp.content if line.startswith(b"data: ")
+            ]
+    *notes, answer = events
+    assert [n["params"]["progressToken"] for n in notes] == ["mine-1"] * 3
+    assert [n["params"]["progress"] for n in notes] == [1, 2, 3]
+    assert answer["id"] == 5
+    assert answer["result"]["resultType"] == "complete"
+    assert answer["result"]["content"][0]["text"] == "slept 0.6 s"

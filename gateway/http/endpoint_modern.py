@@ -29,7 +29,7 @@ log = logging.getLogger(__name__)
 
 async def post(
     request: web.Request, route: Route, caller: admission.Caller, message: jsonrpc.Message
-) -> web.Response:
+) -> web.StreamResponse:
     if isinstance(message, jsonrpc.Notification):
         return web.Response(status=202)  # nothing to relay: no upstream call is the client's
     if not isinstance(message, jsonrpc.Request):
@@ -49,7 +49,8 @@ async def post(
         answer = await request.app[MODERN_TASK_API].answer(message, owner, caller.principal)
         return reply(answer)
     if isinstance(decision, modern.Call):
-        return reply(await modern_tools.call(request, route, caller, checked, decision))
+        answered = await modern_tools.call(request, route, caller, checked, decision)
+        return answered if isinstance(answered, web.StreamResponse) else reply(answered)
     lease = await request.app[HELD_SESSIONS].lease(
         route, caller.principal, {}, forwarded_headers(request, route)
     )

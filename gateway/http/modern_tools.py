@@ -23,6 +23,7 @@ import contextlib
 from aiohttp import web
 
 from gateway.http import admission
+from gateway.http.sse import SSE_HEADERS, STARTED, encode
 from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER
 from gateway.protocol import jsonrpc, modern
 from gateway.protocol.errors import INTERNAL_ERROR, LimitExceeded, TaskError, UpstreamError
@@ -52,6 +53,21 @@ async def call(
     caller: admission.Caller,
     checked: modern.ModernRequest,
     decision: modern.Call,
+) -> Answer | web.StreamResponse:
+    """The request's answer, or the SSE response it was written to (when the upstream's
+    progress under the request's own token went out first)."""
+    progress = _Progress(request, jsonrpc.progress_token(checked.request))
+    answer = await _answer(request, route, caller, checked, decision, progress)
+    return await progress.finish(answer)
+
+
+async def _answer(
+    request: web.Request,
+    route: Route,
+    caller: admission.Caller,
+    checked: modern.ModernRequest,
+    decision: modern.Call,
+    progress: _Progress,
 ) -> Answer:
     app = request.app
     message = checked.request
@@ -71,6 +87,8 @@ async def call(
         )
         upstream_call = ModernCall(lease, decision.request)
         upstream_call.start()
+    if progress.token is not None:
+        upstream_call.on_progress = progress.heard
     handed_over = False
     #: Why the call is stopped if it is not handed over (None: it ended by itself).
     abandon: str | None = CLIENT_GONE
@@ -83,7 +101,7 @@ async def call(
         limit = None if decision.task else route.upstream.config.request_timeout_seconds
         try:
             async with asyncio.timeout(limit):
-                state = await _wait(request, upstream_call, window)
+                state = await _wait(request, upstream_call, window, progress)
         except TimeoutError:
             abandon = "the upstream took too long"
             return jsonrpc.error_response(
@@ -102,7 +120,7 @@ async def call(
             abandon = None
             answer = jsonrpc.with_id(state.answer, message.id)
             if isinstance(answer, jsonrpc.Response):
-                return modern.complete(answer, "tools/call")
+                return modern.complete(answer, message.method)
             return answer
         api = app[MODERN_TASK_API]
         host = api.host_for(upstream_call, owner, caller.principal, policy)
@@ -127,6 +145,7 @@ async def call(
     except _ClientGone:
         return jsonrpc.error_response(message.id, INTERNAL_ERROR, CLIENT_GONE)
     finally:
+        upstream_call.on_progress = None
         if not handed_over:
             # Shielded: a handler cancelled by its client's going away must still stop
             # the call upstream and give its session back.
@@ -167,20 +186,64 @@ def upstream_failed(request_id: jsonrpc.RequestId, exc: UpstreamError) -> jsonrp
 
 
 async def _wait(
-    request: web.Request, upstream_call: ModernCall, window: float | None
+    request: web.Request, upstream_call: ModernCall, window: float | None, progress: _Progress
 ) -> Finished | Asked | Running:
     waiting = asyncio.ensure_future(upstream_call.wait(window))
     watching = asyncio.ensure_future(_client_gone(request))
+    relaying = asyncio.ensure_future(progress.relay())
     try:
-        await asyncio.wait({waiting, watching}, return_when=asyncio.FIRST_COMPLETED)
+        await asyncio.wait({waiting, watching, relaying}, return_when=asyncio.FIRST_COMPLETED)
         if waiting.done():
             return waiting.result()
-        raise _ClientGone
+        raise _ClientGone  # the client left, or its stream could not be written
     finally:
-        for future in (waiting, watching):
+        for future in (waiting, watching, relaying):
             future.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
+            with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await future
+
+
+class _Progress:
+    """The upstream's progress for a request that asked for it (`_meta.progressToken`), on
+    the request's own response: it becomes an SSE stream at the first notification, and
+    the answer ends that stream; with no progress the answer is plain JSON."""
+
+    def __init__(self, request: web.Request, token: jsonrpc.RequestId | None) -> None:
+        self._request = request
+        self.token = token
+        self._heard: asyncio.Queue[jsonrpc.JsonObject] = asyncio.Queue()
+        self._stream: web.StreamResponse | None = None
+
+    def heard(self, params: jsonrpc.JsonObject) -> None:
+        self._heard.put_nowait(params)
+
+    async def relay(self) -> None:
+        while True:
+            await self._send(await self._heard.get())
+
+    async def _send(self, params: jsonrpc.JsonObject) -> None:
+        if self._stream is None:
+            self._stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
+            await self._stream.prepare(self._request)
+            self._request[STARTED] = True
+        note = jsonrpc.Notification(
+            jsonrpc="2.0",
+            method="notifications/progress",
+            params={**params, "progressToken": self.token},
+        )
+        await self._stream.write(encode(None, jsonrpc.dump(note)))
+
+    async def finish(self, answer: Answer) -> Answer | web.StreamResponse:
+        try:
+            while not self._heard.empty() and self._stream is not None:
+                await self._send(self._heard.get_nowait())
+            if self._stream is None:
+                return answer
+            await self._stream.write(encode(None, jsonrpc.dump(answer)))
+            await self._stream.write_eof()
+        except ConnectionError:
+            pass  # the client left after its answer was ready: nothing more to do
+        return self._stream if self._stream is not None else answer
 
 
 async def _client_gone(request: web.Request) -> None:

@@ -53,6 +53,9 @@ NAME_BEARING = {
 }
 #: The tasks extension's methods (SEP-2663); tasks/result and tasks/list are not among them.
 TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+#: The requests an upstream's questions may interrupt: answered in MRTR rounds (spec,
+#: "Supported Requests"); the others are relayed over a session that invites no questions.
+MRTR_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 #: A retry's round parameters (MRTR): for the gateway, never for the upstream.
 ROUND_PARAMS = ("inputResponses", "requestState")
 #: Results that carry `ttlMs` and `cacheScope` (SEP-2549).
@@ -200,7 +203,8 @@ class Forward:
 
 @dataclass(frozen=True, slots=True)
 class Call:
-    """A tools/call: run upstream, maybe parked between MRTR rounds, maybe become a task."""
+    """tools/call, prompts/get or resources/read: run upstream, maybe parked between MRTR
+    rounds, maybe (a tools/call) become a task."""
 
     #: What the upstream is sent (the first round's; a retry continues that call).
     request: jsonrpc.Request
@@ -239,10 +243,14 @@ def decide(
                 {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )
         return TaskRequest()
+    name_key = NAME_BEARING.get(request.method)  # tools/call's and prompts/get's name, a uri
+    if name_key is not None and not isinstance(jsonrpc.param(request, name_key), str):
+        return Reject(INVALID_PARAMS, f"params.{name_key} must be a string")
+    if request.method not in MRTR_METHODS:
+        return Forward(upstream_request(request))
+    task = None
     if request.method == "tools/call":
         name = jsonrpc.param(request, "name")
-        if not isinstance(name, str):
-            return Reject(INVALID_PARAMS, "params.name must be a string")
         support = policy.support(name) if policy.enabled else "forbidden"
         if support == "required" and not checked.declares_tasks:
             return Reject(
@@ -250,21 +258,14 @@ def decide(
                 f"tool {name!r} runs only as a task: the request must declare the tasks extension",
                 {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )
-        responses = jsonrpc.param(request, "inputResponses")
-        if responses is not None and not (
-            isinstance(responses, dict) and all(isinstance(v, dict) for v in responses.values())
-        ):
-            return Reject(INVALID_PARAMS, "params.inputResponses must be an object of answers")
-        return Call(
-            upstream_request(request),
-            support if checked.declares_tasks and support != "forbidden" else None,
-            jsonrpc.param(request, "requestState"),
-            responses,
-        )
-    name_key = NAME_BEARING.get(request.method)  # prompts/get's name, resources/read's uri
-    if name_key is not None and not isinstance(jsonrpc.param(request, name_key), str):
-        return Reject(INVALID_PARAMS, f"params.{name_key} must be a string")
-    return Forward(upstream_request(request))
+        if checked.declares_tasks and support != "forbidden":
+            task = support
+    responses = jsonrpc.param(request, "inputResponses")
+    if responses is not None and not (
+        isinstance(responses, dict) and all(isinstance(v, dict) for v in responses.values())
+    ):
+        return Reject(INVALID_PARAMS, "params.inputResponses must be an object of answers")
+    return Call(upstream_request(request), task, jsonrpc.param(request, "requestState"), responses)
 
 
 def upstream_request(request: jsonrpc.Request) -> jsonrpc.Request:

@@ -15,6 +15,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -83,6 +84,8 @@ class ModernCall:
         )
         self.pending: dict[str, Ask] = {}
         self.hooks: TaskHooks | None = None
+        #: Where progress goes while no task has the call (the request's own response).
+        self.on_progress: Callable[[jsonrpc.JsonObject], None] | None = None
         self._keys = itertools.count(1)
         self._asked = asyncio.Event()
         #: Set once the session is open and the call on its way: the window starts then,
@@ -125,6 +128,8 @@ class ModernCall:
     def progress(self, params: jsonrpc.JsonObject) -> None:
         if self.hooks is not None:
             self.hooks.progress(params)
+        elif self.on_progress is not None:
+            self.on_progress(params)
 
     async def wait(self, window: float | None) -> Finished | Asked | Running:
         """Until the call ends, asks something, or `window` seconds pass (None: no window).
