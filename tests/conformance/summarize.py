@@ -2,12 +2,13 @@
 
 Used by `.ci/conformance.sh`; standard library only, so it runs under any Python 3.11.
 
-Layout read (RESULTS is the run's results directory):
+Layout read (PART is one part of a run: .cache/conformance/results/<2025-11-25|2026-07-28|tasks>):
 
-    RESULTS/scenarios.txt                        selected scenario names, one a line
-    RESULTS/<half>/runs.tsv                      scenario, exit code, seconds (tab separated)
-    RESULTS/<half>/<scenario>/*/checks.json      written by `conformance server -o`
-    RESULTS/<half>/NOT_RUN                       why scenarios without a run were not run
+    PART/scenarios.txt                        selected scenario names, one a line
+    PART/notes.tsv                            optional: scenario, note shown beside its name
+    PART/<half>/runs.tsv                      scenario, exit code, seconds (tab separated)
+    PART/<half>/<scenario>/*/checks.json      written by `conformance server -o`
+    PART/<half>/NOT_RUN                       why scenarios without a run were not run
 
 A scenario passes in a half when its run exited 0 and its checks.json has at least one
 SUCCESS and no FAILURE or WARNING. Through the gateway it must also succeed at every check
@@ -15,8 +16,15 @@ that succeeded directly in the same run ("passes exactly as it passes directly")
 that turns into INFO or SKIPPED (e.g. an SSE test that got a JSON answer) is a failure.
 `--lenient` keeps only the suite's own verdict: no FAILURE and at least one SUCCESS.
 
-    python3 summarize.py [--lenient] table RESULTS HALF          one half; exit 1 on a failure
-    python3 summarize.py [--lenient] final RESULTS HALF [HALF]   combined table and details
+`--direct-baseline` (the 2026-07-28 requirements): what fails directly is listed but held
+against nobody; the verdict counts only the gateway's failures on scenarios that pass directly
+(or that were not run directly). `--allow-skipped` (the tasks-* extension scenarios): a
+scenario whose checks are all SKIPPED or INFO passes as SKIP (tasks-status-notifications
+is always skipped by the suite).
+
+    python3 summarize.py [FLAGS] table PART HALF           one half; exit 1 on a failure
+    python3 summarize.py [FLAGS] final PART HALF [HALF]    combined table and details
+    FLAGS: --lenient, --direct-baseline, --allow-skipped, --label TEXT (the verdict's name)
 """
 
 from __future__ import annotations
@@ -67,6 +75,7 @@ def evaluate(
     scenario: str,
     direct_ok_ids: set[str] | None = None,
     strict: bool = True,
+    allow_skipped: bool = False,
 ) -> Outcome:
     """Judge `scenario` in `half`; `direct_ok_ids` are the checks that succeeded directly."""
     half_dir = results / half
@@ -90,6 +99,10 @@ def evaluate(
         for check in by_status.get(status, []):
             message = str(check.get("errorMessage") or check.get("description") or "")
             problems.append(f"{status} {check.get('id')}: {_one_line(message)}")
+    skipped_only = bool(checks) and all(str(c.get("status")) in ("SKIPPED", "INFO") for c in checks)
+    if skipped_only and allow_skipped and rc == 0:
+        n_skip = len(by_status.get("SKIPPED", []))
+        return Outcome(True, True, f"SKIP ({n_skip} skipped)", seconds)
     if not succeeded:
         problems.append("no check succeeded")
     if direct_ok_ids is not None and strict:
@@ -121,7 +134,20 @@ def _scenarios(results: Path) -> list[str]:
     return [s for s in path.read_text().split() if s] if path.exists() else []
 
 
-def _outcomes(results: Path, halves: list[str], strict: bool) -> dict[str, dict[str, Outcome]]:
+def _notes(results: Path) -> dict[str, str]:
+    path = results / "notes.tsv"
+    notes: dict[str, str] = {}
+    if path.exists():
+        for line in path.read_text().splitlines():
+            name, _, note = line.partition("\t")
+            if name and note:
+                notes[name] = note
+    return notes
+
+
+def _outcomes(
+    results: Path, halves: list[str], strict: bool, allow_skipped: bool = False
+) -> dict[str, dict[str, Outcome]]:
     # The gateway is compared with the direct run whenever this run has one, even when
     # only the gateway's table is asked for.
     have_direct = (results / "direct" / "runs.tsv").exists()
@@ -130,13 +156,15 @@ def _outcomes(results: Path, halves: list[str], strict: bool) -> dict[str, dict[
         row: dict[str, Outcome] = {}
         direct_ok: set[str] | None = None
         if "direct" in halves or have_direct:
-            direct = evaluate(results, "direct", scenario, strict=strict)
+            direct = evaluate(results, "direct", scenario, None, strict, allow_skipped)
             if "direct" in halves:
                 row["direct"] = direct
             if direct.ok:
                 direct_ok = direct.succeeded
         if "gateway" in halves:
-            row["gateway"] = evaluate(results, "gateway", scenario, direct_ok, strict)
+            row["gateway"] = evaluate(
+                results, "gateway", scenario, direct_ok, strict, allow_skipped
+            )
         table[scenario] = row
     return table
 
@@ -147,39 +175,76 @@ def _cell(outcome: Outcome) -> str:
     return f"{outcome.cell} {outcome.seconds:.1f}s"
 
 
-def print_table(table: dict[str, dict[str, Outcome]], halves: list[str]) -> None:
+def print_table(
+    table: dict[str, dict[str, Outcome]], halves: list[str], notes: dict[str, str] | None = None
+) -> None:
     """A fixed-width table: one row per scenario, one column per half."""
-    width = max([len("scenario")] + [len(s) for s in table])
+    notes = notes or {}
+    names = {s: f"{s} ({notes[s]})" if s in notes else s for s in table}
+    width = max([len("scenario")] + [len(n) for n in names.values()])
     columns = {h: max([len(h)] + [len(_cell(r[h])) for r in table.values()]) for h in halves}
     header = "  ".join([f"{'scenario':<{width}}"] + [f"{h:<{columns[h]}}" for h in halves])
     print(header)
     print("-" * len(header))
     for scenario, row in table.items():
         cells = [f"{_cell(row[h]):<{columns[h]}}" for h in halves]
-        print("  ".join([f"{scenario:<{width}}"] + cells).rstrip())
+        print("  ".join([f"{names[scenario]:<{width}}"] + cells).rstrip())
 
 
-def print_problems(table: dict[str, dict[str, Outcome]], halves: list[str]) -> int:
-    """List what failed where; return the number of failing (scenario, half) pairs."""
+def _held_against(
+    table: dict[str, dict[str, Outcome]], half: str, scenario: str, baseline: bool
+) -> bool:
+    """Whether a failure of `scenario` in `half` counts in the verdict."""
+    if not baseline:
+        return True
+    if half == "direct":
+        return False
+    direct = table[scenario].get("direct")
+    return direct is None or not direct.ran or direct.ok
+
+
+def print_problems(
+    table: dict[str, dict[str, Outcome]], halves: list[str], baseline: bool = False
+) -> int:
+    """List what failed where; return the number of failing (scenario, half) pairs that count."""
     failures = 0
+    excused: list[tuple[str, str, Outcome]] = []
     for half in halves:
         bad = [(s, row[half]) for s, row in table.items() if not row[half].ok]
-        if not bad:
+        counted = [(s, o) for s, o in bad if _held_against(table, half, s, baseline)]
+        excused += [(half, s, o) for s, o in bad if not _held_against(table, half, s, baseline)]
+        if not counted:
             continue
-        print(f"\nFailed {half} ({len(bad)}):")
-        for scenario, outcome in bad:
+        print(f"\nFailed {half} ({len(counted)}):")
+        for scenario, outcome in counted:
             failures += 1
-            print(f"  {scenario}:")
-            for problem in outcome.problems[:8]:
-                print(f"      {problem}")
-            if len(outcome.problems) > 8:
-                print(f"      ... {len(outcome.problems) - 8} more")
+            _print_outcome(scenario, outcome)
+    if excused:
+        print(f"\nFailing directly, so not held against the gateway ({len(excused)}):")
+        for half, scenario, outcome in excused:
+            _print_outcome(f"{scenario} [{half}]", outcome)
     return failures
 
 
+def _print_outcome(name: str, outcome: Outcome) -> None:
+    print(f"  {name}:")
+    for problem in outcome.problems[:8]:
+        print(f"      {problem}")
+    if len(outcome.problems) > 8:
+        print(f"      ... {len(outcome.problems) - 8} more")
+
+
 def main(argv: list[str]) -> int:
+    flags = {"--lenient", "--direct-baseline", "--allow-skipped"}
     strict = "--lenient" not in argv
-    argv = [a for a in argv if a != "--lenient"]
+    baseline = "--direct-baseline" in argv
+    allow_skipped = "--allow-skipped" in argv
+    label = ""
+    if "--label" in argv:
+        at = argv.index("--label")
+        label = argv[at + 1] if at + 1 < len(argv) else ""
+        argv = argv[:at] + argv[at + 2 :]
+    argv = [a for a in argv if a not in flags]
     if len(argv) < 3 or argv[0] not in ("table", "final"):
         print(__doc__, file=sys.stderr)
         return 2
@@ -188,19 +253,25 @@ def main(argv: list[str]) -> int:
     if unknown:
         print(f"unknown half: {', '.join(unknown)}", file=sys.stderr)
         return 2
-    table = _outcomes(results, halves, strict)
+    table = _outcomes(results, halves, strict, allow_skipped)
     if not table:
         print("no scenarios selected", file=sys.stderr)
         return 1
-    print_table(table, halves)
-    failures = print_problems(table, halves)
-    total = len(table) * len(halves)
+    print_table(table, halves, _notes(results))
+    failures = print_problems(table, halves, baseline)
     for half in halves:
         passed = sum(1 for row in table.values() if row[half].ok)
         print(f"{half}: {passed} passed, {len(table) - passed} failed")
     if mode == "final":
-        verdict = "all selected scenarios pass" if not failures else f"{failures}/{total} failed"
-        print(f"conformance: {verdict} ({', '.join(halves)})")
+        name = f"conformance {label}" if label else "conformance"
+        if not failures:
+            verdict = "all selected scenarios pass"
+            if baseline and any(not row[h].ok for row in table.values() for h in halves):
+                verdict = "every scenario that passes directly passes through the gateway"
+        else:
+            counted = len(table) * len(halves)
+            verdict = f"{failures}/{counted} failed"
+        print(f"{name}: {verdict} ({', '.join(halves)})")
     return 1 if failures else 0
 
 
