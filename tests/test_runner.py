@@ -6,6 +6,7 @@ a lost upstream, shutdown, expiry), whatever the host does afterwards."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -16,7 +17,13 @@ import pytest
 from gateway.config import Limits, TaskPolicy, UpstreamConfig
 from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, SERVER_ERROR, TaskError
+from gateway.protocol.errors import (
+    INTERNAL_ERROR,
+    INVALID_PARAMS,
+    SERVER_ERROR,
+    GatewayError,
+    TaskError,
+)
 from gateway.tasks.models import TERMINAL, Task, TaskStatus
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import (
@@ -70,6 +77,15 @@ class Host:
 
     async def run_task_call(self, request: jsonrpc.Request) -> Answer:
         return await self.upstream.call(request, bounded=False)
+
+    async def stop_task_call(self, request_id: jsonrpc.RequestId, reason: str) -> None:
+        cancelled = jsonrpc.Notification(
+            jsonrpc="2.0",
+            method="notifications/cancelled",
+            params={"requestId": request_id, "reason": reason},
+        )
+        with contextlib.suppress(GatewayError):
+            await self.upstream.notify(cancelled)
 
     async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
         self.ended.append(upstream_id)

@@ -47,6 +47,11 @@ class UpstreamConfig(Section):
     request_timeout_seconds: float | None = Field(300.0, gt=0)
     #: Who the upstream is told calls (HTTP upstreams): see `gateway.config.identity`.
     identity: UpstreamIdentity = UpstreamIdentity()
+    #: How 2026-07-28 callers are served: `bridge` over 2025-11-25 sessions the gateway holds
+    #: for them (the upstream's mid-call questions become MRTR rounds); `native` on the
+    #: 2026-07-28 wire, for a streamable_http upstream that speaks it (its MRTR rounds pass
+    #: through). 2025-11-25 callers always get sessions.
+    modern: Literal["bridge", "native"] = "bridge"
     _inherited: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property
@@ -80,6 +85,8 @@ class UpstreamConfig(Section):
                 raise refusal("identity", f"sends {ident.header}, and so does `headers`")
             if self.command is not None:
                 raise ValueError("`command` is for stdio only")
+        if self.modern == "native" and self.transport != "streamable_http":
+            raise refusal("modern", "native is for streamable_http: 2026-07-28 has no other")
         return self
 
     @model_validator(mode="after")

@@ -17,12 +17,17 @@ import logging
 from aiohttp import web
 
 from gateway.http import admission, modern_tools
-from gateway.http.modern_tools import forwarded_headers, modern_owner, upstream_failed
+from gateway.http.modern_tools import (
+    forwarded_headers,
+    modern_owner,
+    native_headers,
+    upstream_failed,
+)
 from gateway.keys import HELD_SESSIONS, MODERN_TASK_API
-from gateway.protocol import jsonrpc, modern
+from gateway.protocol import jsonrpc, modern, modern_results
 from gateway.protocol.errors import HEADER_MISMATCH, InvalidRequest, UpstreamError
 from gateway.route import Route
-from gateway.upstream import Answer
+from gateway.upstream import Answer, native
 
 log = logging.getLogger(__name__)
 
@@ -51,13 +56,17 @@ async def post(
     if isinstance(decision, modern.Call):
         answered = await modern_tools.call(request, route, caller, checked, decision)
         return answered if isinstance(answered, web.StreamResponse) else reply(answered)
+    if route.upstream.config.modern == "native":
+        return await _native(request, route, caller, message, decision)
     lease = await request.app[HELD_SESSIONS].lease(
         route, caller.principal, {}, forwarded_headers(request, route)
     )
     try:
         if isinstance(decision, modern.Discover):
             initialized = await lease.held.open()
-            return _json(modern.discover_result(message.id, initialized, route.policy.enabled))
+            return _json(
+                modern_results.discover_result(message.id, initialized, route.policy.enabled)
+            )
         answer = await lease.held.call(decision.request)
     except UpstreamError as exc:
         return reply(upstream_failed(message.id, exc))
@@ -68,14 +77,39 @@ async def post(
     return reply(answer, message.method)
 
 
+async def _native(
+    request: web.Request,
+    route: Route,
+    caller: admission.Caller,
+    message: jsonrpc.Request,
+    decision: modern.Discover | modern.Forward,
+) -> web.StreamResponse:
+    """A request relayed on the 2026-07-28 wire, as it came (less the tasks extension)."""
+    url = route.upstream.config.url
+    assert url is not None
+    headers = await native_headers(request, route, caller)
+    try:
+        answer = await native.exchange(
+            route.upstream.http(), url, modern.native_request(message), headers, lambda _: None
+        )
+    except UpstreamError as exc:
+        return reply(upstream_failed(message.id, exc))
+    if isinstance(answer, jsonrpc.Response):
+        if isinstance(decision, modern.Discover):
+            answer = modern_results.native_discover(answer, route.policy.enabled)
+        elif message.method == "tools/list":
+            route.learn_tools(answer)
+    return reply(answer, message.method)
+
+
 def reply(answer: Answer, method: str | None = None) -> web.Response:
     """An answer as JSON: an error with the status its code has on this path, a relayed
     upstream result made a 2026-07-28 result (`method` given)."""
     if isinstance(answer, jsonrpc.ErrorResponse):
-        answer = modern.renumbered(answer)
+        answer = modern_results.renumbered(answer)
         return _json(jsonrpc.dump(answer), modern.http_status(answer))
     if method is not None:
-        answer = modern.complete(answer, method)
+        answer = modern_results.complete(answer, method)
     return _json(jsonrpc.dump(answer))
 
 

@@ -25,16 +25,17 @@ from aiohttp import web
 from gateway.http import admission
 from gateway.http.sse import SSE_HEADERS, STARTED, encode
 from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER
-from gateway.protocol import jsonrpc, modern
+from gateway.protocol import jsonrpc, modern, modern_results
 from gateway.protocol.errors import INTERNAL_ERROR, LimitExceeded, TaskError, UpstreamError
 from gateway.protocol.versions import MODERN_PROTOCOL_VERSION
 from gateway.route import Route
 from gateway.session.held import question_capabilities
-from gateway.session.modern_call import Asked, Finished, ModernCall, Running
+from gateway.session.modern_call import Asked, Finished, ModernCall, Running, UpstreamCall
 from gateway.session.mrtr import BadRequestState, ParkedCalls
+from gateway.session.native_call import NativeCall, input_required
 from gateway.tasks.api_modern import create_task_result
 from gateway.tasks.models import owner_of
-from gateway.upstream import Answer
+from gateway.upstream import Answer, native
 
 #: How long a parked call waits for its retry when the route sets no input timeout.
 PARK_LIMIT_SECONDS = 3600.0
@@ -72,7 +73,18 @@ async def _answer(
     app = request.app
     message = checked.request
     owner = modern_owner(route, caller)
-    if decision.retry:
+    native_wire = route.upstream.config.modern == "native"
+    upstream_call: UpstreamCall
+    if native_wire:
+        # The upstream does its own MRTR: a retry is a new call carrying its state.
+        headers = await native_headers(request, route, caller)
+        url = route.upstream.config.url
+        assert url is not None
+        upstream_call = NativeCall(
+            route.upstream.http(), url, modern.native_request(message), headers
+        )
+        upstream_call.start()
+    elif decision.retry:
         try:
             upstream_call = app[PARKED_CALLS].resume(decision.state, owner, message)
         except BadRequestState as exc:
@@ -94,7 +106,7 @@ async def _answer(
     abandon: str | None = CLIENT_GONE
     try:
         responses = decision.responses if isinstance(decision.responses, dict) else {}
-        for key, response in responses.items():
+        for key, response in responses.items() if not native_wire else ():
             await upstream_call.answer(key, response)  # keys not asked for are ignored
         policy = route.policy
         window = policy.sync_window_ms / 1000 if decision.task else None
@@ -115,12 +127,15 @@ async def _answer(
             token = app[PARKED_CALLS].park(upstream_call, owner, caller.limit_key, message, ttl)
             handed_over = True
             asks = {ask.key: ask.wire() for ask in state.asks}
-            return modern.input_required(message.id, asks, token)
-        if isinstance(state, Finished) and decision.task != "required":
+            return modern_results.input_required(message.id, asks, token)
+        if isinstance(state, Finished) and (
+            decision.task != "required" or input_required(state.answer)
+        ):
+            # (An upstream's own MRTR round is answered as it came: a round before a task.)
             abandon = None
             answer = jsonrpc.with_id(state.answer, message.id)
             if isinstance(answer, jsonrpc.Response):
-                return modern.complete(answer, message.method)
+                return modern_results.complete(answer, message.method)
             return answer
         api = app[MODERN_TASK_API]
         host = api.host_for(upstream_call, owner, caller.principal, policy)
@@ -164,6 +179,16 @@ def _check_parked(parked: ParkedCalls, route: Route, caller: admission.Caller) -
         )
 
 
+async def native_headers(
+    request: web.Request, route: Route, caller: admission.Caller
+) -> dict[str, str]:
+    """What a request on the 2026-07-28 wire carries upstream: the route's headers and
+    identity, and the client's 2026-07-28 request headers."""
+    client = {name.lower(): value for name, value in request.headers.items()}
+    base = await route.upstream.request_headers(forwarded_headers(request, route), caller.principal)
+    return {**base, **native.request_headers(client)}
+
+
 def modern_owner(route: Route, caller: admission.Caller) -> str:
     """Whom a 2026-07-28 caller's tasks belong to: its principal (the same owner as on the
     session path), or every anonymous caller of the route alike (their task ids, 192 random
@@ -186,7 +211,7 @@ def upstream_failed(request_id: jsonrpc.RequestId, exc: UpstreamError) -> jsonrp
 
 
 async def _wait(
-    request: web.Request, upstream_call: ModernCall, window: float | None, progress: _Progress
+    request: web.Request, upstream_call: UpstreamCall, window: float | None, progress: _Progress
 ) -> Finished | Asked | Running:
     waiting = asyncio.ensure_future(upstream_call.wait(window))
     watching = asyncio.ensure_future(_client_gone(request))

@@ -1,14 +1,15 @@
 """The 2026-07-28 generation's front end, decided without I/O: which path a request takes,
-whether its per-request envelope and headers hold, and what its answer looks like.
+whether its per-request envelope and headers hold, and what the gateway does with it.
 
 A 2026-07-28 request has no session: every request carries its protocol version and client
 capabilities in `params._meta`, and the version again in the `MCP-Protocol-Version` header
 (plus `Mcp-Method`, and `Mcp-Name` where the method names something). `classify` checks them
 in the order the spec's reference implementation does, so a client that disagrees with
 itself is told so (-32020) before it is told its version is unsupported (-32022). `decide`
-then says what the gateway does with a valid request: answer `server/discover` itself,
-forward a tools request over a held upstream session, or refuse. Every result gets
-`resultType`; cacheable ones get `ttlMs` and `cacheScope`.
+then says what the gateway does with a valid request: answer `server/discover`, run a
+call that may take MRTR rounds or become a task (`Call`), answer the tasks extension
+(`TaskRequest`), relay anything else (`Forward`), or refuse. What the answers look like is
+`modern_results`; the `Mcp-Param-*` header checks are `modern_headers`.
 """
 
 from __future__ import annotations
@@ -58,17 +59,6 @@ TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 MRTR_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
 #: A retry's round parameters (MRTR): for the gateway, never for the upstream.
 ROUND_PARAMS = ("inputResponses", "requestState")
-#: Results that carry `ttlMs` and `cacheScope` (SEP-2549).
-CACHEABLE = frozenset(
-    {
-        "server/discover",
-        "tools/list",
-        "prompts/list",
-        "resources/list",
-        "resources/read",
-        "resources/templates/list",
-    }
-)
 #: The base protocol's other requests, relayed over a held upstream session as they are.
 FORWARDED = frozenset(
     {
@@ -82,16 +72,6 @@ FORWARDED = frozenset(
 )
 #: What the modern path serves today; any other method is 404 with -32601.
 SERVED = frozenset({"server/discover", "tools/list", "tools/call", *TASK_METHODS, *FORWARDED})
-#: Resource not found before 2026-07-28, which now forbids the code: -32602 replaces it.
-LEGACY_RESOURCE_NOT_FOUND = -32002
-#: Capability flags that promise notifications, which 2026-07-28 delivers only on
-#: `subscriptions/listen` streams (not served): discover leaves them out.
-_UNKEPT_PROMISES = {
-    "tools": ("listChanged",),
-    "prompts": ("listChanged",),
-    "resources": ("listChanged", "subscribe"),
-}
-
 #: HTTP status of an error answer on the modern path (others are 200).
 _ERROR_STATUS = {
     PARSE_ERROR: 400,
@@ -106,12 +86,14 @@ _ERROR_STATUS = {
 
 def wants_modern(message: jsonrpc.Message, header_version: str | None) -> bool:
     """Whether a session-less message is the 2026-07-28 generation's: the version header
-    names it, the body carries the per-request protocol version, or the method exists only
-    in 2026-07-28 (`server/discover`). `initialize` never is."""
-    if isinstance(message, jsonrpc.Request) and message.method in ("initialize", "server/discover"):
-        return message.method == "server/discover"
+    names it (even on `initialize`, which this generation removed: as the reference server
+    does, the header decides), the body carries the per-request protocol version, or the
+    method exists only in 2026-07-28 (`server/discover`). A 2025-11-25 client's
+    `initialize` carries no such header."""
     if header_version == MODERN_PROTOCOL_VERSION:
         return True
+    if isinstance(message, jsonrpc.Request) and message.method in ("initialize", "server/discover"):
+        return message.method == "server/discover"
     if isinstance(message, jsonrpc.Request | jsonrpc.Notification):
         meta = (message.params or {}).get("_meta")
         return isinstance(meta, dict) and VERSION_META in meta
@@ -282,58 +264,16 @@ def upstream_request(request: jsonrpc.Request) -> jsonrpc.Request:
     return jsonrpc.without_param(request, "_meta")
 
 
-def complete(answer: jsonrpc.Response, method: str) -> jsonrpc.Response:
-    """An upstream result as a 2026-07-28 result: `resultType`, and the cache fields where
-    the method needs them (not cacheable across callers: what a caller sees may be theirs)."""
-    result = {"resultType": "complete", **answer.result}
-    if method in CACHEABLE:
-        result.setdefault("ttlMs", 0)
-        result.setdefault("cacheScope", "private")
-    return jsonrpc.Response(jsonrpc="2.0", id=answer.id, result=result)
-
-
-def renumbered(answer: jsonrpc.ErrorResponse) -> jsonrpc.ErrorResponse:
-    """An error as 2026-07-28 numbers it: a legacy upstream's resource not found (-32002)
-    is -32602 (Invalid Params), its message and data kept."""
-    if answer.error.code != LEGACY_RESOURCE_NOT_FOUND:
-        return answer
-    error = answer.error.model_copy(update={"code": INVALID_PARAMS})
-    return answer.model_copy(update={"error": error})
-
-
-def input_required(
-    request_id: jsonrpc.RequestId, requests: jsonrpc.JsonObject, state: str
-) -> jsonrpc.Response:
-    """An MRTR round: the upstream's questions by key, and the state the retry echoes."""
-    result = {"resultType": "input_required", "inputRequests": requests, "requestState": state}
-    return jsonrpc.Response(jsonrpc="2.0", id=request_id, result=result)
-
-
-def discover_result(
-    request_id: jsonrpc.RequestId, initialized: jsonrpc.JsonObject, tasks: bool
-) -> str:
-    """server/discover from the upstream's initialize result; its own 2025-11-25 `tasks`
-    capability is not the extension and is not passed on. With `tasks`, the gateway's own
-    tasks extension is advertised."""
-    capabilities = initialized.get("capabilities")
-    capabilities = dict(capabilities) if isinstance(capabilities, dict) else {}
-    capabilities.pop("tasks", None)
-    for name, flags in _UNKEPT_PROMISES.items():
-        if isinstance(kept := capabilities.get(name), dict):
-            capabilities[name] = {key: value for key, value in kept.items() if key not in flags}
-    if tasks:
-        extensions = capabilities.get("extensions")
-        extensions = dict(extensions) if isinstance(extensions, dict) else {}
-        extensions[TASKS_EXTENSION] = {}
-        capabilities["extensions"] = extensions
-    result: jsonrpc.JsonObject = {
-        "supportedVersions": [MODERN_PROTOCOL_VERSION],
-        "capabilities": capabilities,
-    }
-    if isinstance(instructions := initialized.get("instructions"), str):
-        result["instructions"] = instructions
-    if isinstance(server_info := initialized.get("serverInfo"), dict):
-        result["_meta"] = {SERVER_INFO_META: server_info}
-    return jsonrpc.dump(
-        complete(jsonrpc.Response(jsonrpc="2.0", id=request_id, result=result), "server/discover")
-    )
+def native_request(request: jsonrpc.Request) -> jsonrpc.Request:
+    """What an upstream that speaks 2026-07-28 is sent: the request as it came, less the
+    tasks extension in its capabilities (the gateway makes the tasks, so the upstream must
+    never answer with one of its own)."""
+    meta = request.meta
+    capabilities = meta.get(CAPABILITIES_META)
+    extensions = capabilities.get("extensions") if isinstance(capabilities, dict) else None
+    if not isinstance(extensions, dict) or TASKS_EXTENSION not in extensions:
+        return request
+    kept = {name: value for name, value in extensions.items() if name != TASKS_EXTENSION}
+    assert isinstance(capabilities, dict)
+    capabilities = {**capabilities, "extensions": kept}
+    return jsonrpc.with_param(request, "_meta", {**meta, CAPABILITIES_META: capabilities})

@@ -70,6 +70,31 @@ class TaskHooks(Protocol):
     def progress(self, params: jsonrpc.JsonObject) -> None: ...
 
 
+class UpstreamCall(Protocol):
+    """The upstream call behind a 2026-07-28 request: `ModernCall` over a held 2025-11-25
+    session, or `native_call.NativeCall` on the 2026-07-28 wire."""
+
+    outgoing: jsonrpc.Request
+    pending: dict[str, Ask]
+    hooks: TaskHooks | None
+    on_progress: Callable[[jsonrpc.JsonObject], None] | None
+
+    def start(self) -> None: ...
+
+    async def wait(self, window: float | None) -> Finished | Asked | Running: ...
+
+    async def result(self) -> Answer: ...
+
+    async def answer(self, key: str, response: jsonrpc.JsonObject) -> bool: ...
+
+    async def refuse(self, key: str, reply: Answer) -> bool: ...
+
+    async def stop(self, reason: str) -> None:
+        """Tell the upstream the call is over (never raises)."""
+
+    async def end(self, reason: str | None = None) -> None: ...
+
+
 class ModernCall:
     """The upstream call behind a 2026-07-28 request, its open questions, and its lease."""
 
@@ -188,23 +213,26 @@ class ModernCall:
             await self.lease.held.upstream.notify(jsonrpc.with_id(reply, ask.upstream_id))
         return True
 
+    async def stop(self, reason: str) -> None:
+        cancelled = jsonrpc.Notification(
+            jsonrpc="2.0",
+            method="notifications/cancelled",
+            params={"requestId": self.outgoing.id, "reason": reason},
+        )
+        try:
+            await self.lease.held.upstream.notify(cancelled)
+        except GatewayError as exc:
+            log.info("could not tell the upstream a call was abandoned: %s", exc.message)
+
     async def end(self, reason: str | None = None) -> None:
         """Release the session. With a `reason`, the call is abandoned first: stopped here
         and cancelled upstream, and its exclusive session closed rather than reused."""
         held = self.lease.held
         held.unfollow(self.token)
         abandoned = reason is not None and self._answer is not None and not self._answer.done()
-        if abandoned and self._answer is not None:
+        if abandoned and self._answer is not None and reason is not None:
             self._answer.cancel()
-            cancelled = jsonrpc.Notification(
-                jsonrpc="2.0",
-                method="notifications/cancelled",
-                params={"requestId": self.outgoing.id, "reason": reason},
-            )
-            try:
-                await held.upstream.notify(cancelled)
-            except GatewayError as exc:
-                log.info("could not tell the upstream a call was abandoned: %s", exc.message)
+            await self.stop(reason)
         if self._answer is not None:
             await asyncio.wait({self._answer})  # its outcome, if any, is someone else's
         await self.lease.release(reusable=not abandoned and not self.pending)

@@ -20,10 +20,10 @@ from datetime import datetime
 from gateway.aio import TaskSet
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
-from gateway.session.modern_call import Ask, ModernCall
+from gateway.session.modern_call import Ask, UpstreamCall
 from gateway.tasks.models import InputRequest, Task
 from gateway.tasks.store import TaskStore
-from gateway.upstream import Answer, UpstreamClient
+from gateway.upstream import Answer
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def default_answer(upstream_id: jsonrpc.RequestId, method: str, reason: str) -> 
 class ModernTaskHost:
     def __init__(
         self,
-        call: ModernCall,
+        call: UpstreamCall,
         owner: str,
         principal: str | None,
         store: TaskStore,
@@ -73,10 +73,6 @@ class ModernTaskHost:
     def principal(self) -> str | None:
         return self._principal
 
-    @property
-    def upstream(self) -> UpstreamClient:
-        return self.call.lease.held.upstream
-
     def start_task_call(
         self,
         task: Task,
@@ -95,6 +91,9 @@ class ModernTaskHost:
 
     async def run_task_call(self, request: jsonrpc.Request) -> Answer:
         return await self.call.result()
+
+    async def stop_task_call(self, request_id: jsonrpc.RequestId, reason: str) -> None:
+        await self.call.stop(reason)
 
     async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
         self._on_end(self._task_id)

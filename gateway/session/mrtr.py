@@ -27,7 +27,7 @@ from dataclasses import dataclass
 from gateway.aio import TaskSet
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INVALID_PARAMS, GatewayError
-from gateway.session.modern_call import ModernCall
+from gateway.session.modern_call import UpstreamCall
 
 #: Parameters of a retry that are not part of the request it retries.
 ROUND_PARAMS = ("_meta", "inputResponses", "requestState")
@@ -41,7 +41,7 @@ class BadRequestState(GatewayError):
 
 @dataclass(slots=True)
 class _Parked:
-    call: ModernCall
+    call: UpstreamCall
     #: Whom the per-caller limits count (`admission.Caller.limit_key`).
     holder: str
     expires: float
@@ -71,7 +71,7 @@ class ParkedCalls:
 
     def park(
         self,
-        call: ModernCall,
+        call: UpstreamCall,
         owner: str,
         holder: str,
         request: jsonrpc.Request,
@@ -86,7 +86,7 @@ class ParkedCalls:
         payload = _b64(json.dumps({"h": handle, "x": int(expires)}).encode())
         return f"{payload}.{_b64(self._mac(payload, owner, request))}"
 
-    def resume(self, state: object, owner: str, request: jsonrpc.Request) -> ModernCall:
+    def resume(self, state: object, owner: str, request: jsonrpc.Request) -> UpstreamCall:
         """The call a retry continues, taken out of the parked set.
 
         Raises:

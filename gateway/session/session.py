@@ -17,6 +17,7 @@ default answer at once.
 from __future__ import annotations
 
 import asyncio
+import logging
 import secrets
 import time
 from collections.abc import Callable, Coroutine
@@ -25,12 +26,15 @@ from typing import Any
 from gateway.aio import TaskSet
 from gateway.config import HttpConfig
 from gateway.protocol import jsonrpc
+from gateway.protocol.errors import GatewayError
 from gateway.route import Route
 from gateway.session.calls import Calls, InFlight, Rewriter
 from gateway.session.questions import Questions, related_to_task
 from gateway.session.streams import EventStream, Streams
 from gateway.tasks.models import SessionRecord, Task, owner_of
 from gateway.upstream import Answer, UpstreamClient
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Rewriter", "Session"]
 
@@ -153,6 +157,17 @@ class Session:
 
     async def run_task_call(self, request: jsonrpc.Request) -> Answer:
         return await self.upstream.call(request, bounded=False)
+
+    async def stop_task_call(self, request_id: jsonrpc.RequestId, reason: str) -> None:
+        cancelled = jsonrpc.Notification(
+            jsonrpc="2.0",
+            method="notifications/cancelled",
+            params={"requestId": request_id, "reason": reason},
+        )
+        try:
+            await self.upstream.notify(cancelled)
+        except GatewayError as exc:
+            log.info("session %s: could not tell the upstream a task ended: %s", self.tag, exc)
 
     async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
         """Forget a finished task call; an ended session releases its upstream with the last."""

@@ -19,15 +19,18 @@ from gateway.observability.audit import audit
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
 from gateway.protocol.outcome import Outcome
-from gateway.session.modern_call import ModernCall
+from gateway.session.modern_call import UpstreamCall
 from gateway.session.modern_task import ModernTaskHost
 from gateway.tasks.api_2025 import EXPIRED, NOT_FOUND
 from gateway.tasks.models import InputRequest, Task, TaskStatus, iso
-from gateway.tasks.runner import TaskRunner
+from gateway.tasks.runner import INPUT_MESSAGE, TaskRunner
 from gateway.tasks.store import TaskStore
 
 Answer = jsonrpc.Response | jsonrpc.ErrorResponse
 
+MODERN_INPUT_MESSAGE = (
+    "waiting for the client's answers: see inputRequests, answer with tasks/update"
+)
 #: Served by this API (tasks/result and tasks/list do not exist in the extension).
 METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
@@ -45,7 +48,9 @@ def task_fields(task: Task, outcome: Outcome | None = None) -> jsonrpc.JsonObjec
         "ttlMs": task.ttl_ms,
         "pollIntervalMs": task.poll_interval_ms,
     }
-    if task.status_message is not None and status is not TaskStatus.COMPLETED:
+    if task.status_message == INPUT_MESSAGE:
+        out["statusMessage"] = MODERN_INPUT_MESSAGE  # the same wait, in this generation's words
+    elif task.status_message is not None and status is not TaskStatus.COMPLETED:
         out["statusMessage"] = task.status_message
     return out
 
@@ -86,7 +91,7 @@ class ModernTaskApi:
         self._hosts: dict[str, ModernTaskHost] = {}
 
     def host_for(
-        self, call: ModernCall, owner: str, principal: str | None, policy: TaskPolicy
+        self, call: UpstreamCall, owner: str, principal: str | None, policy: TaskPolicy
     ) -> ModernTaskHost:
         """The runner's seam for a call about to become a task."""
         return ModernTaskHost(

@@ -14,7 +14,7 @@ from typing import Protocol
 
 from gateway.protocol import jsonrpc
 from gateway.tasks.models import Task
-from gateway.upstream import Answer, UpstreamClient
+from gateway.upstream import Answer
 
 
 class TaskHost(Protocol):
@@ -25,9 +25,6 @@ class TaskHost(Protocol):
 
     @property
     def principal(self) -> str | None: ...
-
-    @property
-    def upstream(self) -> UpstreamClient: ...
 
     def start_task_call(
         self,
@@ -44,6 +41,10 @@ class TaskHost(Protocol):
         Raises:
             GatewayError: no answer could be had.
         """
+
+    async def stop_task_call(self, request_id: jsonrpc.RequestId, reason: str) -> None:
+        """The task was cancelled or expired: tell the upstream to stop the call (never
+        raises; the task is already terminal)."""
 
     async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
         """The call ended (after its terminal write); the host may release its upstream."""

@@ -233,15 +233,7 @@ class TaskRunner:
     async def _stop(self, running: _Running, reason: str) -> None:
         running.host.withdraw_questions(running.task_id, reason)
         running.run.cancel()
-        cancelled = jsonrpc.Notification(
-            jsonrpc="2.0",
-            method="notifications/cancelled",
-            params={"requestId": running.upstream_id, "reason": reason},
-        )
-        try:
-            await running.host.upstream.notify(cancelled)
-        except GatewayError as exc:
-            log.info("could not tell the upstream a task ended: %s", exc.message)
+        await running.host.stop_task_call(running.upstream_id, reason)
 
     async def interrupt_all(self, message: str) -> None:
         """Shutdown: fail every running task now (its call cannot outlive the process).

@@ -61,15 +61,25 @@ class UpstreamRoute:
         cfg = self.config
         if cfg.transport == "stdio":
             return StdioTransport(sink, cfg, self.slots)
-        static, identity = dict(cfg.headers), self.identity
 
         async def headers() -> dict[str, str]:
-            # Static headers win over the client's; the identity is the gateway's own say.
-            return {**forwarded(), **static, **await identity.headers(principal)}
+            return await self.request_headers(forwarded(), principal)
 
         if cfg.transport == "sse":
             return SseTransport(sink, cfg, self._client(), headers)
         return StreamableHttpTransport(sink, cfg, self._client(), headers)
+
+    async def request_headers(
+        self, forwarded: Mapping[str, str], principal: str | None
+    ) -> dict[str, str]:
+        """The headers every request upstream carries: the client's that the route copies,
+        the route's static ones (which win over the client's), and the identity (the
+        gateway's own say)."""
+        identity = await self.identity.headers(principal)
+        return {**forwarded, **self.config.headers, **identity}
+
+    def http(self) -> aiohttp.ClientSession:
+        return self._client()
 
     async def close(self) -> None:
         if self._http is not None:

@@ -1,0 +1,148 @@
+"""`upstream.modern: native`: 2026-07-28 callers relayed on the 2026-07-28 wire to an upstream
+that speaks it (mcp 2.3's MCPServer, whose tools do their own MRTR), the gateway still making
+the tasks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import aiohttp
+import pytest
+
+from gateway.config import ConfigError, parse_settings
+
+from .conftest import ROOT, StartGateway, free_port, wait_for_port
+from .helpers import (
+    TASKS_EXTENSION,
+    WITH_ELICITATION,
+    WITH_TASKS,
+    headers,
+    modern_rpc,
+    modern_status,
+    modern_terminal,
+)
+
+MCP2_PYTHON = Path(
+    os.environ.get(
+        "MCP2_PYTHON", ROOT / ".cache" / "conformance" / "everything-venv" / "bin" / "python"
+    )
+)
+pytestmark = pytest.mark.skipif(
+    not MCP2_PYTHON.exists() and not os.environ.get("CI"),
+    reason=f"mcp 2.3 not installed at {MCP2_PYTHON} (bash .ci/conformance.sh --setup-only)",
+)
+BOTH = {**WITH_TASKS, **WITH_ELICITATION}
+ANN = {"action": "accept", "content": {"name": "Ann"}}
+
+
+@pytest.fixture(scope="module")
+def native_upstream() -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(MCP2_PYTHON), str(ROOT / "tests" / "modern" / "native_upstream.py"), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture
+async def native(start_gateway: StartGateway, native_upstream: str) -> str:
+    upstream = {"transport": "streamable_http", "url": native_upstream, "modern": "native"}
+    tasks = {"tools": {"slow": "optional", "slow_greet": "optional"}}
+    return f"{await start_gateway([{'name': 'n', 'upstream': upstream, 'tasks': tasks}])}/n/mcp"
+
+
+def call(name: str, **arguments: object) -> dict[str, object]:
+    return {"name": name, "arguments": arguments}
+
+
+async def test_discover_is_the_upstreams_own_with_the_gateways_tasks_extension(
+    native: str,
+) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, found = await modern_rpc(http, native, "server/discover")
+    result = found["result"]
+    assert result["_meta"]["io.modelcontextprotocol/serverInfo"]["name"] == "native-upstream"
+    assert result["capabilities"]["extensions"] == {TASKS_EXTENSION: {}}
+
+
+async def test_the_upstreams_own_mrtr_rounds_pass_through(native: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, first = await modern_rpc(http, native, "tools/call", call("greet"), WITH_ELICITATION)
+        round_ = first["result"]
+        assert round_["resultType"] == "input_required"
+        assert round_["inputRequests"]["who"]["method"] == "elicitation/create"
+        retry = {**call("greet"), "inputResponses": {"who": ANN}}
+        if "requestState" in round_:
+            retry["requestState"] = round_["requestState"]
+        _, done = await modern_rpc(http, native, "tools/call", retry, WITH_ELICITATION)
+    assert done["result"]["resultType"] == "complete"
+    assert done["result"]["content"][0]["text"] == "Hello, Ann!"
+
+
+async def test_a_round_during_a_task_becomes_its_input_requests(native: str) -> None:
+    async with aiohttp.ClientSession() as http:
+        _, created = await modern_rpc(
+            http, native, "tools/call", call("slow_greet", seconds=0.6), BOTH
+        )
+        task_id = created["result"]["taskId"]
+        waiting = await modern_status(http, native, task_id, "input_required")
+        assert list(waiting["inputRequests"]) == ["who"]
+        assert "tasks/update" in waiting["statusMessage"]
+        update = {"taskId": task_id, "inputResponses": {"who": ANN}}
+        await modern_rpc(http, native, "tasks/update", update, BOTH)
+        done = await modern_terminal(http, native, task_id)
+    assert done["status"] == "completed"
+    assert done["result"]["content"][0]["text"] == "Hello at last, Ann!"
+
+
+async def test_progress_streams_through_and_a_task_is_made_around_a_long_call(
+    native: str,
+) -> None:
+    params = {
+        **call("slow", seconds=0.6),
+        "_meta": {
+            "progressToken": 41,
+            "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+            "io.modelcontextprotocol/clientCapabilities": {},
+        },
+    }
+    body = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": params}
+    hdrs = headers(
+        **{"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "slow"}
+    )
+    async with aiohttp.ClientSession() as http:
+        async with http.post(native, json=body, headers=hdrs) as resp:
+            events = [
+                json.loads(line[6:]) async for line in resp.content if line.startswith(b"data: ")
+            ]
+        _, created = await modern_rpc(
+            http, native, "tools/call", call("slow", seconds=0.6), WITH_TASKS
+        )
+        done = await modern_terminal(http, native, created["result"]["taskId"])
+    *notes, answer = events
+    assert [note["params"]["progressToken"] for note in notes] == [41, 41, 41]
+    assert answer["result"]["content"][0]["text"] == "slept 0.6 s"
+    assert created["result"]["resultType"] == "task"
+    assert done["result"]["content"][0]["text"] == "slept 0.6 s"
+
+
+def test_native_needs_streamable_http() -> None:
+    route = {
+        "name": "x",
+        "upstream": {"transport": "stdio", "command": ["python"], "modern": "native"},
+    }
+    with pytest.raises(ConfigError) as raised:
+        parse_settings({"routes": [route]}, "gateway.yaml")
+    assert "gateway.yaml: routes[0].upstream.modern" in str(raised.value)
+    assert "streamable_http" in str(raised.value)
