@@ -12,8 +12,10 @@ unsupported requests, 404 for unknown methods).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 
+import aiohttp
 from aiohttp import web
 
 from gateway.http import admission, modern_tools
@@ -23,9 +25,16 @@ from gateway.http.modern_tools import (
     native_headers,
     upstream_failed,
 )
+from gateway.http.sse import SSE_HEADERS, STARTED
 from gateway.keys import HELD_SESSIONS, MODERN_TASK_API
 from gateway.protocol import jsonrpc, modern, modern_results
-from gateway.protocol.errors import HEADER_MISMATCH, InvalidRequest, UpstreamError
+from gateway.protocol.errors import (
+    HEADER_MISMATCH,
+    METHOD_NOT_FOUND,
+    InvalidRequest,
+    UpstreamError,
+    UpstreamUnavailable,
+)
 from gateway.route import Route
 from gateway.upstream import Answer, native
 
@@ -47,7 +56,15 @@ async def post(
     if mismatch is not None:
         return refuse(message.id, modern.Reject(HEADER_MISMATCH, mismatch))
     decision = modern.decide(checked, route.policy)
+    native_wire = route.upstream.config.modern == "native"
     if isinstance(decision, modern.Reject):
+        if (
+            native_wire
+            and decision.code == METHOD_NOT_FOUND
+            and not message.method.startswith("tasks/")
+        ):
+            # The upstream's own methods (subscriptions/listen above all): relayed as they are.
+            return await _relay(request, route, caller, message)
         return refuse(message.id, decision)
     if isinstance(decision, modern.TaskRequest):
         owner = modern_owner(route, caller)
@@ -56,7 +73,7 @@ async def post(
     if isinstance(decision, modern.Call):
         answered = await modern_tools.call(request, route, caller, checked, decision)
         return answered if isinstance(answered, web.StreamResponse) else reply(answered)
-    if route.upstream.config.modern == "native":
+    if native_wire:
         return await _native(request, route, caller, message, decision)
     lease = await request.app[HELD_SESSIONS].lease(
         route, caller.principal, {}, forwarded_headers(request, route)
@@ -100,6 +117,42 @@ async def _native(
         elif message.method == "tools/list":
             route.learn_tools(answer)
     return reply(answer, message.method)
+
+
+async def _relay(
+    request: web.Request, route: Route, caller: admission.Caller, message: jsonrpc.Request
+) -> web.StreamResponse:
+    """A request the gateway has nothing to add to, on the 2026-07-28 wire: the upstream's
+    response streamed back as it comes (a `subscriptions/listen` stream stays open until
+    either side closes it; closing it here closes it upstream)."""
+    url = route.upstream.config.url
+    assert url is not None
+    sent = {
+        **await native_headers(request, route, caller),
+        "Content-Type": "application/json",
+        "Accept": "application/json, text/event-stream",
+    }
+    body = jsonrpc.dump(modern.native_request(message)).encode()
+    response: web.StreamResponse | None = None
+    try:
+        async with route.upstream.http().post(url, data=body, headers=sent) as upstream:
+            ctype = upstream.headers.get("Content-Type", "application/json")
+            response = web.StreamResponse(
+                status=upstream.status, headers={**SSE_HEADERS, "Content-Type": ctype}
+            )
+            await response.prepare(request)
+            request[STARTED] = True
+            with contextlib.suppress(ConnectionError):
+                async for chunk in upstream.content.iter_any():
+                    await response.write(chunk)
+                await response.write_eof()
+    except aiohttp.ClientError as exc:
+        if response is None:
+            lost = UpstreamUnavailable(f"cannot reach the upstream: {exc}")
+            return reply(upstream_failed(message.id, lost))
+        # The answer had begun: ending the stream is the only way left to tell the client.
+    assert response is not None
+    return response
 
 
 def reply(answer: Answer, method: str | None = None) -> web.Response:

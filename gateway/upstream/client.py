@@ -10,6 +10,7 @@ does not end the client's session. Messages the upstream originates go to
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 from collections.abc import Callable
@@ -23,6 +24,9 @@ from gateway.upstream.streamable_http import UpstreamSessionExpired
 from gateway.upstream.unreadable import Unreadable
 
 log = logging.getLogger(__name__)
+
+#: How long closing a session waits for a message still on its way upstream.
+_SEND_GRACE_SECONDS = 2.0
 
 Answer = jsonrpc.Response | jsonrpc.ErrorResponse
 
@@ -68,6 +72,10 @@ class UpstreamClient:
         self._lost_reason: str | None = None
         self._reconnect_lock = asyncio.Lock()
         self._closed = False
+        #: Notifications and answers on their way: closing waits for them (briefly), as an
+        #: upstream that sees its session deleted under a message may drop the connection.
+        self._sending = 0
+        self._sent = asyncio.Event()
         self.protocol_version: str | None = None
 
     def next_id(self) -> int:
@@ -246,11 +254,22 @@ class UpstreamClient:
             and isinstance(message, jsonrpc.Notification)
         ):
             await self._reconnect()
-        await self._transport.send(message)
+        self._sending += 1
+        self._sent.clear()
+        try:
+            await self._transport.send(message)
+        finally:
+            self._sending -= 1
+            if self._sending == 0:
+                self._sent.set()
 
     async def close(self) -> None:
         self._alive = False
         self._closed = True
+        if self._sending:
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_SEND_GRACE_SECONDS):
+                    await self._sent.wait()
         for future in self._pending.values():
             if not future.done():
                 future.set_exception(UpstreamUnavailable("the session ended"))
