@@ -21,6 +21,7 @@ from typing import Any
 
 import aiohttp
 import httpx
+import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
@@ -393,3 +394,17 @@ async def modern_status(
             if body["result"]["status"] == status:
                 return dict(body["result"])
             await asyncio.sleep(0.05)
+
+
+#: mcp 2.3 lives in a venv of its own (it conflicts with 1.30): `.ci/conformance.sh
+#: --setup-only` makes it; `MCP2_PYTHON` may name another.
+MCP2_PYTHON = Path(
+    os.environ.get(
+        "MCP2_PYTHON", ROOT / ".cache" / "conformance" / "everything-venv" / "bin" / "python"
+    )
+)
+#: Tests that run mcp 2.3 skip without it, except under CI, which must have installed it.
+needs_mcp2 = pytest.mark.skipif(
+    not MCP2_PYTHON.exists() and not os.environ.get("CI"),
+    reason=f"mcp 2.3 not installed at {MCP2_PYTHON} (bash .ci/conformance.sh --setup-only)",
+)

@@ -7,9 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -19,14 +17,9 @@ from multidict import CIMultiDict
 from gateway.protocol.errors import HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND
 
 from .conftest import ROOT, StartGateway
-from .helpers import headers, open_session, rpc
+from .helpers import MCP2_PYTHON, headers, needs_mcp2, open_session, rpc
 
 MODERN = "2026-07-28"
-MCP2_PYTHON = Path(
-    os.environ.get(
-        "MCP2_PYTHON", ROOT / ".cache" / "conformance" / "everything-venv" / "bin" / "python"
-    )
-)
 
 
 def message(method: str, params: dict[str, Any] | None = None) -> dict[str, Any]:
@@ -317,10 +310,7 @@ async def test_a_session_clients_tools_list_teaches_the_route_too(gateway: str) 
     assert (status, body["error"]["code"]) == (400, HEADER_MISMATCH)
 
 
-@pytest.mark.skipif(
-    not MCP2_PYTHON.exists() and not os.environ.get("CI"),
-    reason=f"mcp 2.3 not installed at {MCP2_PYTHON} (bash .ci/conformance.sh --setup-only)",
-)
+@needs_mcp2
 async def test_the_mcp_2_3_client_reads_resources_prompts_and_mirrors_param_headers(
     gateway: str,
 ) -> None:

@@ -9,28 +9,19 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
 import subprocess
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from .conftest import DEMO, ROOT, StartGateway
+from .helpers import MCP2_PYTHON, needs_mcp2
 
 #: What tests/modern/client.py's callbacks answer (it runs under mcp 2.3: not importable here).
 ANSWERS = {"name": "mcp-2.3", "sampled": "sampled by mcp 2.3", "root": "file:///mcp-2.3"}
 
-MCP2_PYTHON = Path(
-    os.environ.get(
-        "MCP2_PYTHON", ROOT / ".cache" / "conformance" / "everything-venv" / "bin" / "python"
-    )
-)
 
-pytestmark = pytest.mark.skipif(
-    not MCP2_PYTHON.exists() and not os.environ.get("CI"),
-    reason=f"mcp 2.3 not installed at {MCP2_PYTHON} (bash .ci/conformance.sh --setup-only)",
-)
+pytestmark = needs_mcp2
 
 
 def modern_client(url: str, mode: str, action: str = "echo") -> dict[str, Any]:

@@ -5,10 +5,8 @@ the tasks."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 from collections.abc import Iterator
-from pathlib import Path
 
 import aiohttp
 import pytest
@@ -17,6 +15,7 @@ from gateway.config import ConfigError, parse_settings
 
 from .conftest import ROOT, StartGateway, free_port, wait_for_port
 from .helpers import (
+    MCP2_PYTHON,
     TASKS_EXTENSION,
     WITH_ELICITATION,
     WITH_TASKS,
@@ -24,17 +23,10 @@ from .helpers import (
     modern_rpc,
     modern_status,
     modern_terminal,
+    needs_mcp2,
 )
 
-MCP2_PYTHON = Path(
-    os.environ.get(
-        "MCP2_PYTHON", ROOT / ".cache" / "conformance" / "everything-venv" / "bin" / "python"
-    )
-)
-pytestmark = pytest.mark.skipif(
-    not MCP2_PYTHON.exists() and not os.environ.get("CI"),
-    reason=f"mcp 2.3 not installed at {MCP2_PYTHON} (bash .ci/conformance.sh --setup-only)",
-)
+pytestmark = needs_mcp2
 BOTH = {**WITH_TASKS, **WITH_ELICITATION}
 ANN = {"action": "accept", "content": {"name": "Ann"}}
 

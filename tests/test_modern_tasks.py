@@ -514,3 +514,27 @@ async def test_progress_streams_on_the_requests_own_response_under_its_own_token
     assert answer["id"] == 5
     assert answer["result"]["resultType"] == "complete"
     assert answer["result"]["content"][0]["text"] == "slept 0.6 s"
+
+
+async def test_a_graceful_shutdown_fails_running_tasks_readably(tmp_path: Path) -> None:
+    port = free_port()
+    config = write_config(tmp_path, port)
+    url = f"http://127.0.0.1:{port}/demo/mcp"
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            _, running = await modern_rpc(
+                http, url, "tools/call", call("slow", seconds=60, steps=1), WITH_TASKS
+            )
+    finally:
+        proc.terminate()  # SIGTERM: running tasks fail while clients can still hear it
+        assert proc.wait(15) == 0
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            lost = await modern_terminal(http, url, running["result"]["taskId"])
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert lost["status"] == "failed"
+    assert lost["error"]["message"] == "interrupted: gateway shut down"

@@ -20,6 +20,7 @@ whichever kind of session it runs on.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import time
@@ -34,6 +35,9 @@ from gateway.route import Route
 from gateway.upstream import Answer, UpstreamClient
 
 log = logging.getLogger(__name__)
+
+#: How long opening a session that may be asked questions waits for the upstream's GET stream.
+_LISTEN_WAIT_SECONDS = 5.0
 
 #: Who the gateway says it is when it initializes an upstream for a 2026-07-28 caller.
 CLIENT_INFO = {"name": "mcp-task-gateway", "version": "2026-07-28 front end"}
@@ -164,6 +168,13 @@ class HeldSession:
                 await self.upstream.initialized(
                     jsonrpc.Notification(jsonrpc="2.0", method="notifications/initialized")
                 )
+                if self.capabilities:
+                    # A question asked without naming its call travels on the upstream's GET
+                    # stream, which is opened in the background: a call sent before it is
+                    # open could ask into the void and wait for ever.
+                    with contextlib.suppress(TimeoutError):
+                        async with asyncio.timeout(_LISTEN_WAIT_SECONDS):
+                            await self.upstream.stream_open()
                 self.initialized = answer.result
             return self.initialized
 

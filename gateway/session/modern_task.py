@@ -19,8 +19,9 @@ from datetime import datetime
 
 from gateway.aio import TaskSet
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
+from gateway.protocol.errors import GatewayError
 from gateway.session.modern_call import Ask, UpstreamCall
+from gateway.session.questions import default_answer
 from gateway.tasks.models import InputRequest, Task
 from gateway.tasks.store import TaskStore
 from gateway.upstream import Answer
@@ -28,14 +29,6 @@ from gateway.upstream import Answer
 log = logging.getLogger(__name__)
 
 TIMED_OUT = "nobody answered within tasks.input_timeout_seconds"
-
-
-def default_answer(upstream_id: jsonrpc.RequestId, method: str, reason: str) -> Answer:
-    """What the upstream is told when nobody answers its question."""
-    if method == "elicitation/create":
-        # Elicitation has a way to say "nobody answered": the user dismissed the dialog.
-        return jsonrpc.Response(jsonrpc="2.0", id=upstream_id, result={"action": "cancel"})
-    return jsonrpc.error_response(upstream_id, INTERNAL_ERROR, reason)
 
 
 class ModernTaskHost:

@@ -199,7 +199,7 @@ class Questions:
 
     def _answer_now(self, request: jsonrpc.Request) -> None:
         # Nobody is left to ask: the upstream gets the default answer at once.
-        answer = _default_answer(request.id, request.method, _ENDED)
+        answer = default_answer(request.id, request.method, _ENDED)
         self._tasks.spawn(self._give_default(answer), "default answer")
 
     def _hold(self, question: Question) -> None:
@@ -244,7 +244,7 @@ class Questions:
         self._asked.pop(question.down_id, None)
         self._withdraw(question, reason)
         self._settled(question)  # before the upstream has the answer, as in answer()
-        await self._give_default(_default_answer(question.up_id, question.method, reason))
+        await self._give_default(default_answer(question.up_id, question.method, reason))
 
     async def _give_default(self, answer: Answer) -> None:
         try:
@@ -285,7 +285,7 @@ class Questions:
                 question.on_input(False)
 
 
-def _default_answer(up_id: jsonrpc.RequestId, method: str, reason: str) -> Answer:
+def default_answer(up_id: jsonrpc.RequestId, method: str, reason: str) -> Answer:
     """What the upstream is told when nobody answers its request."""
     if method == "elicitation/create":
         # Elicitation has a way to say "nobody answered": the user dismissed the dialog.

@@ -68,6 +68,10 @@ class Transport(ABC):
     def initialized(self, protocol_version: str) -> None:  # noqa: B027 - optional hook
         """The MCP handshake finished; HTTP transports start sending the version header."""
 
+    async def stream_open(self) -> None:  # noqa: B027 - optional hook
+        """Returns once what the upstream sends unasked can reach the gateway (the GET
+        stream of Streamable HTTP is open, or the upstream offers none)."""
+
     @abstractmethod
     async def close(self) -> None:
         """Release everything; must not raise."""

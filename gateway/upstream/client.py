@@ -179,6 +179,10 @@ class UpstreamClient:
         await self._transport.send(notification)
         self._transport.initialized(self.protocol_version or "2025-03-26")
 
+    async def stream_open(self) -> None:
+        """Returns once the upstream's unasked messages can reach us (`Transport.stream_open`)."""
+        await self._transport.stream_open()
+
     async def _reconnect(self) -> None:
         async with self._reconnect_lock:
             if self._alive:

@@ -53,6 +53,8 @@ class StreamableHttpTransport(Transport):
         self._version: str | None = None
         self._tasks = TaskSet("streamable_http")
         self._listener: asyncio.Task[None] | None = None
+        #: Set once the GET stream answered (open, or refused: then there is none to wait for).
+        self._listening = asyncio.Event()
 
     async def _headers(self, accept: str) -> dict[str, str]:
         headers = {**await self._base_headers(), "Accept": accept}
@@ -65,12 +67,16 @@ class StreamableHttpTransport(Transport):
     async def start(self) -> None:
         self._session_id = None
         self._version = None
+        self._listening.clear()
 
     def initialized(self, protocol_version: str) -> None:
         self._version = protocol_version
         # A client that repeats notifications/initialized must not open a second GET stream.
         if self._listener is None or self._listener.done():
             self._listener = self._tasks.spawn(self._listen(), name="upstream-get-stream")
+
+    async def stream_open(self) -> None:
+        await self._listening.wait()
 
     async def send(self, message: jsonrpc.Message) -> None:
         headers = await self._headers("application/json, text/event-stream")
@@ -188,6 +194,7 @@ class StreamableHttpTransport(Transport):
                 if last_id is not None:
                     headers["Last-Event-ID"] = last_id
                 async with self._http.get(self._url, headers=headers) as resp:
+                    self._listening.set()
                     if resp.status == 405:
                         return  # the upstream offers no GET stream; that is allowed
                     if resp.status == 200:
