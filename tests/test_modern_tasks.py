@@ -538,3 +538,38 @@ async def test_a_graceful_shutdown_fails_running_tasks_readably(tmp_path: Path) 
         proc.wait(15)
     assert lost["status"] == "failed"
     assert lost["error"]["message"] == "interrupted: gateway shut down"
+
+
+@pytest.mark.parametrize(("level", "relayed"), [("debug", True), ("error", False), (None, False)])
+async def test_log_messages_reach_the_request_at_or_above_its_log_level(
+    demo: str, level: str | None, relayed: bool
+) -> None:
+    meta: dict[str, Any] = {
+        "io.modelcontextprotocol/protocolVersion": "2026-07-28",
+        "io.modelcontextprotocol/clientCapabilities": {},
+    }
+    if level is not None:
+        meta["io.modelcontextprotocol/logLevel"] = level
+    params = {**call("log", message="hello there"), "_meta": meta}
+    body = {"jsonrpc": "2.0", "id": 6, "method": "tools/call", "params": params}
+    hdrs = headers(
+        **{"MCP-Protocol-Version": "2026-07-28", "Mcp-Method": "tools/call", "Mcp-Name": "log"}
+    )
+    async with aiohttp.ClientSession() as http:
+        async with http.post(demo, json=body, headers=hdrs) as resp:
+            if resp.content_type == "application/json":
+                messages = [await resp.json()]
+            else:
+                messages = [
+                    json.loads(line[6:])
+                    async for line in resp.content
+                    if line.startswith(b"data: ")
+                ]
+    *notes, answer = messages
+    # "no notifications/message without it" (logLevel), and only at or above the level asked
+    if relayed:
+        assert [n["method"] for n in notes] == ["notifications/message"]
+        assert notes[0]["params"]["data"] == "hello there"
+    else:
+        assert notes == []
+    assert answer["result"]["content"][0]["text"] == "logged"

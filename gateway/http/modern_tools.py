@@ -23,7 +23,7 @@ import contextlib
 from aiohttp import web
 
 from gateway.http import admission
-from gateway.http.sse import SSE_HEADERS, STARTED, encode
+from gateway.http.modern_stream import CallStream
 from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER
 from gateway.protocol import jsonrpc, modern, modern_results
 from gateway.protocol.errors import INTERNAL_ERROR, LimitExceeded, TaskError, UpstreamError
@@ -57,7 +57,7 @@ async def call(
 ) -> Answer | web.StreamResponse:
     """The request's answer, or the SSE response it was written to (when the upstream's
     progress under the request's own token went out first)."""
-    progress = _Progress(request, jsonrpc.progress_token(checked.request))
+    progress = CallStream(request, checked.request)
     answer = await _answer(request, route, caller, checked, decision, progress)
     return await progress.finish(answer)
 
@@ -68,7 +68,7 @@ async def _answer(
     caller: admission.Caller,
     checked: modern.ModernRequest,
     decision: modern.Call,
-    progress: _Progress,
+    progress: CallStream,
 ) -> Answer:
     app = request.app
     message = checked.request
@@ -99,8 +99,8 @@ async def _answer(
         )
         upstream_call = ModernCall(lease, decision.request)
         upstream_call.start()
-    if progress.token is not None:
-        upstream_call.on_progress = progress.heard
+    upstream_call.on_progress = progress.progress if progress.token is not None else None
+    upstream_call.on_log = progress.logged if progress.log_level is not None else None
     handed_over = False
     #: Why the call is stopped if it is not handed over (None: it ended by itself).
     abandon: str | None = CLIENT_GONE
@@ -160,7 +160,7 @@ async def _answer(
     except _ClientGone:
         return jsonrpc.error_response(message.id, INTERNAL_ERROR, CLIENT_GONE)
     finally:
-        upstream_call.on_progress = None
+        upstream_call.on_progress = upstream_call.on_log = None
         if not handed_over:
             # Shielded: a handler cancelled by its client's going away must still stop
             # the call upstream and give its session back.
@@ -211,7 +211,7 @@ def upstream_failed(request_id: jsonrpc.RequestId, exc: UpstreamError) -> jsonrp
 
 
 async def _wait(
-    request: web.Request, upstream_call: UpstreamCall, window: float | None, progress: _Progress
+    request: web.Request, upstream_call: UpstreamCall, window: float | None, progress: CallStream
 ) -> Finished | Asked | Running:
     waiting = asyncio.ensure_future(upstream_call.wait(window))
     watching = asyncio.ensure_future(_client_gone(request))
@@ -226,49 +226,6 @@ async def _wait(
             future.cancel()
             with contextlib.suppress(asyncio.CancelledError, ConnectionError):
                 await future
-
-
-class _Progress:
-    """The upstream's progress for a request that asked for it (`_meta.progressToken`), on
-    the request's own response: it becomes an SSE stream at the first notification, and
-    the answer ends that stream; with no progress the answer is plain JSON."""
-
-    def __init__(self, request: web.Request, token: jsonrpc.RequestId | None) -> None:
-        self._request = request
-        self.token = token
-        self._heard: asyncio.Queue[jsonrpc.JsonObject] = asyncio.Queue()
-        self._stream: web.StreamResponse | None = None
-
-    def heard(self, params: jsonrpc.JsonObject) -> None:
-        self._heard.put_nowait(params)
-
-    async def relay(self) -> None:
-        while True:
-            await self._send(await self._heard.get())
-
-    async def _send(self, params: jsonrpc.JsonObject) -> None:
-        if self._stream is None:
-            self._stream = web.StreamResponse(status=200, headers=SSE_HEADERS)
-            await self._stream.prepare(self._request)
-            self._request[STARTED] = True
-        note = jsonrpc.Notification(
-            jsonrpc="2.0",
-            method="notifications/progress",
-            params={**params, "progressToken": self.token},
-        )
-        await self._stream.write(encode(None, jsonrpc.dump(note)))
-
-    async def finish(self, answer: Answer) -> Answer | web.StreamResponse:
-        try:
-            while not self._heard.empty() and self._stream is not None:
-                await self._send(self._heard.get_nowait())
-            if self._stream is None:
-                return answer
-            await self._stream.write(encode(None, jsonrpc.dump(answer)))
-            await self._stream.write_eof()
-        except ConnectionError:
-            pass  # the client left after its answer was ready: nothing more to do
-        return self._stream if self._stream is not None else answer
 
 
 async def _client_gone(request: web.Request) -> None:

@@ -67,6 +67,8 @@ class Asker(Protocol):
 
     def progress(self, params: jsonrpc.JsonObject) -> None: ...
 
+    def logged(self, params: jsonrpc.JsonObject) -> None: ...
+
 
 class HeldSession:
     """One upstream session opened for 2026-07-28 callers (the `Listener` of its client)."""
@@ -83,6 +85,7 @@ class HeldSession:
         #: The one call of an exclusive lease: the upstream's questions are its.
         self.asker: Asker | None = None
         self._by_token: dict[str, Asker] = {}
+        self._by_id: dict[jsonrpc.RequestId, Asker] = {}
         self._allowed = frozenset(QUESTION_CAPABILITIES[name] for name in capabilities)
         self._calls = 0
         self._open_lock = asyncio.Lock()
@@ -113,6 +116,10 @@ class HeldSession:
                 asker = self._by_token.get(token) if isinstance(token, str) else None
                 if asker is not None:
                     asker.progress(message.params or {})
+            elif message.method == "notifications/message":
+                asker = self._log_owner(related)
+                if asker is not None:
+                    asker.logged(message.params or {})
             elif message.method == "notifications/cancelled" and self.asker is not None:
                 withdrawn = jsonrpc.param(message, "requestId")
                 if jsonrpc.is_request_id(withdrawn):
@@ -135,12 +142,23 @@ class HeldSession:
     def listening(self) -> bool:
         return False
 
-    def follow(self, token: str, asker: Asker) -> None:
-        """Progress under `token` is `asker`'s until `unfollow`."""
+    def follow(self, token: str, request_id: jsonrpc.RequestId, asker: Asker) -> None:
+        """Progress under `token`, and what comes on the stream of `request_id`, is
+        `asker`'s until `unfollow`."""
         self._by_token[token] = asker
+        self._by_id[request_id] = asker
 
-    def unfollow(self, token: str) -> None:
+    def unfollow(self, token: str, request_id: jsonrpc.RequestId) -> None:
         self._by_token.pop(token, None)
+        self._by_id.pop(request_id, None)
+
+    def _log_owner(self, related: jsonrpc.RequestId | None) -> Asker | None:
+        """Whose a log message is: the call whose stream it came on, or with no stream to
+        tell (stdio, HTTP+SSE), the session's only call, if it has just one."""
+        if related is not None:
+            return self._by_id.get(related)
+        callers = set(self._by_id.values())
+        return callers.pop() if len(callers) == 1 else None
 
     async def open(self) -> jsonrpc.JsonObject:
         """The upstream's initialize result, initializing it first if need be.

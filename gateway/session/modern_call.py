@@ -78,6 +78,7 @@ class UpstreamCall(Protocol):
     pending: dict[str, Ask]
     hooks: TaskHooks | None
     on_progress: Callable[[jsonrpc.JsonObject], None] | None
+    on_log: Callable[[jsonrpc.JsonObject], None] | None
 
     def start(self) -> None: ...
 
@@ -109,8 +110,10 @@ class ModernCall:
         )
         self.pending: dict[str, Ask] = {}
         self.hooks: TaskHooks | None = None
-        #: Where progress goes while no task has the call (the request's own response).
+        #: Where progress and log messages go while no task has the call (the request's own
+        #: response; a task has no stream, and the extension has no progress for tasks).
         self.on_progress: Callable[[jsonrpc.JsonObject], None] | None = None
+        self.on_log: Callable[[jsonrpc.JsonObject], None] | None = None
         self._keys = itertools.count(1)
         self._asked = asyncio.Event()
         #: Set once the session is open and the call on its way: the window starts then,
@@ -120,7 +123,7 @@ class ModernCall:
 
     def start(self) -> None:
         held = self.lease.held
-        held.follow(self.token, self)
+        held.follow(self.token, self.outgoing.id, self)
         if held.capabilities:
             held.asker = self
         self._answer = asyncio.create_task(  # noqa: TID251 - awaited by wait()/result(), cancelled by end()
@@ -149,6 +152,10 @@ class ModernCall:
                 del self.pending[key]
                 if self.hooks is not None:
                     self.hooks.withdrawn(ask)
+
+    def logged(self, params: jsonrpc.JsonObject) -> None:
+        if self.hooks is None and self.on_log is not None:
+            self.on_log(params)
 
     def progress(self, params: jsonrpc.JsonObject) -> None:
         if self.hooks is not None:
@@ -228,7 +235,7 @@ class ModernCall:
         """Release the session. With a `reason`, the call is abandoned first: stopped here
         and cancelled upstream, and its exclusive session closed rather than reused."""
         held = self.lease.held
-        held.unfollow(self.token)
+        held.unfollow(self.token, self.outgoing.id)
         abandoned = reason is not None and self._answer is not None and not self._answer.done()
         if abandoned and self._answer is not None and reason is not None:
             self._answer.cancel()

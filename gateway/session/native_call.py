@@ -50,6 +50,7 @@ class NativeCall:
         self.pending: dict[str, Ask] = {}
         self.hooks: TaskHooks | None = None
         self.on_progress: Callable[[jsonrpc.JsonObject], None] | None = None
+        self.on_log: Callable[[jsonrpc.JsonObject], None] | None = None
         self._answers: dict[str, jsonrpc.JsonObject] = {}
         self._all_answered = asyncio.Event()
         self._answer: asyncio.Task[Answer] | None = None
@@ -63,12 +64,15 @@ class NativeCall:
         return await native.exchange(self._http, self._url, request, self._headers, self._note)
 
     def _note(self, note: jsonrpc.Notification) -> None:
-        if note.method != "notifications/progress" or note.params is None:
-            return  # log and list notifications: not served on this path
-        if self.hooks is not None:
-            self.hooks.progress(note.params)
-        elif self.on_progress is not None:
-            self.on_progress(note.params)
+        if note.params is None:
+            return
+        if note.method == "notifications/progress":
+            if self.hooks is not None:
+                self.hooks.progress(note.params)
+            elif self.on_progress is not None:
+                self.on_progress(note.params)
+        elif note.method == "notifications/message" and self.hooks is None and self.on_log:
+            self.on_log(note.params)
 
     async def wait(self, window: float | None) -> Finished | Asked | Running:
         """Until the upstream answers (its MRTR round is an answer too) or `window` passes.
