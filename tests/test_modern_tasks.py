@@ -573,3 +573,20 @@ async def test_log_messages_reach_the_request_at_or_above_its_log_level(
     else:
         assert notes == []
     assert answer["result"]["content"][0]["text"] == "logged"
+
+
+async def test_stray_input_responses_are_ignored_and_a_retry_without_answers_asks_again(
+    demo: str,
+) -> None:
+    stray = {**call("ask"), "inputResponses": {"unasked": {"action": "accept"}}}
+    async with aiohttp.ClientSession() as http:
+        _, first = await modern_rpc(http, demo, "tools/call", stray, WITH_ELICITATION)
+        round_ = first["result"]
+        assert round_["resultType"] == "input_required"
+        # "If the client fails to send all the information requested ... the server SHOULD
+        # respond with a new InputRequiredResult requesting the missing information again"
+        empty = {**call("ask"), "requestState": round_["requestState"]}
+        _, again = await modern_rpc(http, demo, "tools/call", empty, WITH_ELICITATION)
+    assert again["result"]["resultType"] == "input_required"
+    assert list(again["result"]["inputRequests"]) == list(round_["inputRequests"])
+    assert again["result"]["requestState"] != round_["requestState"]

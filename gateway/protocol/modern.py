@@ -198,7 +198,9 @@ class Call:
 
     @property
     def retry(self) -> bool:
-        return self.state is not None or self.responses is not None
+        """A retry names its round by `requestState`; `inputResponses` without one answer
+        nothing the gateway asked, and are ignored (spec: unrecognized input is ignored)."""
+        return self.state is not None
 
 
 @dataclass(frozen=True, slots=True)
