@@ -138,3 +138,20 @@ def test_native_needs_streamable_http() -> None:
         parse_settings({"routes": [route]}, "gateway.yaml")
     assert "gateway.yaml: routes[0].upstream.modern" in str(raised.value)
     assert "streamable_http" in str(raised.value)
+
+
+@pytest.mark.parametrize(
+    ("key", "value", "says"),
+    [
+        ("sync_window_ms", -1, "greater than or equal to 0"),
+        ("sync_window_ms", 600_000, "less than or equal to 60000"),
+        ("sync_window_ms", "soon", "valid integer"),
+    ],
+)
+def test_a_bad_sync_window_is_refused_naming_its_key(key: str, value: object, says: str) -> None:
+    route = {"name": "x", "upstream": {"transport": "stdio", "command": ["python"]}}
+    route["tasks"] = {key: value}
+    with pytest.raises(ConfigError) as raised:
+        parse_settings({"routes": [route]}, "gateway.yaml")
+    assert f"gateway.yaml: routes[0].tasks.{key}" in str(raised.value)
+    assert says in str(raised.value)
