@@ -427,6 +427,37 @@ async def test_progress_shows_in_status_message_while_polling(start_gateway: Sta
     assert task.status == "working" and task.statusMessage == "1/3: step 1/3"
 
 
+async def test_a_poller_without_a_progress_token_sees_progress_and_receives_none(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route())
+    heard: list[Any] = []
+    cancelled = asyncio.Event()
+
+    async def note(message: Any) -> None:
+        if isinstance(message, types.ServerNotification):
+            heard.append(message.root)
+            if isinstance(message.root, types.TaskStatusNotification):
+                cancelled.set()
+
+    async with mcp_client(f"{base}/t/mcp", message_handler=note) as client:
+        created = await client.experimental.call_tool_as_task("slow", {"seconds": 3, "steps": 3})
+        async with asyncio.timeout(10):
+            while True:
+                task = await client.experimental.get_task(created.task.taskId)
+                if task.statusMessage:
+                    break
+                await asyncio.sleep(0.05)
+        await client.experimental.cancel_task(created.task.taskId)
+        async with asyncio.timeout(5):
+            await cancelled.wait()  # the client's stream was open all along
+    # The gateway asked the upstream for progress with a token of its own: the task's
+    # statusMessage follows it, and no notifications/progress reached a client that asked
+    # for none.
+    assert task.status == "working" and task.statusMessage == "1/3: step 1/3"
+    assert not [m for m in heard if isinstance(m, types.ProgressNotification)]
+
+
 # -- durability, sessions, restarts, scale
 
 

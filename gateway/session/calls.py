@@ -100,8 +100,11 @@ class Calls:
         on_progress: Callable[[jsonrpc.JsonObject], None],
         on_input: OnInput,
     ) -> jsonrpc.Request:
-        """Register a task's upstream call; returns it under its upstream id and token."""
-        outgoing = self._outgoing(request, task.progress_token)
+        """Register a task's upstream call; returns it under its upstream id and token.
+
+        A task's call always carries a token of ours, whether the client sent one or not, so
+        that the task's statusMessage follows the upstream's progress for every poller."""
+        outgoing = self._outgoing(request, task.progress_token, ask_progress=True)
         self._inflight[outgoing.id] = InFlight(
             task.progress_token,
             None,
@@ -143,11 +146,14 @@ class Calls:
                 call.relay.cancel()
 
     def _outgoing(
-        self, request: jsonrpc.Request, client_token: jsonrpc.RequestId | None
+        self,
+        request: jsonrpc.Request,
+        client_token: jsonrpc.RequestId | None,
+        ask_progress: bool = False,
     ) -> jsonrpc.Request:
         upstream_id = self._upstream.next_id()
         outgoing = jsonrpc.with_id(request, upstream_id)
-        if client_token is not None:
+        if client_token is not None or ask_progress:
             # The upstream request id doubles as our progress token: unique per upstream session.
             outgoing = jsonrpc.with_progress_token(outgoing, upstream_id)
         return outgoing

@@ -231,13 +231,15 @@ class Session:
             token = jsonrpc.param(message, "progressToken")
             # An object or array token names no call we made (and cannot be looked up).
             call = self._calls.get(token) if jsonrpc.is_request_id(token) else None
-            if call is None or call.client_token is None:
+            if call is None:
                 return  # progress after the answer, or for a token we never issued
+            if call.task_id is not None and call.on_progress is not None:
+                call.on_progress(message.params or {})  # the task's statusMessage, for pollers
+            if call.client_token is None:
+                return  # the client asked for no progress: it reaches no stream
             note = jsonrpc.with_param(message, "progressToken", call.client_token)
             if call.task_id is not None:
                 note = related_to_task(note, call.task_id)
-                if call.on_progress is not None:
-                    call.on_progress(message.params or {})
             self._streams.push(self._stream_of(call), note)
         elif message.method == "notifications/cancelled":
             self._questions.cancelled_upstream(message)
