@@ -20,6 +20,8 @@ Everything long-lived (the store, the runner, upstream connection pools, session
 children) is created in one cleanup context here and released in reverse order when the app
 stops: runs first (their tasks are failed as interrupted at the next start), then sessions
 (their records stay, so clients carry on after a restart), then connections and the store.
+Before that, `drain` (the first SIGTERM or SIGINT) lets running tasks end by themselves while
+new sessions and tasks are refused, for up to shutdown.drain_seconds.
 """
 
 from __future__ import annotations
@@ -32,10 +34,12 @@ from aiohttp import web
 
 from gateway.config import Settings
 from gateway.http import middleware
+from gateway.http.drain import Drain
 from gateway.http.health import Health
 from gateway.http.urls import add_routes
 from gateway.keys import (
     ALLOWED_HOSTS,
+    DRAIN,
     HEALTH,
     HELD_SESSIONS,
     METRICS,
@@ -77,19 +81,28 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utcnow) -> we
     app[SETTINGS] = settings
     app[ALLOWED_HOSTS] = middleware.allowed_hosts(settings.http, settings.listen.host)
     metrics = app[METRICS] = Metrics([route.name for route in settings.routes])
+    app[DRAIN] = Drain(settings.shutdown, metrics)
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.
     app[ROUTES] = {route.name: Route(settings, route, metrics) for route in settings.routes}
     add_routes(app, settings)
     app.cleanup_ctx.append(partial(_components, clock=clock))
-    app.on_shutdown.append(_drain)
+    app.on_shutdown.append(_interrupt)
     return app
 
 
-async def _drain(app: web.Application) -> None:
-    """SIGTERM or SIGINT: new connections are refused already; answer everyone still here.
+async def drain(app: web.Application) -> None:
+    """The first SIGTERM or SIGINT, before the app stops: /readyz says 503 and new sessions
+    and tasks are refused from now on; returns once no task runs, or after
+    shutdown.drain_seconds."""
+    await app[DRAIN].run(app[RUNNER])
 
-    Running tasks fail now as interrupted (a waiting tasks/result gets that as its answer),
-    relayed calls get an error, streams end; aiohttp then gives open requests up to
+
+async def _interrupt(app: web.Application) -> None:
+    """The stop, after the drain: new connections are refused already; answer everyone still
+    here.
+
+    Tasks still running fail now as interrupted (a waiting tasks/result gets that as its
+    answer), relayed calls get an error, streams end; aiohttp then gives open requests up to
     http.shutdown_grace_seconds before the cleanup below closes sessions and the store.
     """
     await app[RUNNER].interrupt_all(SHUTDOWN_MESSAGE)
@@ -106,7 +119,7 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     )
     await runner.recover()
     app[STORE] = store
-    app[HEALTH] = Health(store)
+    app[HEALTH] = Health(store, app[DRAIN])
     app[RUNNER] = runner
     secret = await store.secret()
     app[TASK_API] = TaskApi(store, runner, notifier, secret, clock=clock)

@@ -7,9 +7,10 @@ import ipaddress
 import logging
 import socket
 import sys
+from functools import partial
 
 from gateway import __version__
-from gateway.app import create_app
+from gateway.app import create_app, drain
 from gateway.config import ConfigError, load_settings, route_auth
 from gateway.http import listen
 from gateway.observability import audit, logs
@@ -76,7 +77,7 @@ def main(argv: list[str] | None = None) -> None:
             "route %s at %s -> %s upstream", route.name, route.http_path, route.upstream.transport
         )
     try:
-        listen.run(app, settings.listen, settings.http)
+        listen.run(app, settings.listen, settings.http, drain=partial(drain, app))
     except (listen.ListenError, StoreInUse) as exc:
         print(f"mcp-task-gateway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.config import Settings
+from gateway.http.drain import Drain
 from gateway.http.health import Health
 from gateway.observability.metrics import Metrics
 from gateway.route import Route
@@ -30,5 +31,7 @@ MODERN_TASK_API = web.AppKey("modern_task_api", ModernTaskApi)
 PARKED_CALLS = web.AppKey("parked_calls", ParkedCalls)
 METRICS = web.AppKey("metrics", Metrics)
 HEALTH = web.AppKey("health", Health)
+#: Whether the gateway drains before it stops (the first SIGTERM or SIGINT).
+DRAIN = web.AppKey("drain", Drain)
 #: Host header names served (None: any), from http.allowed_hosts and the listen address.
 ALLOWED_HOSTS: web.AppKey[tuple[str, ...] | None] = web.AppKey("allowed_hosts")

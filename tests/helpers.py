@@ -261,24 +261,34 @@ DEMO_ROUTE = (
 )
 
 
-def start_process(config: Path, port: int) -> subprocess.Popen[bytes]:
-    """`python -m gateway --config <config>`, once it listens on `port`."""
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "gateway", "--config", str(config)],
-        cwd=ROOT,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
+def start_process(config: Path, port: int, log: Path | None = None) -> subprocess.Popen[bytes]:
+    """`python -m gateway --config <config>`, once it listens on `port`; its stderr goes to
+    `log` when given."""
+    with open(log or os.devnull, "ab") as err:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--config", str(config)],
+            cwd=ROOT,
+            stdout=subprocess.DEVNULL,
+            stderr=err,
+        )
     wait_for_port(port, proc)
     return proc
 
 
-def write_config(tmp_path: Path, port: int, extra: str = "", routes: str = DEMO_ROUTE) -> Path:
-    """A config file for the real command: listening on `port`, its store in `tmp_path`."""
+def write_config(
+    tmp_path: Path,
+    port: int,
+    extra: str = "",
+    routes: str = DEMO_ROUTE,
+    drain_seconds: float = 0,
+) -> Path:
+    """A config file for the real command: listening on `port`, its store in `tmp_path`.
+    SIGTERM stops it without a drain unless `drain_seconds` asks for one."""
     config = tmp_path / "gateway.yaml"
     config.write_text(
         f"listen: {{host: 127.0.0.1, port: {port}}}\n"
         f"store: {{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}\n"
+        f"shutdown: {{drain_seconds: {drain_seconds:g}}}\n"
         f"{extra}\n{routes}\n"
     )
     return config

@@ -198,12 +198,13 @@ def test_compose_pins_prometheus_and_grafana_to_a_release() -> None:
         assert re.fullmatch(r"[\w./-]+:v?\d+\.\d+\.\d+", image), f"{name}: {image} is not pinned"
 
 
-def test_compose_stop_grace_outlasts_the_gateways_shutdown_grace() -> None:
+def test_compose_stop_grace_outlasts_the_gateways_drain_and_shutdown_grace() -> None:
     grace = service("gateway").get("stop_grace_period")
     assert grace is not None, "no stop_grace_period: compose would SIGKILL after 10 s"
     match = re.fullmatch(r"(\d+)s", str(grace))
-    assert match, f"stop_grace_period {grace!r}: write it in whole seconds, like 30s"
-    assert int(match[1]) > shipped_settings().http.shutdown_grace_seconds
+    assert match, f"stop_grace_period {grace!r}: write it in whole seconds, like 60s"
+    settings = shipped_settings()
+    assert int(match[1]) > settings.shutdown.drain_seconds + settings.http.shutdown_grace_seconds
 
 
 def test_compose_gateway_listens_beyond_loopback_on_the_exposed_port() -> None:

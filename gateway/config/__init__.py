@@ -24,6 +24,7 @@ from gateway.config.sections import (
     ListenConfig,
     MetricsConfig,
     SessionsConfig,
+    ShutdownConfig,
     StoreConfig,
 )
 from gateway.config.settings import Settings, route_auth, route_limits
@@ -44,6 +45,7 @@ __all__ = [
     "RouteConfig",
     "SessionsConfig",
     "Settings",
+    "ShutdownConfig",
     "StoreConfig",
     "TaskPolicy",
     "TaskSupport",

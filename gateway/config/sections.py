@@ -1,5 +1,5 @@
-"""The gateway-wide sections: where it listens, its store, HTTP behaviour, limits, sessions,
-audit and metrics."""
+"""The gateway-wide sections: where it listens, its store, HTTP behaviour, how it stops, limits,
+sessions, audit and metrics."""
 
 from __future__ import annotations
 
@@ -50,6 +50,14 @@ class HttpConfig(Section):
     #: cap, a connection still waiting for its request head is closed to make room, so
     #: /healthz and real clients get in.
     max_connections: int | None = Field(None, ge=16)
+
+
+class ShutdownConfig(Section):
+    """How the gateway stops: the first SIGTERM or SIGINT drains, the second stops now."""
+
+    #: Running tasks get this long to end while new sessions and tasks are refused (503);
+    #: those still running then fail as interrupted. 0: fail them at once.
+    drain_seconds: float = Field(30.0, ge=0)
 
 
 class Limits(Section):

@@ -21,6 +21,7 @@ from gateway.config.sections import (
     ListenConfig,
     MetricsConfig,
     SessionsConfig,
+    ShutdownConfig,
     StoreConfig,
 )
 
@@ -29,6 +30,7 @@ class Settings(Section):
     listen: ListenConfig = ListenConfig()
     store: StoreConfig = StoreConfig()
     http: HttpConfig = HttpConfig()
+    shutdown: ShutdownConfig = ShutdownConfig()
     sessions: SessionsConfig = SessionsConfig()
     auth: AuthConfig = AuthConfig()
     limits: Limits = Limits()

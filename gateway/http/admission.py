@@ -5,7 +5,8 @@ auth mode oauth the challenge points to the route's resource metadata, and a tok
 route's scopes gets 403 `insufficient_scope`), the caller's request rate (429), the headers
 (Accept 406, Content-Type 415, protocol version 400), the body (read whole however it is
 chunked: 413 beyond the limit, 408 when too slow), and the session the request names (404 for
-an unknown, ended or foreign one, answered alike).
+an unknown, ended or foreign one, answered alike). During the drain before a stop, new sessions
+and tasks are refused (503 with Retry-After; see `http.drain`).
 
 A `Caller` says who is asking: `principal` is who authenticated (None without
 authentication), `limit_key` whom the per-caller limits count (the principal, else the
@@ -20,12 +21,14 @@ from dataclasses import dataclass
 
 from aiohttp import web
 
+from gateway.http.drain import RETRY_AFTER_SECONDS
 from gateway.http.middleware import GENERATION
-from gateway.keys import SESSIONS
+from gateway.keys import DRAIN, SESSIONS
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
 from gateway.protocol import jsonrpc, modern
 from gateway.protocol.errors import (
+    CapacityExceeded,
     InvalidRequest,
     LimitExceeded,
     PayloadTooLarge,
@@ -160,6 +163,21 @@ async def admit(request: web.Request, route: Route) -> Caller:
     if not request.headers.get(SESSION_HEADER):
         check_rate(route, address)
     return Caller(None, address)
+
+
+def refuse_when_draining(request: web.Request, what: str) -> None:
+    """New work (`what`: sessions, tasks, tool calls) goes elsewhere once the drain before a
+    stop has begun; the work already here goes on.
+
+    Raises:
+        CapacityExceeded: draining (503, Retry-After).
+    """
+    if request.app[DRAIN].draining:
+        raise CapacityExceeded(
+            f"the gateway is draining before a restart and takes no new {what}; send the "
+            "request again (to another instance, or to this one once it is back)",
+            headers={"Retry-After": str(RETRY_AFTER_SECONDS)},
+        )
 
 
 def check_rate(route: Route, key: str) -> None:

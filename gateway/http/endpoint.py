@@ -94,6 +94,8 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
     if not request.headers.get(admission.SESSION_HEADER):
         version = request.headers.get(admission.VERSION_HEADER)
         if MODERN_PROTOCOL_VERSION in route.generations and modern.wants_modern(message, version):
+            if _new_call(message):  # it may become a task; a retry answers questions
+                admission.refuse_when_draining(request, "tool calls")
             return await endpoint_modern.post(request, route, caller, message)
         first = dispatch.decide(message, policy, None)
         if isinstance(first, dispatch.Initialize):
@@ -103,6 +105,7 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
                     "requests with params._meta instead of initialize",
                     {"supported": served_versions(route.generations)},
                 )
+            admission.refuse_when_draining(request, "sessions")
             return await _initialize(request, route, first.request, caller)
         admission.check_modern_version(request, message, served_versions(route.generations))
         if isinstance(first, dispatch.Reject):
@@ -130,6 +133,7 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
                 return _not_relayed(exc)
         return web.Response(status=202)
     if isinstance(decision, dispatch.RunAsTask):
+        admission.refuse_when_draining(request, "tasks")
         try:
             task = await request.app[RUNNER].submit(
                 session, route.name, decision.request, policy, route.limits
@@ -144,6 +148,15 @@ async def post(route_name: str, request: web.Request) -> web.StreamResponse:
         return _json_response(answer)
     rewriter = _rewriter(decision.rewrite, route)
     return await _answer(request, http, session.forward(decision.request, rewriter))
+
+
+def _new_call(message: jsonrpc.Message) -> bool:
+    """A 2026-07-28 tools/call that is not the retry of a call waiting for answers."""
+    return (
+        isinstance(message, jsonrpc.Request)
+        and message.method == "tools/call"
+        and jsonrpc.param(message, "requestState") is None
+    )
 
 
 def _not_relayed(exc: UpstreamError) -> web.Response:

@@ -1,4 +1,10 @@
-"""/healthz: whether a load balancer should send traffic here, at no cost to the store.
+"""/healthz, /readyz, /livez: whether to send traffic here, and whether the process lives.
+
+`/healthz` (a load balancer, the Docker HEALTHCHECK) and `/readyz` (a readiness probe) answer
+whether the store takes durable writes; `/readyz` also answers 503 from the moment a drain
+begins (the first SIGTERM), so traffic moves before the process stops. `/livez` (a liveness
+probe) answers that the process serves requests at all, and never touches the store, so a
+slow disk or a drain never gets the process killed.
 
 Anyone who can reach the port may ask, so an answer must not cost a durable write each time,
 nor say more than "ok" or which part is unavailable. The default check trusts a commit the
@@ -17,6 +23,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from gateway.http.drain import Drain
 from gateway.tasks.store import TaskStore
 
 log = logging.getLogger(__name__)
@@ -28,8 +35,11 @@ _PROBE_TIMEOUT_SECONDS = 3.0
 
 
 class Health:
-    def __init__(self, store: TaskStore, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self, store: TaskStore, drain: Drain, clock: Callable[[], float] = time.monotonic
+    ) -> None:
         self._store = store
+        self._drain = drain
         self._clock = clock
         self._probe: asyncio.Future[bool] | None = None
         self._probed_at = float("-inf")
@@ -65,7 +75,27 @@ class Health:
         return ok
 
     async def handler(self, request: web.Request) -> web.Response:
+        """/healthz: serving, and the store takes durable writes (`?deep=1`: about now)."""
         deep = request.query.get("deep", "") not in ("", "0", "false")
         if await self.writable(deep):
-            return web.json_response({"status": "ok"})
-        return web.json_response({"status": "unavailable", "reason": "store"}, status=503)
+            return _ok()
+        return _unavailable("store")
+
+    async def ready(self, request: web.Request) -> web.Response:
+        """/readyz: as /healthz, and not draining (the listener accepts: it answered)."""
+        if self._drain.draining:
+            return _unavailable("draining")
+        return await self.handler(request)
+
+    @staticmethod
+    async def live(request: web.Request) -> web.Response:
+        """/livez: the process answers; no store access."""
+        return _ok()
+
+
+def _ok() -> web.Response:
+    return web.json_response({"status": "ok"})
+
+
+def _unavailable(reason: str) -> web.Response:
+    return web.json_response({"status": "unavailable", "reason": reason}, status=503)

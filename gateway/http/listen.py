@@ -3,7 +3,9 @@
 The port is bound before the app starts, so a second gateway on a taken port stops before it
 opens the store; a port in use is `ListenError`, one line for the command to print. The soft
 file descriptor limit is raised to the hard one, and the total connection cap derived from it.
-`serve()` runs until SIGTERM or SIGINT, then stops as aiohttp's `run_app` does.
+`serve()` runs until SIGTERM or SIGINT, drains (the app's `drain`: running tasks end while new
+work is refused) until that ends or a second signal comes, then stops as aiohttp's `run_app`
+does. `Signals` holds what each signal means while the gateway serves.
 """
 
 from __future__ import annotations
@@ -12,8 +14,9 @@ import asyncio
 import errno
 import logging
 import resource
+import signal
 import socket
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 
@@ -55,9 +58,7 @@ def guard_for(http: HttpConfig) -> ConnectionGuard:
     return ConnectionGuard(http, http.max_connections or default)
 
 
-async def start(
-    app: web.Application, listen: ListenConfig, http: HttpConfig, handle_signals: bool = False
-) -> web.AppRunner:
+async def start(app: web.Application, listen: ListenConfig, http: HttpConfig) -> web.AppRunner:
     """Bind, then start `app` on the guarded server; the caller cleans the runner up.
 
     Raises:
@@ -69,7 +70,6 @@ async def start(
     runner = GuardedRunner(
         app,
         guard_for(http),
-        handle_signals=handle_signals,
         # A client that goes away cancels its handler at once (a dropped tasks/result stream
         # hands its question back for the next call), rather than at the next keep-alive write.
         handler_cancellation=True,
@@ -89,23 +89,81 @@ async def start(
     return runner
 
 
+class Signals:
+    """What the process's signals mean while it serves: the first SIGTERM or SIGINT asks for
+    a drain (`stop`), the second for the stop now (`now`); later ones are only logged, as
+    the stop is bounded by http.shutdown_grace_seconds already.
+
+    Each signal's handler is installed in `__init__`; a signal with another meaning (SIGHUP,
+    say) gets its own handler beside these.
+    """
+
+    STOPPING = (signal.SIGTERM, signal.SIGINT)
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self._loop = loop
+        self.stop = asyncio.Event()
+        self.now = asyncio.Event()
+        for sig in self.STOPPING:
+            loop.add_signal_handler(sig, self._stopping, sig)
+
+    def remove(self) -> None:
+        for sig in self.STOPPING:
+            self._loop.remove_signal_handler(sig)
+
+    def _stopping(self, sig: signal.Signals) -> None:
+        if not self.stop.is_set():
+            log.info("%s received", sig.name)
+            self.stop.set()
+        elif not self.now.is_set():
+            log.info("%s again: stopping now, without waiting for running tasks", sig.name)
+            self.now.set()
+        else:
+            log.info("%s: stopping already", sig.name)
+
+    async def unless_now(self, work: Awaitable[None]) -> None:
+        """Await `work` until it returns, or a second signal cancels it. A failure of the
+        work is logged: the stop goes on all the same."""
+        job = asyncio.ensure_future(work)
+        now = asyncio.ensure_future(self.now.wait())
+        try:
+            await asyncio.wait({job, now}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            job.cancel()
+            now.cancel()
+            failed, _ = await asyncio.gather(job, now, return_exceptions=True)
+        if isinstance(failed, Exception):
+            log.error("the drain failed; stopping now", exc_info=failed)
+
+
 async def serve(
     app: web.Application,
     listen: ListenConfig,
     http: HttpConfig,
     on_started: Callable[[], None] = lambda: None,
+    drain: Callable[[], Awaitable[None]] | None = None,
 ) -> None:
-    """Serve `app` until SIGTERM or SIGINT; then stop as aiohttp's run_app does.
+    """Serve `app` until SIGTERM or SIGINT; then await `drain()` until it returns or a second
+    signal comes, and stop as aiohttp's run_app does (open requests get
+    http.shutdown_grace_seconds, then the app's cleanup runs).
 
     Raises:
         ListenError: the address is in use or cannot be bound.
     """
-    runner = await start(app, listen, http, handle_signals=True)
+    runner = await start(app, listen, http)
+    signals = Signals(asyncio.get_running_loop())
     try:
         on_started()
-        await asyncio.Event().wait()  # the signal handlers raise GracefulExit out of here
+        await signals.stop.wait()
+        if drain is not None:
+            await signals.unless_now(drain())
+        log.info("shutting down")
     finally:
-        await runner.cleanup()
+        try:
+            await runner.cleanup()
+        finally:
+            signals.remove()
+    log.info("stopped")
 
 
 def _bind(listen: ListenConfig) -> list[socket.socket]:
@@ -155,15 +213,22 @@ def _bind_error(listen: ListenConfig, exc: OSError) -> str:
     return f"cannot listen on {where}: {exc.strerror or exc}"
 
 
-def run(app: web.Application, listen: ListenConfig, http: HttpConfig) -> None:
-    """Run `serve()` on a new event loop until a signal stops it.
+def run(
+    app: web.Application,
+    listen: ListenConfig,
+    http: HttpConfig,
+    drain: Callable[[], Awaitable[None]] | None = None,
+) -> None:
+    """Run `serve()` on a new event loop until signals stop it.
 
     Raises:
         ListenError: as `serve()`.
     """
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    main = loop.create_task(serve(app, listen, http, on_started=lambda: _started(listen)))
+    main = loop.create_task(
+        serve(app, listen, http, on_started=lambda: _started(listen), drain=drain)
+    )
     try:
         loop.run_until_complete(main)
     except (web.GracefulExit, KeyboardInterrupt):

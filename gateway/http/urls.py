@@ -6,6 +6,8 @@
                                                         metadata (and the bare path for the
                                                         gateway, with oauth.shared_resource)
     GET              /healthz                           cheap health for load balancers
+    GET              /readyz                            readiness: /healthz, and not draining
+    GET              /livez                             liveness: the process answers
     GET              /metrics                           Prometheus (unless metrics.listen
                                                         gives it its own address)
 
@@ -21,6 +23,7 @@ from aiohttp import web
 
 from gateway.config import Settings
 from gateway.http import endpoint as mcp_endpoint
+from gateway.http.health import Health
 from gateway.http.resource_metadata import metadata_handler
 from gateway.keys import HEALTH, METRICS, ROUTES
 from gateway.security.oauth import shared_metadata
@@ -29,6 +32,11 @@ from gateway.security.oauth import shared_metadata
 async def healthz(request: web.Request) -> web.Response:
     """Serving, and the store takes durable writes: what a load balancer should ask."""
     return await request.app[HEALTH].handler(request)
+
+
+async def readyz(request: web.Request) -> web.Response:
+    """As /healthz, and 503 once a drain has begun: what a readiness probe should ask."""
+    return await request.app[HEALTH].ready(request)
 
 
 def add_routes(app: web.Application, settings: Settings) -> None:
@@ -43,5 +51,7 @@ def add_routes(app: web.Application, settings: Settings) -> None:
     if (shared := shared_metadata(protected)) is not None:
         app.router.add_get(shared[0], metadata_handler(shared[1]))
     app.router.add_get("/healthz", healthz)
+    app.router.add_get("/readyz", readyz)
+    app.router.add_get("/livez", Health.live)
     if settings.metrics.enabled and settings.metrics.listen is None:
         app.router.add_get("/metrics", app[METRICS].handler(settings.metrics.bearer_token))

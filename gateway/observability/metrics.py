@@ -129,6 +129,11 @@ class Metrics:
             ["route", "limit"],
             registry=r,
         )
+        self.draining = Gauge(
+            f"{p}_draining",
+            "1 while the gateway drains before it stops (after SIGTERM or SIGINT), else 0.",
+            registry=r,
+        )
         self.store_seconds = Histogram(
             f"{p}_store_operation_duration_seconds",
             "Task store operation latency.",

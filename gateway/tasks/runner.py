@@ -11,8 +11,9 @@ the upstream's result or JSON-RPC error, or the gateway's own failure (upstream 
 the route's time limit, answering garbage) as a -32603 error. `cancel()`, expiry
 (`sweep()`) and shutdown (`interrupt_all()`) write or delete first and only then stop the
 run; the store refuses any later terminal write, so a task ends once whatever the upstream
-does afterwards. Runs are held in a TaskSet (no fire-and-forget); what a previous process
-left running fails at start-up (`recover()`).
+does afterwards. Before a shutdown, a drain waits on `idle()` for the runs to end by
+themselves. Runs are held in a TaskSet (no fire-and-forget); what a previous process left
+running fails at start-up (`recover()`).
 
 Beside it: `host` is its seam to the session, `progress` keeps the statusMessage,
 `telemetry` the metrics and audit events, `sweeper` the housekeeping timer.
@@ -83,6 +84,8 @@ class TaskRunner:
         #: At most one statusMessage write per task per `progress_interval` seconds.
         self._progress = ProgressNotes(store, notifier, clock, self._tasks, progress_interval)
         self._running: dict[str, _Running] = {}
+        #: Every run until it has ended, its terminal write included: what a drain waits for.
+        self._runs: set[asyncio.Task[None]] = set()
 
     async def submit(
         self,
@@ -142,7 +145,20 @@ class TaskRunner:
         self._telemetry.created(task, host.principal, request)
         run = self._tasks.spawn(self._run(task, host, outgoing, policy), name="task run")
         self._running[task.task_id] = _Running(task.task_id, run, host, outgoing.id)
+        self._runs.add(run)
+        run.add_done_callback(self._runs.discard)
         return task
+
+    @property
+    def running(self) -> int:
+        """Runs in flight, terminal writes not yet made included."""
+        return len(self._runs)
+
+    async def idle(self) -> None:
+        """Returns once no run is in flight, each task's terminal write made (the drain
+        before a stop waits here; runs started meanwhile are waited for too)."""
+        while self._runs:
+            await asyncio.wait(set(self._runs))
 
     async def _run(
         self, task: Task, host: TaskHost, outgoing: jsonrpc.Request, policy: TaskPolicy
