@@ -494,6 +494,8 @@ def gateway_config(port: int, db_path: Path, upstream_url: str, max_children: in
         "      command: [python, -m, gateway.demo]\n"
         f"      max_children: {max_children}\n"
         "sessions: {max_sessions: 5000}\n"
+        # The stop is measured with thousands of tasks in flight: failed at once, no drain.
+        "shutdown: {drain_seconds: 0}\n"
         # The benchmark measures the gateway's own cost: no abuse limits in the way.
         "limits: {requests_per_second: null, active_tasks_per_principal: null,"
         " sessions_per_principal: null}\n"
