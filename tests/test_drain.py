@@ -1,13 +1,14 @@
-"""The drain before a stop, and the probes that show it: /livez, /readyz (in-process).
-
-The signals that start a drain and end the process are tested over real processes in
-test_shutdown.py.
+"""The drain before a stop, and the probes that show it: /livez, /readyz (in-process), and
+`listen.serve`'s signals, sent to this process. The whole stop of a real gateway process is
+tested in test_shutdown.py.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
+import signal
 from collections.abc import AsyncIterator, Callable
 from typing import Any
 
@@ -171,3 +172,56 @@ async def test_a_drain_ends_after_drain_seconds_leaving_the_rest_to_the_stop(
     said = [r.getMessage() for r in caplog.records]
     assert any(m.startswith("draining: 1 task(s) running") for m in said)
     assert any("1 task(s) still running fail as interrupted" in m for m in said)
+
+
+async def test_serve_drains_at_the_first_signal_and_a_second_cuts_the_drain_short(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings()
+    started, draining = asyncio.Event(), asyncio.Event()
+
+    async def drain_forever() -> None:
+        draining.set()
+        await asyncio.Event().wait()  # only the second signal ends it
+
+    address = ListenConfig(host="127.0.0.1", port=0)
+    with caplog.at_level(logging.INFO, logger="gateway.http.listen"):
+        async with asyncio.timeout(10), asyncio.TaskGroup() as group:
+            serving = group.create_task(
+                listen.serve(
+                    create_app(settings), address, settings.http, started.set, drain_forever
+                )
+            )
+            await started.wait()  # the handlers are in
+            os.kill(os.getpid(), signal.SIGTERM)
+            await draining.wait()
+            os.kill(os.getpid(), signal.SIGINT)
+            await serving
+    said = [r.getMessage() for r in caplog.records if r.name == "gateway.http.listen"]
+    assert said == [
+        "SIGTERM received",
+        "SIGINT again: stopping now, without waiting for running tasks",
+        "shutting down",
+        "stopped",
+    ]
+
+
+async def test_serve_stops_after_a_drain_that_fails(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    settings = make_settings()
+    started = asyncio.Event()
+
+    async def broken_drain() -> None:
+        raise RuntimeError("a defect")
+
+    address = ListenConfig(host="127.0.0.1", port=0)
+    async with asyncio.timeout(10), asyncio.TaskGroup() as group:
+        serving = group.create_task(
+            listen.serve(create_app(settings), address, settings.http, started.set, broken_drain)
+        )
+        await started.wait()
+        os.kill(os.getpid(), signal.SIGTERM)
+        await serving
+    failed = [r for r in caplog.records if r.getMessage() == "the drain failed; stopping now"]
+    assert len(failed) == 1 and failed[0].exc_info is not None
