@@ -2,14 +2,18 @@
 
 Its settings slice (task policy, limits), its authenticator and rate limiter, with auth mode
 oauth the protected resource it is (metadata, scopes), and its upstream (a connection pool or
-the stdio child cap). Built once per route at start-up.
+the stdio child cap). Built once per route at start-up, and again by a reload that changes
+what it is built from (`RouteInputs`); sessions keep the `Route` they were opened on.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from dataclasses import dataclass
+from pathlib import Path
 
-from gateway.config import RouteConfig, Settings, route_auth, route_limits
+from gateway.config import AuthConfig, Limits, RouteConfig, Settings, route_auth, route_limits
 from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc, rewrite
 from gateway.protocol.modern_headers import ToolHeaders
@@ -21,15 +25,60 @@ from gateway.upstream import UpstreamRoute
 log = logging.getLogger(__name__)
 
 
+@dataclass(frozen=True, eq=True)
+class RouteInputs:
+    """Everything a `Route` is built from. Secrets compare too (an API key's digest, a
+    `${VAR}` value, the contents of the key files the auth section names), so two equal
+    inputs build the same route and a rotated secret makes them differ."""
+
+    config: RouteConfig
+    auth: AuthConfig
+    limits: Limits
+    #: (path, SHA-256 of its contents) of each key file the route's auth reads.
+    key_files: tuple[tuple[str, str], ...]
+
+    @classmethod
+    def of(cls, settings: Settings, config: RouteConfig) -> RouteInputs:
+        auth = route_auth(settings, config)
+        files = () if auth.jwt is None else (auth.jwt.public_key_file, auth.jwt.jwks_file)
+        key_files = tuple((path, _digest(path)) for path in files if path is not None)
+        return cls(config, auth, route_limits(settings, config), key_files)
+
+
+def _digest(path: str) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError as exc:
+        return f"unreadable: {exc.strerror}"  # the verifier refuses it, naming the key
+
+
 class Route:
-    def __init__(self, settings: Settings, config: RouteConfig, metrics: Metrics) -> None:
+    def __init__(
+        self,
+        settings: Settings,
+        config: RouteConfig,
+        metrics: Metrics,
+        previous: Route | None = None,
+    ) -> None:
+        """The route `config` describes, under the gateway-wide `settings` it inherits.
+        `previous` is the route of that name a reload replaces: when the upstream section is
+        the same, its upstream (connection pool, child cap) and what it learned of the
+        upstream's tools are shared, so rotating a client key costs no upstream state.
+
+        Raises:
+            ValueError: a key file the auth section names, or an upstream signing key, is
+                missing or unusable (the message names the key).
+        """
         self.name = config.name
+        #: The URL path it is served at (routes[].path, default /NAME/mcp).
+        self.path = config.http_path
+        self.inputs = RouteInputs.of(settings, config)
         self.metrics = metrics
         self.policy = config.tasks
         #: The protocol generations this route serves (2025-11-25, 2026-07-28).
         self.generations = config.generations
-        self.limits = route_limits(settings, config)
-        auth = route_auth(settings, config)
+        self.limits = self.inputs.limits
+        auth = self.inputs.auth
         #: With auth mode oauth: the resource this route is, its metadata and scope rules.
         self.resource: ProtectedResource | None = None
         if auth.oauth is not None:
@@ -47,7 +96,11 @@ class Route:
         self.rate = RateLimiter(self.limits.requests_per_second, self.limits.burst)
         #: The `Mcp-Param-*` headers each tool declares, from the tools/list answers relayed.
         self.tool_headers = ToolHeaders()
-        self.upstream = UpstreamRoute(config)
+        self.upstream: UpstreamRoute
+        if previous is not None and previous.inputs.config.upstream == config.upstream:
+            self.tool_headers, self.upstream = previous.tool_headers, previous.upstream
+        else:
+            self.upstream = UpstreamRoute(config)
         if any(name.lower() == "authorization" for name in config.upstream.copied_headers):
             log.warning(
                 "route %s passes each client's Authorization header to its upstream "

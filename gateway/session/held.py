@@ -32,7 +32,7 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.errors import METHOD_NOT_FOUND, UpstreamError, UpstreamUnavailable
 from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
 from gateway.route import Route
-from gateway.upstream import Answer, UpstreamClient
+from gateway.upstream import Answer, UpstreamClient, UpstreamRoute
 
 log = logging.getLogger(__name__)
 
@@ -56,6 +56,10 @@ def question_capabilities(declared: jsonrpc.JsonObject) -> jsonrpc.JsonObject:
         for name in QUESTION_CAPABILITIES
         if isinstance(value := declared.get(name), dict)
     }
+
+
+#: Where an exclusive session waits for its next call: upstream, principal, capabilities (JSON).
+IdleKey = tuple[UpstreamRoute, str, str]
 
 
 class Asker(Protocol):
@@ -222,7 +226,7 @@ class HeldSession:
 class Lease:
     """One call's use of a held session; `release()` hands it back (exactly once)."""
 
-    def __init__(self, pool: HeldSessions, held: HeldSession, key: tuple[str, ...] | None) -> None:
+    def __init__(self, pool: HeldSessions, held: HeldSession, key: IdleKey | None) -> None:
         self.held = held
         self._pool = pool
         #: The idle list an exclusive session goes back to; None: shared, or never pooled.
@@ -241,12 +245,17 @@ class Lease:
 
 
 class HeldSessions:
-    """The pool: shared sessions per route and principal, exclusive ones kept idle for reuse."""
+    """The pool: shared sessions per route and principal, exclusive ones kept idle for reuse.
+
+    Keyed by the route's upstream (`Route.upstream`), not its name: once a reload changes a
+    route's upstream (its URL, a rotated header), new calls get sessions of the new one, and
+    those of the old one are closed once idle, as any.
+    """
 
     def __init__(self, config: SessionsConfig) -> None:
         self._idle_seconds = config.idle_timeout_seconds
-        self._shared: dict[tuple[str, str], HeldSession] = {}
-        self._idle: dict[tuple[str, ...], list[HeldSession]] = {}
+        self._shared: dict[tuple[UpstreamRoute, str], HeldSession] = {}
+        self._idle: dict[IdleKey, list[HeldSession]] = {}
         self._anonymous: set[HeldSession] = set()
         self._in_use: set[HeldSession] = set()
 
@@ -265,13 +274,13 @@ class HeldSessions:
             self._anonymous.add(held)
             lease = Lease(self, held, None)
         elif capabilities:
-            key = (route.name, principal, json.dumps(capabilities, sort_keys=True))
+            key = (route.upstream, principal, json.dumps(capabilities, sort_keys=True))
             idle = self._idle.get(key)
             held = idle.pop() if idle else HeldSession(route, principal, capabilities)
             self._in_use.add(held)
             lease = Lease(self, held, key)
         else:
-            shared = (route.name, principal)
+            shared = (route.upstream, principal)
             held = self._shared.get(shared) or self._shared.setdefault(
                 shared, HeldSession(route, principal, {})
             )
@@ -279,9 +288,7 @@ class HeldSessions:
         held.forwarded.update(forwarded)
         return lease
 
-    async def give_back(
-        self, held: HeldSession, key: tuple[str, ...] | None, reusable: bool
-    ) -> None:
+    async def give_back(self, held: HeldSession, key: IdleKey | None, reusable: bool) -> None:
         # A session leaves its set only once closed or pooled, so that a release cut short
         # (a cancelled run at shutdown) still leaves it to `close()`.
         if held in self._anonymous:

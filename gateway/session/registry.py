@@ -50,6 +50,11 @@ class SessionRegistry:
     def count(self, route: str) -> int:
         return sum(1 for s in self._sessions.values() if s.route.name == route)
 
+    def uses(self, route: Route) -> bool:
+        """Whether a live session was opened on this very `Route` (not one of its name that
+        a reload built since)."""
+        return any(s.route is route for s in self._sessions.values())
+
     def _add(self, session_id: str, route: Route, principal: str | None, limit_key: str) -> Session:
         """Hold a new session, within the gateway's cap and the route's per-principal limit.
 
@@ -128,7 +133,9 @@ class SessionRegistry:
         session = self._sessions.get(session_id)
         if session is None:
             session = await self._restore(session_id, route, principal, limit_key)
-        if session is None or session.route is not route or session.principal != principal:
+        # By name: a reload that changes the route leaves open sessions on the one they began
+        # on (its upstream connection, its headers), while the request is admitted by the new.
+        if session is None or session.route.name != route.name or session.principal != principal:
             raise SessionNotFound(self.NOT_FOUND)
         session.last_seen = time.monotonic()
         return session
