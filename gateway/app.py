@@ -45,6 +45,7 @@ from gateway.keys import (
     METRICS,
     MODERN_TASK_API,
     PARKED_CALLS,
+    RELOADS,
     ROUTES,
     RUNNER,
     SESSIONS,
@@ -53,6 +54,7 @@ from gateway.keys import (
     TASK_API,
 )
 from gateway.observability.metrics import Metrics
+from gateway.reload import Reloads
 from gateway.route import Route
 from gateway.session.held import HeldSessions
 from gateway.session.mrtr import ParkedCalls
@@ -84,6 +86,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utcnow) -> we
     app[DRAIN] = Drain(settings.shutdown, metrics)
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.
     app[ROUTES] = {route.name: Route(settings, route, metrics) for route in settings.routes}
+    app[RELOADS] = Reloads(settings)
     add_routes(app, settings)
     app.cleanup_ctx.append(partial(_components, clock=clock))
     app.on_shutdown.append(_interrupt)
@@ -143,6 +146,7 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
         await app[HELD_SESSIONS].close()
         for route in app[ROUTES].values():
             await route.close()
+        await app[RELOADS].close()
         await store.close()
 
 

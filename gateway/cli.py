@@ -14,6 +14,7 @@ from gateway.app import create_app, drain
 from gateway.config import ConfigError, load_settings, route_auth
 from gateway.http import listen
 from gateway.observability import audit, logs
+from gateway.reload import on_sighup
 from gateway.tasks.store import StoreInUse
 
 
@@ -64,6 +65,7 @@ def main(argv: list[str] | None = None) -> None:
     except ValueError as exc:  # a key file named by the auth settings is missing or unusable
         print(f"mcp-task-gateway: configuration error:\n{args.config}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    on_sighup(app, args.config, overrides)
     open_routes = [r.name for r in settings.routes if route_auth(settings, r).mode == "none"]
     if open_routes and not ipaddress.ip_address(_resolve(settings.listen.host)).is_loopback:
         logging.getLogger("gateway").warning(

@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from aiohttp import web
 
 from gateway.config import Settings
 from gateway.http.drain import Drain
 from gateway.http.health import Health
+from gateway.http.routing import RouteTable
 from gateway.observability.metrics import Metrics
 from gateway.route import Route
 from gateway.session.held import HeldSessions
@@ -17,11 +20,21 @@ from gateway.tasks.api_modern import ModernTaskApi
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 
+if TYPE_CHECKING:  # gateway.reload reads these keys
+    from gateway.reload import Reloads
+
+#: The settings the gateway started with; the routes, auth and limits in force since the last
+#: reload are `RELOADS`' (the rest, read once at start, stays as it was).
 SETTINGS = web.AppKey("settings", Settings)
 SESSIONS = web.AppKey("sessions", SessionRegistry)
 #: The upstream sessions held for 2026-07-28 callers, who have no session of their own.
 HELD_SESSIONS = web.AppKey("held_sessions", HeldSessions)
+#: The routes in force, by name (a reload updates this dict in place).
 ROUTES = web.AppKey("routes", dict[str, Route])
+#: Where each route is served: the URL table a reload swaps.
+ROUTE_TABLE = web.AppKey("route_table", RouteTable)
+#: What reloads share: the settings in force, the routes they replaced.
+RELOADS: web.AppKey[Reloads] = web.AppKey("reloads")
 STORE = web.AppKey("store", TaskStore)
 RUNNER = web.AppKey("runner", TaskRunner)
 TASK_API = web.AppKey("task_api", TaskApi)

@@ -4,6 +4,7 @@ POST carries one JSON-RPC message: requests are answered as JSON when the answer
 quickly and alone, otherwise as a resumable SSE stream; notifications and responses get 202.
 GET opens (or with Last-Event-ID resumes) a stream; DELETE ends the session.
 A session-less 2026-07-28 request goes to `endpoint_modern` instead (GET and DELETE: 405).
+Each is given the `Route` the URL table holds at that path when the request arrives.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from gateway.http.middleware import GENERATION as GENERATION_KEY
 from gateway.http.middleware import METHOD as METHOD_KEY
 from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY
 from gateway.http.middleware import ROUTE as ROUTE_KEY
-from gateway.keys import ROUTES, RUNNER, SESSIONS, SETTINGS, TASK_API
+from gateway.keys import RUNNER, SESSIONS, SETTINGS, TASK_API
 from gateway.observability.logs import printable
 from gateway.protocol import dispatch, jsonrpc, modern, rewrite
 from gateway.protocol.errors import (
@@ -60,9 +61,8 @@ def _json_response(
     return web.Response(text=body, status=status, content_type="application/json", headers=headers)
 
 
-async def post(route_name: str, request: web.Request) -> web.StreamResponse:
-    route = request.app[ROUTES][route_name]
-    request[ROUTE_KEY] = route_name
+async def post(route: Route, request: web.Request) -> web.StreamResponse:
+    request[ROUTE_KEY] = route.name
     http = request.app[SETTINGS].http
     caller = await admission.admit(request, route)
     ctype = request.headers.get("Content-Type", "").split(";")[0].strip().lower()
@@ -259,9 +259,8 @@ def _refuse_modern_without_session(request: web.Request, route: Route) -> None:
         )
 
 
-async def get(route_name: str, request: web.Request) -> web.StreamResponse:
-    route = request.app[ROUTES][route_name]
-    request[ROUTE_KEY] = route_name
+async def get(route: Route, request: web.Request) -> web.StreamResponse:
+    request[ROUTE_KEY] = route.name
     http = request.app[SETTINGS].http
     caller = await admission.admit(request, route)
     _refuse_modern_without_session(request, route)
@@ -286,9 +285,8 @@ async def get(route_name: str, request: web.Request) -> web.StreamResponse:
     return await sse.serve(request, stream, after=after, prime=prime, config=http)
 
 
-async def delete(route_name: str, request: web.Request) -> web.Response:
-    route = request.app[ROUTES][route_name]
-    request[ROUTE_KEY] = route_name
+async def delete(route: Route, request: web.Request) -> web.Response:
+    request[ROUTE_KEY] = route.name
     caller = await admission.admit(request, route)
     _refuse_modern_without_session(request, route)
     session = await admission.session_for(request, route, caller)

@@ -11,22 +11,26 @@
     GET              /metrics                           Prometheus (unless metrics.listen
                                                         gives it its own address)
 
+The routes' paths and their metadata paths are not in aiohttp's router, which is frozen once
+the app starts: a reload (`gateway.reload`) changes them, so one catch-all resource, registered
+last, looks each such path up in the `RouteTable` in force (`configured`).
+
 What happens to a request is decided next, in `gateway.protocol.dispatch`; when a task runs,
 in `gateway.tasks.runner`.
 """
 
 from __future__ import annotations
 
-from functools import partial
-
 from aiohttp import web
 
 from gateway.config import Settings
+from gateway.http import admission
 from gateway.http import endpoint as mcp_endpoint
 from gateway.http.health import Health
-from gateway.http.resource_metadata import metadata_handler
-from gateway.keys import HEALTH, METRICS, ROUTES
-from gateway.security.oauth import shared_metadata
+from gateway.http.resource_metadata import metadata_response
+from gateway.http.routing import RouteTable
+from gateway.keys import HEALTH, METRICS, ROUTE_TABLE, ROUTES, SESSIONS
+from gateway.route import Route
 
 
 async def healthz(request: web.Request) -> web.Response:
@@ -39,19 +43,44 @@ async def readyz(request: web.Request) -> web.Response:
     return await request.app[HEALTH].ready(request)
 
 
+_ENDPOINTS = {"POST": mcp_endpoint.post, "GET": mcp_endpoint.get, "DELETE": mcp_endpoint.delete}
+
+
+async def configured(request: web.Request) -> web.StreamResponse:
+    """A path the fixed resources do not serve: a route's endpoint or metadata, as the table
+    in force says (404 for anything else)."""
+    table = request.app[ROUTE_TABLE]
+    route = table.route(request.path) or _retiring(request, table)
+    if route is not None:
+        endpoint = _ENDPOINTS.get(request.method)
+        if endpoint is None:
+            raise web.HTTPMethodNotAllowed(request.method, tuple(_ENDPOINTS))
+        return await endpoint(route, request)
+    document = table.document(request.path)
+    if document is None:
+        raise web.HTTPNotFound()
+    if request.method not in ("GET", "HEAD"):
+        raise web.HTTPMethodNotAllowed(request.method, ("GET", "HEAD"))
+    return metadata_response(document)
+
+
+def _retiring(request: web.Request, table: RouteTable) -> Route | None:
+    """A route a reload removed, for a request in one of the sessions still open on it."""
+    route = table.retiring(request.path)
+    if route is None:
+        return None
+    if not request.app[SESSIONS].uses(route):
+        table.retire(route)
+        return None
+    return route if request.headers.get(admission.SESSION_HEADER) else None
+
+
 def add_routes(app: web.Application, settings: Settings) -> None:
-    for route in settings.routes:
-        resource = app.router.add_resource(route.http_path, name=f"mcp:{route.name}")
-        resource.add_route("POST", partial(mcp_endpoint.post, route.name))
-        resource.add_route("GET", partial(mcp_endpoint.get, route.name))
-        resource.add_route("DELETE", partial(mcp_endpoint.delete, route.name))
-    protected = [r.resource for r in app[ROUTES].values() if r.resource is not None]
-    for entry in protected:
-        app.router.add_get(entry.metadata_path, metadata_handler(entry.metadata))
-    if (shared := shared_metadata(protected)) is not None:
-        app.router.add_get(shared[0], metadata_handler(shared[1]))
+    app[ROUTE_TABLE] = RouteTable(app[ROUTES])
     app.router.add_get("/healthz", healthz)
     app.router.add_get("/readyz", readyz)
     app.router.add_get("/livez", Health.live)
     if settings.metrics.enabled and settings.metrics.listen is None:
         app.router.add_get("/metrics", app[METRICS].handler(settings.metrics.bearer_token))
+    # Last, and indexed under "/": aiohttp tries the fixed paths above first.
+    app.router.add_route("*", "/{path:.*}", configured)

@@ -41,8 +41,7 @@ _STORE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 class Metrics:
     def __init__(self, routes: list[str]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self._routes = frozenset(routes)
-        self._tools: dict[str, set[str]] = {route: set() for route in routes}
+        self._tools: dict[str, set[str]] = {}
         # Label values are bounded, so these caches are too.
         self._request_children: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
         self._upstream_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
@@ -141,19 +140,36 @@ class Metrics:
             buckets=_STORE,
             registry=r,
         )
-        for route in routes:  # every series exists from the start, so dashboards show zeros
-            self.tasks_created.labels(route)
-            self.auth_failures.labels(route)
-            self.sessions.labels(route).set(0)
-            self.children.labels(route).set(0)
-            self.result_waiters.labels(route).set(0)
-            self.input_waits.labels(route)
-            for status in ("working", "input_required"):
-                self.tasks_active.labels(route, status).set(0)
-            for status in ("completed", "failed", "cancelled"):
-                self.tasks_finished.labels(route, status)
-            for limit in ("requests", "sessions", "active_tasks"):
-                self.limited.labels(route, limit)
+        self.config_reloads = Counter(
+            f"{p}_config_reloads",
+            "Configuration reloads (SIGHUP) by outcome: applied, or refused (the file was "
+            "invalid and the running configuration stayed).",
+            ["outcome"],
+            registry=r,
+        )
+        for outcome in ("applied", "refused"):
+            self.config_reloads.labels(outcome)
+        for route in routes:
+            self.add_route(route)
+
+    def add_route(self, route: str) -> None:
+        """A route's series, at zero so dashboards show zeros rather than gaps: at start, and
+        for a route a reload adds (a removed route's series stay, as counters must)."""
+        if route in self._tools:
+            return
+        self._tools[route] = set()
+        self.tasks_created.labels(route)
+        self.auth_failures.labels(route)
+        self.sessions.labels(route).set(0)
+        self.children.labels(route).set(0)
+        self.result_waiters.labels(route).set(0)
+        self.input_waits.labels(route)
+        for status in ("working", "input_required"):
+            self.tasks_active.labels(route, status).set(0)
+        for status in ("completed", "failed", "cancelled"):
+            self.tasks_finished.labels(route, status)
+        for limit in ("requests", "sessions", "active_tasks"):
+            self.limited.labels(route, limit)
 
     @staticmethod
     def method(name: str) -> str:

@@ -1,0 +1,287 @@
+"""Reloading the configuration: SIGHUP (and the admin API, once it exists) re-reads --config.
+
+`reload(app, path)` is all or nothing. The file is loaded as at start-up (`${VAR}`s from the
+process environment, the key files it names), and every route it adds or changes is built
+before anything is swapped: a file start-up would refuse is refused whole, with the same error
+text, and the running configuration stays. A valid one is swapped in one step, with no await
+in between, and applies to new requests and sessions:
+
+    routes added     served at once (their URL, and with auth mode oauth their metadata)
+    routes removed   new requests get 404; the sessions still open on one are served by it,
+                     as it was, until they end; its running tasks finish
+    routes changed   rebuilt (credentials, limits, task policy, upstream URL, headers and
+                     identity): every request is admitted by the new one and new sessions
+                     open on it; open sessions keep theirs, with their upstream connections
+    auth, limits     the gateway-wide sections, through the routes that inherit them
+
+Routes are compared by what they are built from (`RouteInputs`: loaded secrets and key files'
+contents too), so an unchanged route is kept as it is and a rotated secret rebuilds its route;
+a rebuilt route whose upstream section is the same shares the old one's upstream (connection
+pool, stdio child cap, learned tool headers). The other sections (listen, store, http,
+shutdown, sessions, audit, metrics) are read once at start: a reload that changes them applies
+the rest and logs a WARNING naming the keys that wait for a restart. Every reload is logged,
+audited (`config_reloaded`, `config_reload_failed`: key and route names, never values) and
+counted (`mcp_gateway_config_reloads_total{outcome}`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from functools import partial
+from pathlib import Path
+from typing import Literal
+
+from aiohttp import web
+from pydantic import BaseModel
+
+from gateway.aio import TaskSet
+from gateway.config import ConfigError, Settings, load_settings
+from gateway.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS
+from gateway.observability.audit import audit
+from gateway.route import Route, RouteInputs
+from gateway.upstream import UpstreamRoute
+
+log = logging.getLogger(__name__)
+
+#: The sections a reload applies; the others keep the values the gateway started with.
+RELOADABLE = frozenset({"auth", "limits", "routes"})
+
+
+@dataclass(frozen=True, slots=True)
+class ReloadResult:
+    """What a reload did: applied, and what changed, or refused, and why."""
+
+    outcome: Literal["applied", "refused"]
+    #: Why it was refused: what start-up would have printed (the file and the key path).
+    error: str = ""
+    added: tuple[str, ...] = ()
+    removed: tuple[str, ...] = ()
+    #: The routes rebuilt, each with the keys that differ: "demo (auth.api_keys, limits.burst)".
+    changed: tuple[str, ...] = ()
+    #: Gateway-wide sections that changed and apply through the routes: auth, limits.
+    sections: tuple[str, ...] = ()
+    #: Keys the file changes that only a restart applies; their running values stay.
+    needs_restart: tuple[str, ...] = ()
+
+
+class Reloads:
+    """What reloads share: the settings in force, the routes they replaced (kept open for the
+    sessions and tasks still on them until the gateway stops), the command line's overrides."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        #: The --config file (what the admin API reloads); None: the built-in demo settings.
+        self.path: str | None = None
+        self.retired: list[Route] = []
+        #: listen.host and listen.port as --host and --port set them, kept by every reload.
+        self.listen_overrides: dict[str, object] = {}
+        self.lock = asyncio.Lock()
+        self.tasks = TaskSet("reloads")
+
+    async def close(self) -> None:
+        """The gateway stops (after its sessions closed): close the replaced routes."""
+        await self.tasks.close()
+        for route in self.retired:
+            await route.close()
+        self.retired.clear()
+
+
+async def reload(app: web.Application, path: str | Path) -> ReloadResult:
+    """Re-read the file at `path` and apply it, all or nothing; logged, audited and counted.
+    A file that cannot be applied makes a refused result, not an exception."""
+    state = app[RELOADS]
+    async with state.lock:
+        try:
+            settings, needs_restart = _load(str(path), state)
+            built = await _build(app, str(path), settings)
+        except ConfigError as exc:
+            result = ReloadResult("refused", error=str(exc))
+        else:
+            result = _swap(app, settings, built, needs_restart)
+        _gauge_children(app)
+    _report(app, str(path), result)
+    return result
+
+
+def on_sighup(
+    app: web.Application, path: str | None, listen_overrides: Mapping[str, object]
+) -> None:
+    """Reload `path` on every SIGHUP while `app` runs, keeping the command line's overrides
+    of listen. Without a file (the built-in demo settings) SIGHUP only logs so."""
+    app[RELOADS].path = path
+    app[RELOADS].listen_overrides = dict(listen_overrides)
+
+    async def hangups(app: web.Application) -> AsyncIterator[None]:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGHUP, _hangup, app, path)
+        try:
+            yield
+        finally:
+            loop.remove_signal_handler(signal.SIGHUP)
+
+    app.cleanup_ctx.append(hangups)
+
+
+def _hangup(app: web.Application, path: str | None) -> None:
+    if path is None:
+        log.warning("SIGHUP: no --config file to re-read (the built-in demo settings run)")
+        return
+    log.info("SIGHUP: reloading %s", path)
+    app[RELOADS].tasks.spawn(reload(app, path), name="reload")
+
+
+def _load(path: str, state: Reloads) -> tuple[Settings, tuple[str, ...]]:
+    """The settings to apply (the restart-only sections as running) and the keys whose
+    change waits for a restart.
+
+    Raises:
+        ConfigError: as at start-up.
+    """
+    loaded = load_settings(path)
+    if state.listen_overrides:
+        listen = loaded.listen.model_copy(update=state.listen_overrides)
+        loaded = loaded.model_copy(update={"listen": listen})
+    running = state.settings
+    fixed = [name for name in Settings.model_fields if name not in RELOADABLE]
+    needs_restart = tuple(
+        key
+        for name in fixed
+        for key in changed_keys(getattr(running, name), getattr(loaded, name), name)
+    )
+    return loaded.model_copy(update={name: getattr(running, name) for name in fixed}), needs_restart
+
+
+async def _build(app: web.Application, path: str, settings: Settings) -> dict[str, Route]:
+    """The routes `settings` adds or changes, built (their key files read).
+
+    Raises:
+        ConfigError: a key file is missing or unusable, named as at start-up.
+    """
+    current = app[ROUTES]
+    built: dict[str, Route] = {}
+    try:
+        for config in settings.routes:
+            old = current.get(config.name)
+            if old is None or old.inputs != RouteInputs.of(settings, config):
+                built[config.name] = Route(settings, config, app[METRICS], old)
+    except ValueError as exc:
+        for name, route in built.items():
+            if current.get(name) is None or current[name].upstream is not route.upstream:
+                await route.close()
+        raise ConfigError(f"{path}: {exc}") from None
+    return built
+
+
+def _swap(
+    app: web.Application,
+    settings: Settings,
+    built: Mapping[str, Route],
+    needs_restart: tuple[str, ...],
+) -> ReloadResult:
+    """Put `settings` in force, in one step: nothing here awaits."""
+    state, metrics = app[RELOADS], app[METRICS]
+    current = app[ROUTES].copy()
+    routes = {c.name: built.get(c.name) or current[c.name] for c in settings.routes}
+    added = tuple(name for name in routes if name not in current)
+    removed = tuple(name for name in current if name not in routes)
+    changed = tuple(name for name in routes if name in current and name in built)
+    sections = tuple(
+        name
+        for name in ("auth", "limits")
+        if getattr(state.settings, name) != getattr(settings, name)
+    )
+    for name in added:
+        metrics.add_route(name)
+        metrics.learn_tools(name, list(routes[name].policy.tools))
+        metrics.sessions.labels(name).set_function(partial(app[SESSIONS].count, name))
+    state.retired += [current[name] for name in (*removed, *changed)]
+    app[ROUTE_TABLE].replace(routes, removed=[current[name] for name in removed])
+    state.settings = settings
+    return ReloadResult(
+        "applied",
+        added=added,
+        removed=removed,
+        changed=tuple(_described(current[name], routes[name]) for name in changed),
+        sections=sections,
+        needs_restart=needs_restart,
+    )
+
+
+def changed_keys(old: object, new: object, where: str = "") -> list[str]:
+    """The dotted keys whose values differ between two settings (names, never values); a
+    model that differs only in a secret it read from the environment is named itself."""
+    if old == new:
+        return []
+    if isinstance(old, BaseModel) and type(old) is type(new):
+        keys = [
+            key
+            for name in type(old).model_fields
+            for key in changed_keys(
+                getattr(old, name), getattr(new, name), f"{where}.{name}" if where else name
+            )
+        ]
+        return keys or [where]
+    return [where]
+
+
+def _described(old: Route, new: Route) -> str:
+    before, after = old.inputs, new.inputs
+    keys = changed_keys(before.config, after.config)
+    keys += changed_keys(before.auth, after.auth, "auth")
+    keys += changed_keys(before.limits, after.limits, "limits")
+    if before.key_files != after.key_files:
+        keys.append("auth key files")
+    return f"{new.name} ({', '.join(dict.fromkeys(keys))})"
+
+
+def _gauge_children(app: web.Application) -> None:
+    """Each route's stdio children, those of its versions a reload replaced included (their
+    sessions keep them), whatever a refused reload's routes set the gauges to."""
+    metrics, retired = app[METRICS], app[RELOADS].retired
+    for name, route in app[ROUTES].items():
+        versions = [route, *(old for old in retired if old.name == name)]
+        upstreams = list({id(r.upstream): r.upstream for r in versions}.values())
+        metrics.children.labels(name).set_function(partial(_children, upstreams))
+
+
+def _children(upstreams: Sequence[UpstreamRoute]) -> int:
+    return sum(upstream.slots.running for upstream in upstreams)
+
+
+def _report(app: web.Application, path: str, result: ReloadResult) -> None:
+    app[METRICS].config_reloads.labels(result.outcome).inc()
+    if result.outcome == "refused":
+        log.error("configuration reload refused, the running configuration stays: %s", result.error)
+        audit("config_reload_failed", file=path, error=result.error)
+        return
+    if result.needs_restart:
+        log.warning(
+            "configuration reload: %s changed in %s but take effect only after a restart; "
+            "the running values stay",
+            ", ".join(result.needs_restart),
+            path,
+        )
+    parts = [
+        f"{what}: {', '.join(names)}"
+        for what, names in (
+            ("routes added", result.added),
+            ("routes removed", result.removed),
+            ("routes changed", result.changed),
+            ("sections changed", result.sections),
+        )
+        if names
+    ]
+    log.info("configuration reloaded from %s: %s", path, "; ".join(parts) or "nothing changed")
+    audit(
+        "config_reloaded",
+        file=path,
+        added=list(result.added),
+        removed=list(result.removed),
+        changed=list(result.changed),
+        sections=list(result.sections),
+        needs_restart=list(result.needs_restart),
+    )
