@@ -100,6 +100,11 @@ class Task(BaseModel):
     #: The protocol generation of the request that made the task ("2025-11-25" or
     #: "2026-07-28"); either may read it, each rendered by the reader's rules.
     generation: str = "2025-11-25"
+    #: Whether the task runs again from its stored request when the gateway stopped while it
+    #: ran: decided when it is created (`TaskPolicy.repeats`) and kept with it.
+    repeatable: bool = False
+    #: Which run of the task this is; the first is 1 (see `tasks.recovery`).
+    attempt: int = 1
 
     @property
     def expires_at(self) -> datetime | None:
@@ -168,6 +173,19 @@ class InputRequest(BaseModel):
     params: JsonObject
     upstream_id: RequestId
     created_at: datetime
+
+
+class UpstreamCall(BaseModel):
+    """The upstream request of a task's latest attempt, kept with the task until its terminal
+    write so that a later process can cancel it there (`notifications/cancelled`)."""
+
+    model_config = ConfigDict(frozen=True)
+
+    task_id: str
+    #: The HTTP upstream's `Mcp-Session-Id`; None without one (stdio, or no session).
+    session_id: str | None
+    #: The id the gateway gave the request upstream.
+    request_id: RequestId
 
 
 class SessionRecord(BaseModel):

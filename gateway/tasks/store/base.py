@@ -10,17 +10,24 @@ from collections.abc import Collection
 from datetime import datetime
 from typing import Protocol
 
-from gateway.protocol.jsonrpc import JsonObject
+from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import InputRequest, SessionRecord, Task, TaskStatus
+from gateway.tasks.models import InputRequest, SessionRecord, Task, TaskStatus, UpstreamCall
 
 
 class TaskStore(Protocol):
     """Durable tasks, their outcomes and sessions. Each write is committed before it returns."""
 
-    async def create_task(self, task: Task, max_active: int | None = None) -> bool:
+    async def create_task(
+        self, task: Task, max_active: int | None = None, request: JsonObject | None = None
+    ) -> bool:
         """Insert a task, durable on return. With `max_active`, only while its owner has fewer
-        live tasks than that, checked in the same transaction; False if refused."""
+        live tasks than that, checked in the same transaction; False if refused. `request` is
+        what a repeatable task runs again from (`get_request`), kept until its terminal write.
+
+        Raises: ValueError if `request` is given for a task that is not repeatable (no other
+        task's arguments are ever kept).
+        """
 
     async def get_task(self, task_id: str) -> Task | None:
         """Any owner's task, expired or not: callers decide what they may see."""
@@ -57,6 +64,8 @@ class TaskStore(Protocol):
         now: datetime,
     ) -> Task | None:
         """The one terminal write, with its outcome; None if the task is unknown or already final.
+        The task's pending input requests are withdrawn, and its stored request and upstream
+        call (`get_request`, `get_upstream_call`) deleted, in the same transaction.
 
         Raises: ValueError if `status` is not terminal.
         """
@@ -87,13 +96,43 @@ class TaskStore(Protocol):
         """Deletes tasks (and outcomes) whose expiry is at or before `now`; returns their ids."""
 
     async def fail_interrupted(self, message: str, now: datetime) -> list[Task]:
-        """Start-up recovery: every live task fails with `message` and an internal-error outcome."""
+        """Start-up recovery: every live task fails with `message` and an internal-error
+        outcome, a terminal write as `finish_task`'s."""
 
     async def fail_running(
         self, task_ids: Collection[str], message: str, now: datetime
     ) -> list[Task]:
-        """Shutdown: those of `task_ids` still live fail as `fail_interrupted` fails them, all
-        in one transaction; returns the tasks it moved (a later terminal write is refused)."""
+        """Those of `task_ids` still live fail as `fail_interrupted` fails them, all in one
+        transaction; returns the tasks it moved (a later terminal write is refused). Used at
+        shutdown, and at start-up for the tasks `recovery.after_loss` fails."""
+
+    async def get_request(self, task_id: str) -> JsonObject | None:
+        """The request a repeatable task was created with; None for any other task, and once
+        the task has ended (the terminal write deletes it)."""
+
+    async def begin_attempt(
+        self, task_id: str, attempt: int, status_message: str, now: datetime
+    ) -> Task | None:
+        """Record that run `attempt` of a live task starts, durable before the run does: the
+        task is `working` with `status_message`, and its pending input requests (the earlier
+        attempt's questions) are withdrawn, in one transaction. None, writing nothing, if the
+        task is unknown or terminal or its attempt is already `attempt` or later."""
+
+    async def note_upstream_call(
+        self, task_id: str, session_id: str | None, request_id: RequestId
+    ) -> None:
+        """Record the upstream request of a live task's current attempt (an HTTP upstream's
+        `Mcp-Session-Id`, None without one, and the request's id), replacing the one noted
+        before; nothing for an unknown or terminal task."""
+
+    async def get_upstream_call(self, task_id: str) -> UpstreamCall | None:
+        """The upstream request last noted for a live task, which may belong to an earlier
+        attempt than the task's (`begin_attempt` keeps it, so that a later process can still
+        cancel that call); None if none was noted, and once the task has ended."""
+
+    async def live_tasks(self) -> list[Task]:
+        """Every `working` or `input_required` task, of any owner, oldest first: at start-up
+        (or a takeover), the tasks a lost process left running."""
 
     async def save_session(self, record: SessionRecord) -> None:
         """Insert or update a record; an update keeps the record's last-seen time."""

@@ -1,5 +1,6 @@
 """The SQLite backend of `TaskStore`: the task and outcome queries on one file, and the
-session and input-request ones (`sqlite_sessions`, `sqlite_inputs`) it delegates to.
+session, input-request and attempt ones (`sqlite_sessions`, `sqlite_inputs`,
+`sqlite_attempts`) it delegates to.
 
 Writes go through the file's single `GroupCommitWriter` (`sqlite_writer`), so each returns
 once durable; reads use a second connection and, under WAL, see committed rows only and never
@@ -19,16 +20,18 @@ from typing import Any, TypeVar
 
 import aiosqlite
 
-from gateway.protocol.jsonrpc import JsonObject
+from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import (
     InputRequest,
     SessionRecord,
     Task,
     TaskStatus,
+    UpstreamCall,
     epoch_us,
     may_transition,
 )
+from gateway.tasks.store import sqlite_attempts as attempts
 from gateway.tasks.store import sqlite_inputs as inputs
 from gateway.tasks.store import sqlite_sessions as sessions
 from gateway.tasks.store.sqlite_schema import (
@@ -70,13 +73,17 @@ class SqliteTaskStore:
         self._on_timing = on_timing
         self._writer = GroupCommitWriter(writer, on_timing)
 
-    async def create_task(self, task: Task, max_active: int | None = None) -> bool:
+    async def create_task(
+        self, task: Task, max_active: int | None = None, request: JsonObject | None = None
+    ) -> bool:
+        if request is not None and not task.repeatable:
+            raise ValueError("only a repeatable task's request is kept")
         expires = task.expires_at
         row = (
             *(task.task_id, task.owner, task.route, task.tool, task.status, task.status_message),
             *(epoch_us(task.created_at), epoch_us(task.updated_at)),
             *(task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
-            task.generation,
+            *(task.generation, task.repeatable, task.attempt),
             None if expires is None else epoch_us(expires),
         )
         sql = f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES ({_marks(row)})"
@@ -88,6 +95,8 @@ class SqliteTaskStore:
                 if active >= max_active:
                     return False
             await db.execute(sql, row)
+            if request is not None:
+                await attempts.save_request(db, task.task_id, request)
             return True
 
         return await self._write(create)
@@ -153,7 +162,9 @@ class SqliteTaskStore:
             moved = await _transition(db, task_id, sources, status, status_message, now)
             if outcome is not None:
                 await _insert_outcomes(db, moved, outcome)
-            await inputs.withdraw_all(db, [task.task_id for task in moved], now)
+            ended = [task.task_id for task in moved]
+            await inputs.withdraw_all(db, ended, now)
+            await attempts.forget(db, ended)
             return next(iter(moved), None)
 
         return await self._write(finish)
@@ -199,10 +210,35 @@ class SqliteTaskStore:
         async def fail(db: aiosqlite.Connection) -> list[Task]:
             tasks = await _transition(db, ids, sources, failed, message, now)
             await _insert_outcomes(db, tasks, Outcome.error(-32603, message))
-            await inputs.withdraw_all(db, [task.task_id for task in tasks], now)
+            ended = [task.task_id for task in tasks]
+            await inputs.withdraw_all(db, ended, now)
+            await attempts.forget(db, ended)
             return tasks
 
         return await self._write(fail)
+
+    async def get_request(self, task_id: str) -> JsonObject | None:
+        rows = await self._read(attempts.REQUEST, task_id)
+        return next((attempts.request_from_row(row) for row in rows), None)
+
+    async def begin_attempt(
+        self, task_id: str, attempt: int, status_message: str, now: datetime
+    ) -> Task | None:
+        return await self._write(
+            lambda db: attempts.begin(db, task_id, attempt, status_message, now)
+        )
+
+    async def note_upstream_call(
+        self, task_id: str, session_id: str | None, request_id: RequestId
+    ) -> None:
+        await self._write(lambda db: attempts.note(db, task_id, session_id, request_id))
+
+    async def get_upstream_call(self, task_id: str) -> UpstreamCall | None:
+        rows = await self._read(attempts.UPSTREAM_CALL, task_id)
+        return next((attempts.upstream_call_from_row(row) for row in rows), None)
+
+    async def live_tasks(self) -> list[Task]:
+        return [task_from_row(row) for row in await self._read(attempts.LIVE_TASKS)]
 
     async def save_session(self, record: SessionRecord) -> None:
         await self._write(lambda db: sessions.save(db, record))

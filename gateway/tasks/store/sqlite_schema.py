@@ -81,6 +81,20 @@ MIGRATIONS = [
         PRIMARY KEY (task_id, key)
     );
     """,
+    # Tasks of tools safe to repeat run again after a restart: a task knows whether it is one
+    # and which attempt runs. `task_calls` keeps what a re-run needs (the request, for those
+    # tasks only) and the upstream request of the latest attempt, until the terminal write.
+    """
+    ALTER TABLE tasks ADD COLUMN repeatable INTEGER NOT NULL DEFAULT 0
+        CHECK (repeatable IN (0, 1));
+    ALTER TABLE tasks ADD COLUMN attempt INTEGER NOT NULL DEFAULT 1 CHECK (attempt >= 1);
+    CREATE TABLE task_calls (
+        task_id TEXT PRIMARY KEY REFERENCES tasks ON DELETE CASCADE,
+        request TEXT,
+        upstream_session_id TEXT,
+        upstream_request_id TEXT
+    );
+    """,
 ]
 
 #: The statuses of a running task, spelled exactly as the `tasks_live` partial index's WHERE:
@@ -94,7 +108,7 @@ IN_JSON_ARRAY = "IN (SELECT value FROM json_each(?))"
 #: What `task_from_row` reads. Times are `epoch_us` integers, a progress token is JSON text.
 TASK_COLUMNS = (
     "task_id, owner, route, tool, status, status_message, created_at, updated_at, ttl_ms,"
-    " poll_interval_ms, progress_token, generation"
+    " poll_interval_ms, progress_token, generation, repeatable, attempt"
 )
 
 _PRAGMAS = "PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
@@ -116,6 +130,8 @@ def task_from_row(row: sqlite3.Row) -> Task:
         # JSON text keeps an int token an int and a str token a str.
         progress_token=None if token is None else json.loads(token),
         generation=row["generation"],
+        repeatable=bool(row["repeatable"]),
+        attempt=row["attempt"],
     )
 
 
