@@ -8,6 +8,7 @@ store alone. Nothing here imports `http/`.
 
     models.py       the vocabulary: TaskStatus, TERMINAL, the lifecycle, outcome -> status
     runner.py       *when* a task runs, and its one terminal write
+    recovery.py     after a lost process: a task runs again (repeatable tools) or fails
     host.py         the runner's seam to the session that started the task
     progress.py     upstream progress as the task's statusMessage, coalesced
     telemetry.py    the runner's metrics and audit events

@@ -1,0 +1,61 @@
+"""What becomes of a task whose process was lost while it ran: run it again, or fail it.
+
+The one decision for every store: the SQLite gateway makes it at start-up for the live tasks
+its previous process left, and a PostgreSQL replica will make it for the tasks of a replica
+whose lease expired. It reads only the task (whether it is repeatable is stored with it, so a
+config edit after the loss changes nothing for it) and its route's `TaskPolicy` (the bounds);
+the time limit and the ttl count from the task's creation, never from a re-run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from gateway.config import TaskPolicy
+from gateway.tasks.models import Task
+
+#: A lost task that is not run again, as every such task was failed before re-runs existed.
+INTERRUPTED_MESSAGE = "interrupted: gateway restarted"
+
+
+@dataclass(frozen=True, slots=True)
+class Rerun:
+    """Run the task again as `attempt`, with `message` as its statusMessage."""
+
+    attempt: int
+    message: str
+    #: Seconds the run has left of `tasks.time_limit_seconds` (None: no limit).
+    time_left: float | None
+
+
+@dataclass(frozen=True, slots=True)
+class Fail:
+    """Fail the task with `message` (statusMessage, and the internal error's message)."""
+
+    message: str
+
+
+def after_loss(task: Task, now: datetime, policy: TaskPolicy) -> Rerun | Fail:
+    """Whether a task that was live when its process was lost runs again, or fails and why.
+
+    A repeatable task runs again while it has attempts left (`tasks.max_attempts`, the first
+    run included), is within its time limit and its ttl; any other fails. A task already
+    terminal is not the caller's to recover: it gets a Fail that the store will refuse to write.
+    """
+    if task.status.terminal or not task.repeatable:
+        return Fail(INTERRUPTED_MESSAGE)
+    not_again = f"{INTERRUPTED_MESSAGE}; not run again"
+    if task.attempt >= policy.max_attempts:
+        return Fail(f"{not_again} after {task.attempt} attempts (tasks.max_attempts)")
+    time_left = None
+    if policy.time_limit_seconds is not None:
+        limit = timedelta(seconds=policy.time_limit_seconds)
+        time_left = (task.created_at + limit - now).total_seconds()
+        if time_left <= 0:
+            return Fail(f"{not_again} past its time limit (tasks.time_limit_seconds)")
+    if task.expired(now):
+        return Fail(f"{not_again} past its ttl")
+    attempt = task.attempt + 1
+    message = f"restarted after the gateway stopped: attempt {attempt} of {policy.max_attempts}"
+    return Rerun(attempt=attempt, message=message, time_left=time_left)
