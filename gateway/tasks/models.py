@@ -101,7 +101,7 @@ class Task(BaseModel):
     #: "2026-07-28"); either may read it, each rendered by the reader's rules.
     generation: str = "2025-11-25"
     #: Whether the task runs again from its stored request when the gateway stopped while it
-    #: ran: decided when it is created (`TaskPolicy.repeats`) and kept with it.
+    #: ran: decided when it is created and kept with it.
     repeatable: bool = False
     #: Which run of the task this is; the first is 1 (see `tasks.recovery`).
     attempt: int = 1

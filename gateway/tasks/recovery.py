@@ -3,8 +3,8 @@
 The one decision for every store: the SQLite gateway makes it at start-up for the live tasks
 its previous process left, and a PostgreSQL replica will make it for the tasks of a replica
 whose lease expired. It reads only the task (whether it is repeatable is stored with it, so a
-config edit after the loss changes nothing for it) and its route's `TaskPolicy` (the bounds);
-the time limit and the ttl count from the task's creation, never from a re-run.
+config edit after the loss changes nothing for it) and the bounds its route sets (attempts, time
+limit); the time limit and the ttl count from the task's creation, never from a re-run.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from gateway.config import TaskPolicy
 from gateway.tasks.models import Task
 
 #: A lost task that is not run again, as every such task was failed before re-runs existed.
@@ -36,18 +35,26 @@ class Fail:
     message: str
 
 
-def after_loss(task: Task, now: datetime, policy: TaskPolicy) -> Rerun | Fail:
+@dataclass(frozen=True, slots=True)
+class Bounds:
+    """What a route allows a lost task: runs in all, and how long from its creation."""
+
+    max_attempts: int
+    time_limit_seconds: float | None
+
+
+def after_loss(task: Task, now: datetime, policy: Bounds) -> Rerun | Fail:
     """Whether a task that was live when its process was lost runs again, or fails and why.
 
-    A repeatable task runs again while it has attempts left (`tasks.max_attempts`, the first
-    run included), is within its time limit and its ttl; any other fails. A task already
+    A repeatable task runs again while it has attempts left (`max_attempts`, the first run
+    included), is within its time limit and its ttl; any other fails. A task already
     terminal is not the caller's to recover: it gets a Fail that the store will refuse to write.
     """
     if task.status.terminal or not task.repeatable:
         return Fail(INTERRUPTED_MESSAGE)
     not_again = f"{INTERRUPTED_MESSAGE}; not run again"
     if task.attempt >= policy.max_attempts:
-        return Fail(f"{not_again} after {task.attempt} attempts (tasks.max_attempts)")
+        return Fail(f"{not_again} after {task.attempt} attempts")
     time_left = None
     if policy.time_limit_seconds is not None:
         limit = timedelta(seconds=policy.time_limit_seconds)
