@@ -6,15 +6,18 @@ A request meets, in order:
   connection rules (head and body deadlines, connection caps, 431 for huge headers);
 * `middleware`: metrics, the Host and Origin checks, and the one place exceptions become
   responses;
-* `urls`: the URL table, one Streamable HTTP endpoint per configured route plus /healthz
-  and /metrics;
+* `urls` and `routing`: the URL table: /livez, /readyz, /healthz and /metrics, then one
+  catch-all that finds the route by path in the `RouteTable` the last reload left (aiohttp's
+  router is frozen once serving), OAuth metadata documents included;
 * `admission`: credentials, rate, headers, the body, the session the request names;
 * `endpoint`: hands the parsed message to `gateway.protocol.dispatch`, then acts on the
   decision: open a session, relay through `gateway.session`, start a task in
   `gateway.tasks`, or answer a tasks/* request from the task API;
 * `endpoint_modern`: a session-less 2026-07-28 request instead, checked and decided by
-  `gateway.protocol.modern`, answered over an upstream session `gateway.session.held` holds;
+  `gateway.protocol.modern`; `modern_tools` runs its calls (MRTR rounds, tasks of the
+  extension) and `modern_stream` writes their progress and log messages;
 * `sse`: a session's event stream written to the connection, when the answer is a stream.
 
-`health` answers /healthz cheaply. Nothing below this package knows about HTTP requests.
+`health` answers the probes cheaply; `drain` is what the first SIGTERM starts (new work
+refused, running tasks let finish). Nothing below this package knows about HTTP requests.
 """

@@ -15,6 +15,11 @@ flight): that call's stream while open; for a task's call the task's open tasks/
 stream; otherwise the GET stream. The client's answer to a server request comes back under
 the downstream id the session gave it, and goes upstream under the upstream's own.
 
-`held.py` is the other kind: the upstream sessions the gateway holds for 2026-07-28 callers,
-who bring no session; pooled per route and principal, one per request for anonymous callers.
+The 2026-07-28 generation brings no session. `held.py` holds upstream sessions for its
+callers: leased per call, exclusive when the call invites questions, shared per route and
+principal otherwise, never shared by anonymous callers. `modern_call.py` is one call on such a
+session, from its first request through its MRTR rounds (`mrtr.py` parks it between them and
+signs the `requestState` that finds it again); `native_call.py` the same call on the
+2026-07-28 wire, for an upstream that speaks it; `modern_task.py` the runner's seam when such
+a call becomes a task of the extension, its questions stored as the task's input requests.
 """

@@ -8,12 +8,14 @@ store alone. Nothing here imports `http/`.
 
     models.py       the vocabulary: TaskStatus, TERMINAL, the lifecycle, outcome -> status
     runner.py       *when* a task runs, and its one terminal write
-    recovery.py     after a lost process: a task runs again (repeatable tools) or fails
+    recovery.py     the re-run-or-fail decision for a task its process lost (today's runner
+                    still fails every such task at start-up)
     host.py         the runner's seam to the session that started the task
     progress.py     upstream progress as the task's statusMessage, coalesced
     telemetry.py    the runner's metrics and audit events
     sweeper.py      the housekeeping timer (expired tasks, session records)
     api_2025.py     the 2025-11-25 task API: tasks/get, result, list, cancel
+    api_modern.py   the tasks extension's API (2026-07-28): tasks/get, update, cancel
     notifier.py     in-process wake-ups; a waiter always re-reads the store
     store/          the `TaskStore` interface and its backends
 """
