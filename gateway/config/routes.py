@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import sys
+from collections.abc import Mapping
 from datetime import date
 from typing import Annotated, Literal
 
@@ -113,6 +114,11 @@ class UpstreamConfig(Section):
 
 TaskSupport = Literal["optional", "required", "forbidden"]
 
+_REPEATABLE_SHAPE = (
+    "must be a list of tool names, or `annotated` (the tools whose upstream annotations say "
+    "readOnlyHint or idempotentHint)"
+)
+
 
 class TaskPolicy(Section):
     """How a route's tools may be called as gateway-owned tasks."""
@@ -132,9 +138,38 @@ class TaskPolicy(Section):
     sync_window_ms: int = Field(250, ge=0, le=60_000)
     list_page_size: int = Field(50, ge=1, le=1000)
     cursor_max_age_seconds: float = Field(3600.0, gt=0)
+    #: The tools whose tasks are run again after the gateway stopped while they ran: these
+    #: names, or `annotated` for those whose upstream annotations say readOnlyHint: true or
+    #: idempotentHint: true. None unless listed: a re-run repeats the call's side effects.
+    repeatable: tuple[str, ...] | Literal["annotated"] = ()
+    #: Runs of one repeatable task, the first included.
+    max_attempts: int = Field(3, ge=1, le=20)
 
     def support(self, tool: str) -> TaskSupport:
         return self.tools.get(tool, self.default)
+
+    def repeats(self, tool: str, annotations: Mapping[str, object] | None) -> bool:
+        """Whether a task of `tool` may be run again after a loss; `annotations` are the
+        tool's upstream annotations as known when the task is created (None: unknown)."""
+        if self.repeatable == "annotated":
+            hints = annotations or {}
+            return hints.get("readOnlyHint") is True or hints.get("idempotentHint") is True
+        return tool in self.repeatable
+
+    @field_validator("repeatable", mode="before")
+    @classmethod
+    def _repeatable_shape(cls, value: object) -> object:
+        # Checked here, so that a wrong shape gets one message rather than one per union member.
+        if value == "annotated":
+            return value
+        if isinstance(value, str):
+            raise ValueError(f"{_REPEATABLE_SHAPE}; a single tool is written [name]")
+        if not isinstance(value, list | tuple):
+            raise ValueError(_REPEATABLE_SHAPE)
+        for index, name in enumerate(value):
+            if not isinstance(name, str) or not name:
+                raise ValueError(f"{_REPEATABLE_SHAPE}; item {index} is not a tool name")
+        return tuple(value)
 
     def ttl(self, requested: int | None) -> int:
         """The ttl a task gets: the request's, clamped to max_ttl_ms, or the default."""
@@ -179,6 +214,25 @@ class RouteConfig(Section):
     @property
     def http_path(self) -> str:
         return self.path or f"/{self.name}/mcp"
+
+    @model_validator(mode="after")
+    def _repeats_without_credentials(self) -> RouteConfig:
+        # The client's token is never stored, so a re-run after a restart would call the
+        # upstream without it: refused here rather than failing at the worst moment.
+        if not self.tasks.repeatable:
+            return self
+        upstream = self.upstream
+        if upstream.identity.mode == "passthrough":
+            how = "upstream.identity.mode is passthrough"
+        elif upstream.forwards_authorization:
+            how = "upstream.forward_headers lists Authorization"
+        else:
+            return self
+        raise refusal(
+            "tasks.repeatable",
+            f"is refused on a route that forwards the client's credentials upstream ({how}): "
+            "a re-run after a restart would have none, as tokens are never stored",
+        )
 
 
 def demo_route() -> RouteConfig:
