@@ -32,6 +32,7 @@ from functools import partial
 
 from aiohttp import web
 
+from gateway import reruns
 from gateway.config import Settings
 from gateway.http import middleware
 from gateway.http.drain import Drain
@@ -120,7 +121,6 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     runner = TaskRunner(
         store, notifier, metrics, clock=clock, audit_arguments=settings.audit.include_arguments
     )
-    await runner.recover()
     app[STORE] = store
     app[HEALTH] = Health(store, app[DRAIN])
     app[RUNNER] = runner
@@ -130,6 +130,9 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     app[PARKED_CALLS] = ParkedCalls(secret)
     app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
     app[HELD_SESSIONS] = HeldSessions(settings.sessions)
+    # The port is bound already (listen.start binds first), so a second process on it never
+    # gets this far: tasks it would fail or run again are this process's alone.
+    await reruns.start(app, await runner.recover(reruns.bounds_of(app)))
     runner.start_sweeper(settings.store.sweep_interval_seconds, app[SESSIONS].prune_records)
     for name in app[ROUTES]:
         metrics.sessions.labels(name).set_function(partial(app[SESSIONS].count, name))

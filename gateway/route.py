@@ -24,6 +24,9 @@ from gateway.upstream import UpstreamRoute
 
 log = logging.getLogger(__name__)
 
+#: Tools whose annotations a route keeps (an upstream listing more is not remembered past it).
+_MAX_TOOLS = 1000
+
 
 @dataclass(frozen=True, eq=True)
 class RouteInputs:
@@ -96,9 +99,13 @@ class Route:
         self.rate = RateLimiter(self.limits.requests_per_second, self.limits.burst)
         #: The `Mcp-Param-*` headers each tool declares, from the tools/list answers relayed.
         self.tool_headers = ToolHeaders()
+        #: Each tool's `annotations` from the latest tools/list answer relayed (for
+        #: `tasks.repeatable: annotated`), at most `_MAX_TOOLS` of them.
+        self.tool_annotations: dict[str, dict[str, object]] = {}
         self.upstream: UpstreamRoute
         if previous is not None and previous.inputs.config.upstream == config.upstream:
             self.tool_headers, self.upstream = previous.tool_headers, previous.upstream
+            self.tool_annotations = previous.tool_annotations
         else:
             self.upstream = UpstreamRoute(config)
         if any(name.lower() == "authorization" for name in config.upstream.copied_headers):
@@ -117,6 +124,20 @@ class Route:
         labels, and the headers 2026-07-28 callers must mirror for each tool."""
         self.metrics.learn_tools(self.name, rewrite.tool_names(answer))
         self.tool_headers.learn(answer)
+        tools = answer.result.get("tools")
+        for tool in tools if isinstance(tools, list) else ():
+            if isinstance(tool, dict) and isinstance(name := tool.get("name"), str):
+                annotations = tool.get("annotations")
+                if isinstance(annotations, dict):
+                    if name in self.tool_annotations or len(self.tool_annotations) < _MAX_TOOLS:
+                        self.tool_annotations[name] = annotations
+                else:
+                    self.tool_annotations.pop(name, None)
+
+    def repeats(self, tool: str) -> bool:
+        """Whether a task of `tool` is run again after a restart (`tasks.repeatable`), as
+        its annotations are known now (the answer is kept with the task)."""
+        return self.policy.repeats(tool, self.tool_annotations.get(tool))
 
     async def close(self) -> None:
         await self.upstream.close()

@@ -38,6 +38,7 @@ from gateway.protocol.versions import LEGACY_GENERATION, MODERN_PROTOCOL_VERSION
 from gateway.route import Route
 from gateway.session.session import Rewriter
 from gateway.session.streams import EventStream
+from gateway.tasks.recovery import kept_call
 from gateway.upstream import Answer
 
 log = logging.getLogger(__name__)
@@ -135,8 +136,11 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
     if isinstance(decision, dispatch.RunAsTask):
         admission.refuse_when_draining(request, "tasks")
         try:
+            name = jsonrpc.param(decision.request, "name")
+            # A re-run opens no question capability: its questions could reach no session.
+            repeat = kept_call(decision.request, {}) if route.repeats(str(name)) else None
             task = await request.app[RUNNER].submit(
-                session, route.name, decision.request, policy, route.limits
+                session, route.name, decision.request, policy, route.limits, rerun_with=repeat
             )
         except TaskError as exc:
             return _error(decision.request.id, exc.code, exc.message)

@@ -35,6 +35,7 @@ from gateway.session.mrtr import BadRequestState, ParkedCalls
 from gateway.session.native_call import NativeCall, input_required
 from gateway.tasks.api_modern import create_task_result
 from gateway.tasks.models import owner_of
+from gateway.tasks.recovery import kept_call
 from gateway.upstream import Answer, native
 
 #: How long a parked call waits for its retry when the route sets no input timeout.
@@ -140,6 +141,9 @@ async def _answer(
         api = app[MODERN_TASK_API]
         host = api.host_for(upstream_call, owner, caller.principal, policy)
         try:
+            name = str(jsonrpc.param(message, "name"))
+            capabilities = question_capabilities(checked.capabilities)
+            repeat = kept_call(decision.request, capabilities) if route.repeats(name) else None
             task = await app[RUNNER].submit(
                 host,
                 route.name,
@@ -147,6 +151,7 @@ async def _answer(
                 policy,
                 route.limits,
                 generation=MODERN_PROTOCOL_VERSION,
+                rerun_with=repeat,
             )
         except TaskError as exc:
             abandon = "the task could not be made"

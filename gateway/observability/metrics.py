@@ -94,6 +94,13 @@ class Metrics:
             buckets=_LATENCY,
             registry=r,
         )
+        self.task_reruns = Counter(
+            f"{p}_task_reruns",
+            "Tasks of tools safe to repeat found running after a restart: run again, or failed "
+            "(attempts, time limit or ttl used up).",
+            ["route", "outcome"],
+            registry=r,
+        )
         self.tasks_expired = Counter(
             f"{p}_tasks_expired", "Tasks deleted by the sweeper after their ttl.", registry=r
         )

@@ -80,6 +80,9 @@ class UpstreamCall(Protocol):
     on_progress: Callable[[jsonrpc.JsonObject], None] | None
     on_log: Callable[[jsonrpc.JsonObject], None] | None
 
+    @property
+    def upstream_session_id(self) -> str | None: ...
+
     def start(self) -> None: ...
 
     async def wait(self, window: float | None) -> Finished | Asked | Running: ...
@@ -120,6 +123,10 @@ class ModernCall:
         #: so that it measures the tool and not the upstream's start-up.
         self._sent = asyncio.Event()
         self._answer: asyncio.Task[Answer] | None = None
+
+    @property
+    def upstream_session_id(self) -> str | None:
+        return self.lease.held.upstream.session_id
 
     def start(self) -> None:
         held = self.lease.held

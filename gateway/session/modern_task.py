@@ -66,6 +66,10 @@ class ModernTaskHost:
     def principal(self) -> str | None:
         return self._principal
 
+    @property
+    def upstream_session_id(self) -> str | None:
+        return self.call.upstream_session_id
+
     def start_task_call(
         self,
         task: Task,

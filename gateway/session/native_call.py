@@ -55,6 +55,10 @@ class NativeCall:
         self._all_answered = asyncio.Event()
         self._answer: asyncio.Task[Answer] | None = None
 
+    @property
+    def upstream_session_id(self) -> str | None:
+        return None  # the 2026-07-28 wire has no sessions: closing the stream cancels
+
     def start(self) -> None:
         self._answer = asyncio.create_task(  # noqa: TID251 - awaited by wait()/result(), cancelled by end()
             self._exchange(self.outgoing), name="2026-07-28 native call"

@@ -155,6 +155,10 @@ class Session:
         self._task_calls += 1
         return outgoing
 
+    @property
+    def upstream_session_id(self) -> str | None:
+        return self.upstream.session_id
+
     async def run_task_call(self, request: jsonrpc.Request) -> Answer:
         return await self.upstream.call(request, bounded=False)
 

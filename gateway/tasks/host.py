@@ -26,6 +26,11 @@ class TaskHost(Protocol):
     @property
     def principal(self) -> str | None: ...
 
+    @property
+    def upstream_session_id(self) -> str | None:
+        """The upstream's session id the call goes on (HTTP upstreams), kept with a task that
+        may run again so the next process can cancel this attempt's call."""
+
     def start_task_call(
         self,
         task: Task,

@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from gateway.protocol import jsonrpc
 from gateway.tasks.models import Task
 
 #: A lost task that is not run again, as every such task was failed before re-runs existed.
@@ -66,3 +67,24 @@ def after_loss(task: Task, now: datetime, policy: Bounds) -> Rerun | Fail:
     attempt = task.attempt + 1
     message = f"restarted after the gateway stopped: attempt {attempt} of {policy.max_attempts}"
     return Rerun(attempt=attempt, message=message, time_left=time_left)
+
+
+def kept_call(request: jsonrpc.Request, capabilities: jsonrpc.JsonObject) -> jsonrpc.JsonObject:
+    """What a repeatable task keeps to run again: its tools/call parameters (no `_meta`, no
+    `task`: a re-run has its own token and is no client's request) and the question
+    capabilities its upstream session was opened with. Never a credential."""
+    params = {k: v for k, v in (request.params or {}).items() if k not in ("_meta", "task")}
+    return {"params": params, "capabilities": capabilities}
+
+
+def call_of(kept: jsonrpc.JsonObject) -> tuple[jsonrpc.Request, jsonrpc.JsonObject]:
+    """The tools/call and capabilities `kept_call` kept."""
+    params = kept.get("params")
+    capabilities = kept.get("capabilities")
+    request = jsonrpc.Request(
+        jsonrpc="2.0",
+        id=0,
+        method="tools/call",
+        params=params if isinstance(params, dict) else {},
+    )
+    return request, capabilities if isinstance(capabilities, dict) else {}

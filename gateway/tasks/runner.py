@@ -39,6 +39,7 @@ from gateway.tasks.host import TaskHost
 from gateway.tasks.models import Task, TaskStatus, status_for
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.progress import ProgressNotes
+from gateway.tasks.recovery import INTERRUPTED_MESSAGE, Bounds, Fail, Rerun, after_loss
 from gateway.tasks.store import TaskStore
 from gateway.tasks.sweeper import sweep_forever
 from gateway.tasks.telemetry import TaskTelemetry
@@ -46,7 +47,6 @@ from gateway.tasks.telemetry import TaskTelemetry
 log = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "The task was cancelled by request."
-INTERRUPTED_MESSAGE = "interrupted: gateway restarted"
 SHUTDOWN_MESSAGE = "interrupted: gateway shut down"
 INPUT_MESSAGE = "waiting for the client's answer: call tasks/result to receive the request"
 
@@ -95,9 +95,12 @@ class TaskRunner:
         policy: TaskPolicy,
         limits: Limits,
         generation: str = "2025-11-25",
+        rerun_with: jsonrpc.JsonObject | None = None,
     ) -> Task:
         """Record a task durably and start its upstream call (`generation` is the protocol
-        generation of the request that makes it).
+        generation of the request that makes it). With `rerun_with`, the tool is one the
+        route marks safe to repeat: that (the call and the question capabilities it runs
+        with) is kept with the task until its terminal write, to run it again after a loss.
 
         Raises:
             TaskError: params.task.ttl is not a non-negative number, or the caller already
@@ -128,9 +131,10 @@ class TaskRunner:
             poll_interval_ms=policy.poll_interval_ms,
             progress_token=jsonrpc.progress_token(request),
             generation=generation,
+            repeatable=rerun_with is not None,
         )
         cap = limits.active_tasks_per_principal
-        if not await self._store.create_task(task, max_active=cap):
+        if not await self._store.create_task(task, max_active=cap, request=rerun_with):
             self._telemetry.refused(route, host.principal, cap)
             raise TaskLimitReached(
                 f"Too many active tasks: {cap} are working or waiting for input "
@@ -143,11 +147,40 @@ class TaskRunner:
             lambda waiting: self._on_input(task.task_id, waiting, host),
         )
         self._telemetry.created(task, host.principal, request)
-        run = self._tasks.spawn(self._run(task, host, outgoing, policy), name="task run")
+        limit = policy.time_limit_seconds
+        self._start(task, host, outgoing, limit, limit)
+        return task
+
+    def rerun(
+        self,
+        task: Task,
+        host: TaskHost,
+        request: jsonrpc.Request,
+        time_left: float | None,
+        limit: float | None,
+    ) -> None:
+        """Run a task again (its attempt already begun in the store) with `time_left` of its
+        time limit `limit`, which counts from its creation."""
+        outgoing = host.start_task_call(
+            task,
+            request,
+            lambda params: self._progress.heard(task.task_id, params),
+            lambda waiting: self._on_input(task.task_id, waiting, host),
+        )
+        self._start(task, host, outgoing, time_left, limit)
+
+    def _start(
+        self,
+        task: Task,
+        host: TaskHost,
+        outgoing: jsonrpc.Request,
+        time_left: float | None,
+        limit: float | None,
+    ) -> None:
+        run = self._tasks.spawn(self._run(task, host, outgoing, time_left, limit), name="task run")
         self._running[task.task_id] = _Running(task.task_id, run, host, outgoing.id)
         self._runs.add(run)
         run.add_done_callback(self._runs.discard)
-        return task
 
     @property
     def running(self) -> int:
@@ -161,13 +194,22 @@ class TaskRunner:
             await asyncio.wait(set(self._runs))
 
     async def _run(
-        self, task: Task, host: TaskHost, outgoing: jsonrpc.Request, policy: TaskPolicy
+        self,
+        task: Task,
+        host: TaskHost,
+        outgoing: jsonrpc.Request,
+        time_left: float | None,
+        limit: float | None,
     ) -> None:
         outcome: Outcome | None = None
         started = time.perf_counter()
         try:
             try:
-                async with asyncio.timeout(policy.time_limit_seconds):
+                if task.repeatable:
+                    await self._store.note_upstream_call(
+                        task.task_id, host.upstream_session_id, outgoing.id
+                    )
+                async with asyncio.timeout(time_left):
                     answer = await host.run_task_call(outgoing)
             except (TimeoutError, GatewayError) as exc:
                 self._telemetry.upstream_call(task, None, exc, started)
@@ -180,7 +222,7 @@ class TaskRunner:
         except TimeoutError:
             outcome = Outcome.error(
                 INTERNAL_ERROR,
-                f"the upstream did not finish the task within {policy.time_limit_seconds:g} s "
+                f"the upstream did not finish the task within {limit or 0:g} s "
                 "(tasks.time_limit_seconds)",
             )
         except GatewayError as exc:  # the upstream died or answered garbage
@@ -271,13 +313,41 @@ class TaskRunner:
         for task in failed:
             self._changed(task, hosts[task.task_id])
 
-    async def recover(self) -> None:
-        """At start-up: tasks a previous process left running can never finish now."""
-        interrupted = await self._store.fail_interrupted(INTERRUPTED_MESSAGE, self._clock())
-        if interrupted:
-            log.warning(
-                "%d task(s) interrupted by the previous shutdown marked failed", len(interrupted)
-            )
+    async def recover(self, bounds_of: Callable[[str], Bounds | None]) -> list[tuple[Task, Rerun]]:
+        """At start-up: what to do with each task a previous process left running.
+
+        `bounds_of` gives a route's bounds (None: the route is gone). Each task gets the one
+        decision (`recovery.after_loss`): the failed ones are written now, in a transaction
+        per message; the others have their next attempt begun in the store (which withdraws
+        the earlier attempt's questions) and are returned, for the caller to run again once
+        the gateway can reach their upstreams.
+        """
+        now = self._clock()
+        failing: dict[str, list[str]] = {}
+        reruns: list[tuple[Task, Rerun]] = []
+        for task in await self._store.live_tasks():
+            bounds = bounds_of(task.route)
+            decision = after_loss(task, now, bounds) if bounds else Fail(INTERRUPTED_MESSAGE)
+            if isinstance(decision, Rerun):
+                begun = await self._store.begin_attempt(
+                    task.task_id, decision.attempt, decision.message, now
+                )
+                if begun is not None:
+                    reruns.append((begun, decision))
+                    self._telemetry.rerun(begun, "rerun")
+                    continue
+                decision = Fail(INTERRUPTED_MESSAGE)
+            failing.setdefault(decision.message, []).append(task.task_id)
+            if task.repeatable:
+                self._telemetry.rerun(task, "failed")
+        failed = 0
+        for message, ids in failing.items():
+            failed += len(await self._store.fail_running(ids, message, now))
+        if failed:
+            log.warning("%d task(s) interrupted by the previous shutdown marked failed", failed)
+        if reruns:
+            log.warning("%d task(s) of tools safe to repeat run again", len(reruns))
+        return reruns
 
     async def sweep(self) -> None:
         """Delete expired tasks; a running one is stopped first (the spec allows both)."""

@@ -76,6 +76,16 @@ class TaskTelemetry:
     def cancelled(self, task: Task, principal: str | None) -> None:
         audit("task_cancelled", route=task.route, task_id=task.task_id, principal=principal)
 
+    def rerun(self, task: Task, outcome: str) -> None:
+        """After a restart: a repeatable task runs again (`rerun`) or could not (`failed`)."""
+        self._metrics.task_reruns.labels(task.route, outcome).inc()
+        audit(
+            "task_rerun" if outcome == "rerun" else "task_rerun_refused",
+            route=task.route,
+            task_id=task.task_id,
+            attempt=task.attempt,
+        )
+
     def expired(self, task_id: str) -> None:
         """The sweeper deleted the task."""
         live = self._live.pop(task_id, None)

@@ -179,6 +179,13 @@ class UpstreamClient:
         await self._transport.send(notification)
         self._transport.initialized(self.protocol_version or "2025-03-26")
 
+    @property
+    def session_id(self) -> str | None:
+        """The upstream's own session id (Streamable HTTP), for a message sent to it later
+        from elsewhere (the next process cancelling an earlier attempt's call)."""
+        session_id = getattr(self._transport, "session_id", None)
+        return session_id if isinstance(session_id, str) else None
+
     async def stream_open(self) -> None:
         """Returns once the upstream's unasked messages can reach us (`Transport.stream_open`)."""
         await self._transport.stream_open()

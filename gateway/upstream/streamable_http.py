@@ -75,6 +75,10 @@ class StreamableHttpTransport(Transport):
         if self._listener is None or self._listener.done():
             self._listener = self._tasks.spawn(self._listen(), name="upstream-get-stream")
 
+    @property
+    def session_id(self) -> str | None:
+        return self._session_id
+
     async def stream_open(self) -> None:
         await self._listening.wait()
 

@@ -1,0 +1,107 @@
+"""Tasks of tools safe to repeat, run again after the process that ran them was lost.
+
+At start-up, `TaskRunner.recover` gives each task the previous process left running the one
+decision (`tasks.recovery.after_loss`): failed, or its next attempt begun in the store. Here
+the latter are started again from what each kept: the call goes out on an upstream session
+held for the task's principal (no client is connected: a re-run is the gateway's own call),
+opened with the question capabilities the task's request had, so that its questions become
+the task's input requests as on the 2026-07-28 path. The earlier attempt's call may still be
+running on an HTTP upstream: that session is told it was cancelled first.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Callable
+
+import aiohttp
+from aiohttp import web
+
+from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, ROUTES, RUNNER, STORE
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
+from gateway.protocol.outcome import Outcome
+from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
+from gateway.route import Route
+from gateway.session.modern_call import ModernCall
+from gateway.tasks.models import Task, TaskStatus
+from gateway.tasks.recovery import Bounds, Rerun, call_of
+
+log = logging.getLogger(__name__)
+
+RESTARTED = "the gateway restarted while this attempt ran"
+
+
+def bounds_of(app: web.Application) -> Callable[[str], Bounds | None]:
+    """`TaskRunner.recover`'s view of the configured routes."""
+
+    def bounds(route_name: str) -> Bounds | None:
+        route = app[ROUTES].get(route_name)
+        if route is None:
+            return None
+        return Bounds(route.policy.max_attempts, route.policy.time_limit_seconds)
+
+    return bounds
+
+
+def principal_of(task: Task) -> str | None:
+    """The principal an owner string names (`principal:ROUTE:NAME`), else None."""
+    prefix = f"principal:{task.route}:"
+    return task.owner[len(prefix) :] if task.owner.startswith(prefix) else None
+
+
+async def start(app: web.Application, reruns: list[tuple[Task, Rerun]]) -> None:
+    for task, rerun in reruns:
+        route = app[ROUTES].get(task.route)
+        kept = await app[STORE].get_request(task.task_id)
+        if route is None or kept is None:
+            await _fail(app, task, "interrupted: gateway restarted; its request was not kept")
+            continue
+        await _cancel_earlier(app, route, task)
+        request, capabilities = call_of(kept)
+        principal = principal_of(task)
+        lease = await app[HELD_SESSIONS].lease(route, principal, capabilities, {})
+        call = ModernCall(lease, request)
+        call.start()
+        api = app[MODERN_TASK_API]
+        host = api.host_for(call, task.owner, principal, route.policy)
+        limit = route.policy.time_limit_seconds
+        app[RUNNER].rerun(task, host, call.outgoing, rerun.time_left, limit)
+        api.running(task.task_id, host)
+        log.info("task of %s on route %s: attempt %d runs", task.tool, route.name, rerun.attempt)
+
+
+async def _fail(app: web.Application, task: Task, message: str) -> None:
+    outcome = Outcome.error(INTERNAL_ERROR, message)
+    await app[STORE].finish_task(task.task_id, TaskStatus.FAILED, message, outcome, task.updated_at)
+
+
+async def _cancel_earlier(app: web.Application, route: Route, task: Task) -> None:
+    """Best effort: the earlier attempt's call, on the HTTP upstream session it went on."""
+    earlier = await app[STORE].get_upstream_call(task.task_id)
+    url = route.upstream.config.url
+    if earlier is None or earlier.session_id is None or url is None:
+        return
+    note = jsonrpc.Notification(
+        jsonrpc="2.0",
+        method="notifications/cancelled",
+        params={"requestId": earlier.request_id, "reason": RESTARTED},
+    )
+    try:
+        headers = await route.upstream.request_headers({}, principal_of(task))
+    except GatewayError:
+        return
+    headers.update(
+        {
+            "Content-Type": "application/json",
+            "Accept": "application/json, text/event-stream",
+            "Mcp-Session-Id": earlier.session_id,
+            "MCP-Protocol-Version": LATEST_PROTOCOL_VERSION,
+        }
+    )
+    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+        async with route.upstream.http().post(
+            url, data=jsonrpc.dump(note).encode(), headers=headers
+        ):
+            pass

@@ -1,0 +1,90 @@
+"""A crash costs no safe call: tasks of tools a route marks repeatable run again after a kill -9,
+over real processes, with the same task id; the others fail as before."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from .conftest import free_port
+from .helpers import open_session, rpc, start_process, start_task, write_config
+
+DEMO = "{transport: stdio, command: [python, -m, gateway.demo]}"
+
+
+async def get(http: aiohttp.ClientSession, url: str, session: str, task_id: str) -> dict[str, Any]:
+    answer = await rpc(http, url, session, "tasks/get", {"taskId": task_id}, request_id=9)
+    return dict(answer["result"])
+
+
+async def terminal(
+    http: aiohttp.ClientSession, url: str, session: str, task_id: str, seen: list[str]
+) -> dict[str, Any]:
+    """Polls until terminal, keeping every statusMessage seen on the way."""
+    async with asyncio.timeout(30):
+        while True:
+            task = await get(http, url, session, task_id)
+            if task.get("statusMessage"):
+                seen.append(task["statusMessage"])
+            if task["status"] in ("completed", "failed", "cancelled"):
+                return task
+            await asyncio.sleep(0.1)
+
+
+async def test_a_kill_reruns_repeatable_tasks_and_fails_the_others(
+    tmp_path: Path, sdk_upstream: str
+) -> None:
+    http_upstream = f"{{transport: streamable_http, url: {json.dumps(sdk_upstream)}}}"
+    routes = (
+        "routes:\n"
+        f"  - {{name: safe, upstream: {DEMO}, tasks: {{repeatable: [slow], max_attempts: 3}}}}\n"
+        f"  - {{name: once, upstream: {DEMO}, tasks: {{repeatable: [slow], max_attempts: 1}}}}\n"
+        f"  - {{name: plain, upstream: {DEMO}}}\n"
+        f"  - {{name: http, upstream: {http_upstream}, tasks: {{repeatable: [slow]}}}}\n"
+    )
+    port = free_port()
+    config = write_config(tmp_path, port, routes=routes)
+    base = f"http://127.0.0.1:{port}"
+    slow_demo = {"seconds": 2.5, "steps": 5}
+    started: dict[str, tuple[str, str]] = {}
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for name in ("safe", "once", "plain", "http"):
+                url = f"{base}/{name}/mcp"
+                session = await open_session(http, url)
+                arguments = {"steps": 50} if name == "http" else slow_demo
+                started[name] = (session, await start_task(http, url, session, "slow", arguments))
+            await asyncio.sleep(0.5)  # every call is under way upstream
+    finally:
+        proc.kill()  # kill -9: nothing is written on the way out
+        proc.wait(10)
+    proc = start_process(config, port, log=tmp_path / "restarted.log")
+    try:
+        async with aiohttp.ClientSession() as http:
+            outcomes: dict[str, dict[str, Any]] = {}
+            seen: dict[str, list[str]] = {}
+            for name, (session, task_id) in started.items():
+                seen[name] = []
+                outcome = await terminal(http, f"{base}/{name}/mcp", session, task_id, seen[name])
+                outcomes[name] = outcome
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    # The same task ids: the repeatable ones ran again and completed; the others failed.
+    assert outcomes["safe"]["status"] == "completed"
+    assert "restarted after the gateway stopped: attempt 2 of 3" in seen["safe"]
+    assert outcomes["http"]["status"] == "completed"
+    assert outcomes["plain"]["status"] == "failed"
+    assert outcomes["plain"]["statusMessage"] == "interrupted: gateway restarted"
+    assert outcomes["once"]["status"] == "failed"
+    assert outcomes["once"]["statusMessage"] == (
+        "interrupted: gateway restarted; not run again after 1 attempts"
+    )
+    log = (tmp_path / "restarted.log").read_text()
+    assert '"event":"task_rerun"' in log
+    assert '"event":"task_rerun_refused"' in log
