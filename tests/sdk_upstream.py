@@ -24,6 +24,7 @@ from mcp.types import (
     ResourceTemplateReference,
     SamplingMessage,
     TextContent,
+    ToolAnnotations,
 )
 from pydantic import AnyUrl, BaseModel, Field
 
@@ -47,6 +48,15 @@ async def slow(steps: int, ctx: Context) -> str:  # type: ignore[type-arg]
         await ctx.report_progress(i + 1, steps, f"step {i + 1}/{steps}")
         await asyncio.sleep(0.05)
     return f"{steps} steps done"
+
+
+@server.tool(annotations=ToolAnnotations(readOnlyHint=True))
+async def slow_read(steps: int, ctx: Context) -> str:  # type: ignore[type-arg]
+    """Like slow, and says it only reads (a gateway may run it again after a crash)."""
+    for i in range(steps):
+        await ctx.report_progress(i + 1, steps, f"step {i + 1}/{steps}")
+        await asyncio.sleep(0.05)
+    return f"{steps} steps read"
 
 
 @server.tool()

@@ -88,3 +88,37 @@ async def test_a_kill_reruns_repeatable_tasks_and_fails_the_others(
     log = (tmp_path / "restarted.log").read_text()
     assert '"event":"task_rerun"' in log
     assert '"event":"task_rerun_refused"' in log
+
+
+async def test_annotated_follows_the_upstreams_annotations_as_the_task_found_them(
+    tmp_path: Path, sdk_upstream: str
+) -> None:
+    upstream = f"{{transport: streamable_http, url: {json.dumps(sdk_upstream)}}}"
+    routes = f"routes:\n  - {{name: a, upstream: {upstream}, tasks: {{repeatable: annotated}}}}\n"
+    port = free_port()
+    config = write_config(tmp_path, port, routes=routes)
+    url = f"http://127.0.0.1:{port}/a/mcp"
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            session = await open_session(http, url)
+            # The gateway learns each tool's annotations from the tools/list it relays.
+            await rpc(http, url, session, "tools/list", {}, request_id=3)
+            reading = await start_task(http, url, session, "slow_read", {"steps": 50})
+            writing = await start_task(http, url, session, "slow", {"steps": 50})
+            await asyncio.sleep(0.5)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            read = await terminal(http, url, session, reading, [])
+            written = await terminal(http, url, session, writing, [])
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    # slow_read says readOnlyHint: it ran again; slow says nothing: it failed as before.
+    assert read["status"] == "completed"
+    assert written["status"] == "failed"
+    assert written["statusMessage"] == "interrupted: gateway restarted"
