@@ -122,3 +122,38 @@ async def test_annotated_follows_the_upstreams_annotations_as_the_task_found_the
     assert read["status"] == "completed"
     assert written["status"] == "failed"
     assert written["statusMessage"] == "interrupted: gateway restarted"
+
+
+async def test_a_stop_leaves_repeatable_tasks_to_the_next_process(tmp_path: Path) -> None:
+    routes = (
+        "routes:\n"
+        f"  - {{name: safe, upstream: {DEMO}, tasks: {{repeatable: [slow]}}}}\n"
+        f"  - {{name: plain, upstream: {DEMO}}}\n"
+    )
+    port = free_port()
+    config = write_config(tmp_path, port, routes=routes)  # drain_seconds: 0
+    base = f"http://127.0.0.1:{port}"
+    started: dict[str, tuple[str, str]] = {}
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            for name in ("safe", "plain"):
+                url = f"{base}/{name}/mcp"
+                session = await open_session(http, url)
+                task_id = await start_task(http, url, session, "slow", {"seconds": 2, "steps": 2})
+                started[name] = (session, task_id)
+            await asyncio.sleep(0.3)
+    finally:
+        proc.terminate()  # SIGTERM with no drain time: the stop comes at once
+        assert proc.wait(15) == 0
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            safe = await terminal(http, f"{base}/safe/mcp", *started["safe"], [])
+            plain = await terminal(http, f"{base}/plain/mcp", *started["plain"], [])
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert safe["status"] == "completed"
+    assert plain["status"] == "failed"
+    assert plain["statusMessage"] == "interrupted: gateway shut down"

@@ -57,6 +57,8 @@ class _Running:
     run: asyncio.Task[None]
     host: TaskHost
     upstream_id: jsonrpc.RequestId
+    #: Left live at shutdown, for the next process to run again.
+    repeatable: bool = False
 
 
 def new_task_id() -> str:
@@ -178,7 +180,9 @@ class TaskRunner:
         limit: float | None,
     ) -> None:
         run = self._tasks.spawn(self._run(task, host, outgoing, time_left, limit), name="task run")
-        self._running[task.task_id] = _Running(task.task_id, run, host, outgoing.id)
+        self._running[task.task_id] = _Running(
+            task.task_id, run, host, outgoing.id, task.repeatable
+        )
         self._runs.add(run)
         run.add_done_callback(self._runs.discard)
 
@@ -294,7 +298,9 @@ class TaskRunner:
         await running.host.stop_task_call(running.upstream_id, reason)
 
     async def interrupt_all(self, message: str) -> None:
-        """Shutdown: fail every running task now (its call cannot outlive the process).
+        """Shutdown: fail every running task now (its call cannot outlive the process),
+        except those of tools safe to repeat, which stay live for the next process to run
+        again (`recover`); their calls are only stopped.
 
         The terminal write is the same one a restart would make, but made while clients can
         still hear it: a waiting tasks/result gets this outcome as its answer. One transaction
@@ -304,9 +310,8 @@ class TaskRunner:
         running = list(self._running.values())
         if not running:
             return
-        failed = await self._store.fail_running(
-            [r.task_id for r in running], message, self._clock()
-        )
+        failing = [r.task_id for r in running if not r.repeatable]
+        failed = await self._store.fail_running(failing, message, self._clock())
         hosts = {r.task_id: r.host for r in running}
         for r in running:
             r.run.cancel()
