@@ -63,6 +63,7 @@ async def start(app: web.Application, reruns: list[tuple[Task, Rerun]]) -> None:
         principal = principal_of(task)
         lease = await app[HELD_SESSIONS].lease(route, principal, capabilities, {})
         call = ModernCall(lease, request)
+        call.key_prefix = f"attempt{rerun.attempt}-"
         call.start()
         api = app[MODERN_TASK_API]
         host = api.host_for(call, task.owner, principal, route.policy)

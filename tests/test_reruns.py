@@ -11,7 +11,18 @@ from typing import Any
 import aiohttp
 
 from .conftest import free_port
-from .helpers import open_session, rpc, start_process, start_task, write_config
+from .helpers import (
+    WITH_ELICITATION,
+    WITH_TASKS,
+    modern_rpc,
+    modern_status,
+    modern_terminal,
+    open_session,
+    rpc,
+    start_process,
+    start_task,
+    write_config,
+)
 
 DEMO = "{transport: stdio, command: [python, -m, gateway.demo]}"
 
@@ -157,3 +168,45 @@ async def test_a_stop_leaves_repeatable_tasks_to_the_next_process(tmp_path: Path
     assert safe["status"] == "completed"
     assert plain["status"] == "failed"
     assert plain["statusMessage"] == "interrupted: gateway shut down"
+
+
+async def test_a_task_waiting_for_input_at_the_crash_asks_again_and_takes_the_new_answer(
+    tmp_path: Path, sdk_upstream: str
+) -> None:
+    upstream = f"{{transport: streamable_http, url: {json.dumps(sdk_upstream)}}}"
+    routes = f"routes:\n  - {{name: q, upstream: {upstream}, tasks: {{repeatable: [ask_both]}}}}\n"
+    port = free_port()
+    config = write_config(tmp_path, port, routes=routes)
+    url = f"http://127.0.0.1:{port}/q/mcp"
+    caps = {**WITH_TASKS, **WITH_ELICITATION}
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            _, created = await modern_rpc(
+                http, url, "tools/call", {"name": "ask_both", "arguments": {}}, caps
+            )
+            task_id = created["result"]["taskId"]
+            before = await modern_status(http, url, task_id, "input_required")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            again = await modern_status(http, url, task_id, "input_required")
+            answers = {
+                key: {"action": "accept", "content": {"name": name}}
+                for key, name in zip(sorted(again["inputRequests"]), ("New", "Answer"), strict=True)
+            }
+            update = {"taskId": task_id, "inputResponses": answers}
+            await modern_rpc(http, url, "tasks/update", update, caps)
+            done = await modern_terminal(http, url, task_id)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    # The earlier attempt's questions were withdrawn; the new attempt asked again, under keys
+    # never used before in this task, and completed with the new answers.
+    assert not set(before["inputRequests"]) & set(again["inputRequests"])
+    assert len(again["inputRequests"]) == 2
+    assert done["status"] == "completed"
+    assert sorted(done["result"]["content"][0]["text"].split()) == ["Answer", "New"]

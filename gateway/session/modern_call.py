@@ -113,6 +113,9 @@ class ModernCall:
         )
         self.pending: dict[str, Ask] = {}
         self.hooks: TaskHooks | None = None
+        #: Put before each key minted: a task's keys must never repeat, and a re-run's call
+        #: counts from 1 again (`attempt2-` and so on keep them apart).
+        self.key_prefix = ""
         #: Where progress and log messages go while no task has the call (the request's own
         #: response; a task has no stream, and the extension has no progress for tasks).
         self.on_progress: Callable[[jsonrpc.JsonObject], None] | None = None
@@ -146,7 +149,8 @@ class ModernCall:
     # Asker: what the held session reports.
     def asked(self, request: jsonrpc.Request) -> None:
         short = request.method.split("/", 1)[0]
-        ask = Ask(f"{short}-{next(self._keys)}", request.id, request.method, request.params or {})
+        key = f"{self.key_prefix}{short}-{next(self._keys)}"
+        ask = Ask(key, request.id, request.method, request.params or {})
         self.pending[ask.key] = ask
         if self.hooks is not None:
             self.hooks.asked(ask)
