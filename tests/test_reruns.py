@@ -11,6 +11,7 @@ from typing import Any
 import aiohttp
 
 from .conftest import free_port
+from .fakes import FAULT_HOOKS
 from .helpers import (
     WITH_ELICITATION,
     WITH_TASKS,
@@ -210,3 +211,45 @@ async def test_a_task_waiting_for_input_at_the_crash_asks_again_and_takes_the_ne
     assert len(again["inputRequests"]) == 2
     assert done["status"] == "completed"
     assert sorted(done["result"]["content"][0]["text"].split()) == ["Answer", "New"]
+
+
+async def test_the_earlier_attempts_http_call_is_cancelled_before_the_rerun(
+    tmp_path: Path, faulty_upstream: Any
+) -> None:
+    upstream = f"{{transport: streamable_http, url: {faulty_upstream.make_url('/mcp')}}}"
+    routes = f"routes:\n  - {{name: h, upstream: {upstream}, tasks: {{repeatable: [hang]}}}}\n"
+    port = free_port()
+    config = write_config(tmp_path, port, routes=routes)
+    url = f"http://127.0.0.1:{port}/h/mcp"
+    received = faulty_upstream.app[FAULT_HOOKS].received
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            session = await open_session(http, url)
+            task_id = await start_task(http, url, session, "hang")
+            for _ in range(100):
+                if any(m.get("method") == "tools/call" for m in received):
+                    break
+                await asyncio.sleep(0.05)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    (first,) = [m for m in received if m.get("method") == "tools/call"]
+    proc = start_process(config, port)
+    try:
+        for _ in range(100):
+            calls = [m for m in received if m.get("method") == "tools/call"]
+            if len(calls) == 2:
+                break
+            await asyncio.sleep(0.05)
+        async with aiohttp.ClientSession() as http:
+            await rpc(http, url, session, "tasks/cancel", {"taskId": task_id}, request_id=5)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    methods = [m.get("method") for m in received]
+    second = [i for i, method in enumerate(methods) if method == "tools/call"][1]
+    cancel = methods.index("notifications/cancelled")
+    # The upstream heard that the first attempt's call was cancelled before the re-run came.
+    assert cancel < second
+    assert received[cancel]["params"]["requestId"] == first["id"]
