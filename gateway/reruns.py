@@ -27,6 +27,7 @@ from gateway.route import Route
 from gateway.session.modern_call import ModernCall
 from gateway.tasks.models import Task, TaskStatus
 from gateway.tasks.recovery import Bounds, Rerun, call_of
+from gateway.upstream import native
 
 log = logging.getLogger(__name__)
 
@@ -93,13 +94,9 @@ async def _cancel_earlier(app: web.Application, route: Route, task: Task) -> Non
         headers = await route.upstream.request_headers({}, principal_of(task))
     except GatewayError:
         return
+    headers.update(native.POST_HEADERS)
     headers.update(
-        {
-            "Content-Type": "application/json",
-            "Accept": "application/json, text/event-stream",
-            "Mcp-Session-Id": earlier.session_id,
-            "MCP-Protocol-Version": LATEST_PROTOCOL_VERSION,
-        }
+        {"Mcp-Session-Id": earlier.session_id, "MCP-Protocol-Version": LATEST_PROTOCOL_VERSION}
     )
     with contextlib.suppress(aiohttp.ClientError, TimeoutError):
         async with route.upstream.http().post(

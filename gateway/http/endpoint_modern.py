@@ -127,11 +127,7 @@ async def _relay(
     either side closes it; closing it here closes it upstream)."""
     url = route.upstream.config.url
     assert url is not None
-    sent = {
-        **await native_headers(request, route, caller),
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-    }
+    sent = {**await native_headers(request, route, caller), **native.POST_HEADERS}
     body = jsonrpc.dump(modern.native_request(message)).encode()
     response: web.StreamResponse | None = None
     try:

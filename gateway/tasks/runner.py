@@ -142,15 +142,9 @@ class TaskRunner:
                 f"Too many active tasks: {cap} are working or waiting for input "
                 "(limits.active_tasks_per_principal); wait for one to end or cancel one"
             )
-        outgoing = host.start_task_call(
-            task,
-            jsonrpc.without_param(request, "task"),
-            lambda params: self._progress.heard(task.task_id, params),
-            lambda waiting: self._on_input(task.task_id, waiting, host),
-        )
         self._telemetry.created(task, host.principal, request)
         limit = policy.time_limit_seconds
-        self._start(task, host, outgoing, limit, limit)
+        self._start(task, host, jsonrpc.without_param(request, "task"), limit, limit)
         return task
 
     def rerun(
@@ -163,22 +157,23 @@ class TaskRunner:
     ) -> None:
         """Run a task again (its attempt already begun in the store) with `time_left` of its
         time limit `limit`, which counts from its creation."""
+        self._start(task, host, request, time_left, limit)
+
+    def _start(
+        self,
+        task: Task,
+        host: TaskHost,
+        request: jsonrpc.Request,
+        time_left: float | None,
+        limit: float | None,
+    ) -> None:
+        """Hand the host the call (it returns it under the upstream's id), then run it."""
         outgoing = host.start_task_call(
             task,
             request,
             lambda params: self._progress.heard(task.task_id, params),
             lambda waiting: self._on_input(task.task_id, waiting, host),
         )
-        self._start(task, host, outgoing, time_left, limit)
-
-    def _start(
-        self,
-        task: Task,
-        host: TaskHost,
-        outgoing: jsonrpc.Request,
-        time_left: float | None,
-        limit: float | None,
-    ) -> None:
         run = self._tasks.spawn(self._run(task, host, outgoing, time_left, limit), name="task run")
         self._running[task.task_id] = _Running(
             task.task_id, run, host, outgoing.id, task.repeatable

@@ -28,6 +28,8 @@ log = logging.getLogger(__name__)
 #: Client headers that describe the request on this wire, relayed as they came.
 _REQUEST_HEADERS = ("mcp-protocol-version", "mcp-method", "mcp-name")
 _PARAM_PREFIX = "mcp-param-"
+#: What every Streamable HTTP POST (either generation) says of its body and the answers it takes.
+POST_HEADERS = {"Content-Type": "application/json", "Accept": "application/json, text/event-stream"}
 
 
 def request_headers(client: Mapping[str, str]) -> dict[str, str]:
@@ -52,11 +54,7 @@ async def exchange(
         UpstreamUnavailable: the upstream could not be reached, or refused without an answer.
         UpstreamProtocolError: it answered with something that is not MCP.
     """
-    sent = {
-        **headers,
-        "Content-Type": "application/json",
-        "Accept": "application/json, text/event-stream",
-    }
+    sent = {**headers, **POST_HEADERS}
     try:
         async with http.post(url, data=jsonrpc.dump(request).encode(), headers=sent) as resp:
             ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
