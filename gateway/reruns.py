@@ -85,11 +85,7 @@ async def _cancel_earlier(app: web.Application, route: Route, task: Task) -> Non
     url = route.upstream.config.url
     if earlier is None or earlier.session_id is None or url is None:
         return
-    note = jsonrpc.Notification(
-        jsonrpc="2.0",
-        method="notifications/cancelled",
-        params={"requestId": earlier.request_id, "reason": RESTARTED},
-    )
+    note = jsonrpc.cancelled(earlier.request_id, RESTARTED)
     try:
         headers = await route.upstream.request_headers({}, principal_of(task))
     except GatewayError:

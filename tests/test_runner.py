@@ -83,13 +83,8 @@ class Host:
         return await self.upstream.call(request, bounded=False)
 
     async def stop_task_call(self, request_id: jsonrpc.RequestId, reason: str) -> None:
-        cancelled = jsonrpc.Notification(
-            jsonrpc="2.0",
-            method="notifications/cancelled",
-            params={"requestId": request_id, "reason": reason},
-        )
         with contextlib.suppress(GatewayError):
-            await self.upstream.notify(cancelled)
+            await self.upstream.notify(jsonrpc.cancelled(request_id, reason))
 
     async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
         self.ended.append(upstream_id)

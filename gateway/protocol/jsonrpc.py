@@ -170,6 +170,12 @@ def dump(message: Message) -> str:
     return message.model_dump_json(exclude_unset=True)
 
 
+def cancelled(request_id: RequestId, reason: str) -> Notification:
+    """`notifications/cancelled` for the request `request_id`, saying why."""
+    params = {"requestId": request_id, "reason": reason}
+    return Notification(jsonrpc="2.0", method="notifications/cancelled", params=params)
+
+
 def error_response(
     request_id: RequestId | None, code: int, message: str, data: Any = None
 ) -> ErrorResponse:

@@ -232,13 +232,8 @@ class ModernCall:
         return True
 
     async def stop(self, reason: str) -> None:
-        cancelled = jsonrpc.Notification(
-            jsonrpc="2.0",
-            method="notifications/cancelled",
-            params={"requestId": self.outgoing.id, "reason": reason},
-        )
         try:
-            await self.lease.held.upstream.notify(cancelled)
+            await self.lease.held.upstream.notify(jsonrpc.cancelled(self.outgoing.id, reason))
         except GatewayError as exc:
             log.info("could not tell the upstream a call was abandoned: %s", exc.message)
 

@@ -271,8 +271,7 @@ class Questions:
     def _withdraw(self, question: Question, reason: str) -> None:
         if question.stream is None:
             return  # never delivered: nothing to withdraw
-        params = {"requestId": question.down_id, "reason": reason}
-        note = jsonrpc.Notification(jsonrpc="2.0", method="notifications/cancelled", params=params)
+        note = jsonrpc.cancelled(question.down_id, reason)
         self._streams.push(question.stream, related_to_task(note, question.task_id))
 
     def _settled(self, question: Question) -> None:

@@ -163,13 +163,8 @@ class Session:
         return await self.upstream.call(request, bounded=False)
 
     async def stop_task_call(self, request_id: jsonrpc.RequestId, reason: str) -> None:
-        cancelled = jsonrpc.Notification(
-            jsonrpc="2.0",
-            method="notifications/cancelled",
-            params={"requestId": request_id, "reason": reason},
-        )
         try:
-            await self.upstream.notify(cancelled)
+            await self.upstream.notify(jsonrpc.cancelled(request_id, reason))
         except GatewayError as exc:
             log.info("session %s: could not tell the upstream a task ended: %s", self.tag, exc)
 
