@@ -125,8 +125,8 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     app[HEALTH] = Health(store, app[DRAIN])
     app[RUNNER] = runner
     secret = await store.secret()
-    app[TASK_API] = TaskApi(store, runner, notifier, secret, clock=clock)
     app[MODERN_TASK_API] = ModernTaskApi(store, runner, clock=clock)
+    app[TASK_API] = TaskApi(store, runner, notifier, secret, clock, app[MODERN_TASK_API].settle)
     app[PARKED_CALLS] = ParkedCalls(secret)
     app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
     app[HELD_SESSIONS] = HeldSessions(settings.sessions)

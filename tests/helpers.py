@@ -55,9 +55,12 @@ def headers(session_id: str | None = None, **extra: str) -> dict[str, str]:
     return out
 
 
-async def open_session(http: aiohttp.ClientSession, url: str) -> str:
+async def open_session(
+    http: aiohttp.ClientSession, url: str, capabilities: dict[str, Any] | None = None
+) -> str:
     """An initialized 2025-11-25 session, checked at every step; its id."""
-    async with http.post(url, json=INIT, headers=headers()) as resp:
+    init = {**INIT, "params": {**INIT["params"], "capabilities": capabilities or {}}}
+    async with http.post(url, json=init, headers=headers()) as resp:
         assert resp.status == 200
         body = await resp.json()
         assert body["result"]["protocolVersion"] == "2025-11-25"

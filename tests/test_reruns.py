@@ -9,16 +9,21 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 from .conftest import free_port
 from .fakes import FAULT_HOOKS
 from .helpers import (
+    RELATED,
     WITH_ELICITATION,
     WITH_TASKS,
+    headers,
     modern_rpc,
     modern_status,
     modern_terminal,
     open_session,
+    read_messages,
+    result_request,
     rpc,
     start_process,
     start_task,
@@ -31,6 +36,23 @@ DEMO = "{transport: stdio, command: [python, -m, gateway.demo]}"
 async def get(http: aiohttp.ClientSession, url: str, session: str, task_id: str) -> dict[str, Any]:
     answer = await rpc(http, url, session, "tasks/get", {"taskId": task_id}, request_id=9)
     return dict(answer["result"])
+
+
+async def status_of(
+    http: aiohttp.ClientSession,
+    url: str,
+    session: str,
+    task_id: str,
+    status: str,
+    says: str = "",
+) -> dict[str, Any]:
+    """Polls until the task has `status` and a statusMessage holding `says`."""
+    async with asyncio.timeout(20):
+        while True:
+            task = await get(http, url, session, task_id)
+            if task["status"] == status and says in task.get("statusMessage", ""):
+                return task
+            await asyncio.sleep(0.1)
 
 
 async def terminal(
@@ -211,6 +233,102 @@ async def test_a_task_waiting_for_input_at_the_crash_asks_again_and_takes_the_ne
     assert len(again["inputRequests"]) == 2
     assert done["status"] == "completed"
     assert sorted(done["result"]["content"][0]["text"].split()) == ["Answer", "New"]
+
+
+@pytest.mark.parametrize(
+    ("reply", "says"),
+    [
+        ({"result": {"action": "accept", "content": {"name": "Again"}}}, "Hello, Again!"),
+        ({"error": {"code": -32603, "message": "no user here"}}, "no user here"),
+    ],
+)
+async def test_a_2025_clients_question_is_asked_again_on_tasks_result_after_the_crash(
+    tmp_path: Path, sdk_upstream: str, reply: dict[str, Any], says: str
+) -> None:
+    upstream = f"{{transport: streamable_http, url: {json.dumps(sdk_upstream)}}}"
+    routes = f"routes:\n  - {{name: q, upstream: {upstream}, tasks: {{repeatable: [ask]}}}}\n"
+    port = free_port()
+    config = write_config(tmp_path, port, routes=routes)
+    url = f"http://127.0.0.1:{port}/q/mcp"
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            session = await open_session(http, url, WITH_ELICITATION)
+            task_id = await start_task(http, url, session, "ask")
+            await status_of(http, url, session, task_id, "input_required")
+    finally:
+        proc.kill()
+        proc.wait(10)
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            # The TS SDK pattern, on the same session after the restart: poll until the task
+            # waits for input, then tasks/result, where the new attempt's question arrives.
+            await status_of(http, url, session, task_id, "input_required")
+            message = result_request(task_id, 3)
+            async with http.post(url, json=message, headers=headers(session)) as stream:
+                (question,) = await read_messages(stream, 1)
+                answer = {"jsonrpc": "2.0", "id": question["id"], **reply}
+                async with http.post(url, json=answer, headers=headers(session)) as sent:
+                    assert sent.status == 202
+                (final,) = await read_messages(stream, 1)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    # "The receiver MUST include the io.modelcontextprotocol/related-task metadata in the request."
+    assert question["method"] == "elicitation/create"
+    assert question["params"]["_meta"][RELATED] == {"taskId": task_id}
+    # The client's answer, or its refusal, reached the re-run's call upstream.
+    assert final["id"] == 3
+    assert says in final["result"]["content"][0]["text"]
+
+
+async def test_a_task_cut_short_on_every_attempt_fails_after_max_attempts(
+    tmp_path: Path, sdk_upstream: str
+) -> None:
+    upstream = f"{{transport: streamable_http, url: {json.dumps(sdk_upstream)}}}"
+    policy = "{repeatable: [slow], max_attempts: 2}"
+    routes = f"routes:\n  - {{name: s, upstream: {upstream}, tasks: {policy}}}\n"
+    port = free_port()
+    config = write_config(tmp_path, port, routes=routes)
+    url = f"http://127.0.0.1:{port}/s/mcp"
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            session = await open_session(http, url)
+            task_id = await start_task(http, url, session, "slow", {"steps": 100})
+            await asyncio.sleep(0.5)
+    finally:
+        proc.kill()
+        proc.wait(10)
+    second_log = tmp_path / "second.log"
+    proc = start_process(config, port, log=second_log)
+    try:
+        async with aiohttp.ClientSession() as http:
+            second = await status_of(http, url, session, task_id, "working")
+        async with asyncio.timeout(10):
+            while '"event":"task_rerun"' not in second_log.read_text():  # noqa: ASYNC110 - a file
+                await asyncio.sleep(0.1)
+        await asyncio.sleep(0.5)  # the second attempt's call is under way upstream
+    finally:
+        proc.kill()  # the second attempt is cut short too
+        proc.wait(10)
+    third_log = tmp_path / "third.log"
+    proc = start_process(config, port, log=third_log)
+    try:
+        async with aiohttp.ClientSession() as http:
+            seen: list[str] = []
+            final = await terminal(http, url, session, task_id, seen)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    assert second["status"] == "working"
+    assert '"attempt":2' in second_log.read_text()
+    assert '"event":"task_rerun_refused"' in third_log.read_text()
+    assert final["status"] == "failed"
+    assert final["statusMessage"] == (
+        "interrupted: gateway restarted; not run again after 2 attempts"
+    )
 
 
 async def test_the_earlier_attempts_http_call_is_cancelled_before_the_rerun(

@@ -36,6 +36,7 @@ from gateway.protocol.errors import (
 )
 from gateway.protocol.versions import LEGACY_GENERATION, MODERN_PROTOCOL_VERSION, served_versions
 from gateway.route import Route
+from gateway.session.held import question_capabilities
 from gateway.session.session import Rewriter
 from gateway.session.streams import EventStream
 from gateway.tasks.recovery import kept_call
@@ -137,8 +138,8 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
         admission.refuse_when_draining(request, "tasks")
         try:
             name = jsonrpc.param(decision.request, "name")
-            # A re-run opens no question capability: its questions could reach no session.
-            repeat = kept_call(decision.request, {}) if route.repeats(str(name)) else None
+            questions = question_capabilities(session.client_capabilities)
+            repeat = kept_call(decision.request, questions) if route.repeats(str(name)) else None
             task = await request.app[RUNNER].submit(
                 session, route.name, decision.request, policy, route.limits, rerun_with=repeat
             )

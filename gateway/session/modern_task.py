@@ -164,6 +164,17 @@ class ModernTaskHost:
             await self._input_changed(False)
         return delivered
 
+    async def decline(self, key: str, error: jsonrpc.ErrorResponse) -> bool:
+        """The client answered the question under `key` with an error: it goes upstream as
+        it is, and the question is withdrawn."""
+        timer = self._timers.pop(key, None)
+        if timer is not None:
+            timer.cancel()
+        if not await self.call.refuse(key, error):
+            return False
+        await self._withdraw(key)
+        return True
+
     async def _input_changed(self, waiting: bool) -> None:
         if self._on_input is None:
             return

@@ -10,6 +10,10 @@ takes it over when the client cannot be reading it where it went. It ends in one
 ways: the client answers, the upstream cancels it, nobody answers within
 `tasks.input_timeout_seconds` or before the session ends (the default answer goes upstream),
 or the task's call ends or the task is cancelled (the client is told it was withdrawn).
+
+A task run again after a restart has no session of its own: its questions are rows in the
+store. A tasks/result of this session for such a task relays the pending rows as server
+requests (`ask_stored`); the answer goes back through the caller's `settle`, not upstream.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TypeVar
 
@@ -27,6 +31,7 @@ from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, UpstreamError,
 from gateway.protocol.rewrite import RELATED_TASK
 from gateway.route import Route
 from gateway.session.streams import EventStream, Streams
+from gateway.tasks.models import InputRequest
 from gateway.upstream import Answer, UpstreamClient
 
 log = logging.getLogger(__name__)
@@ -57,6 +62,20 @@ class Question:
     deadline: float | None = None
 
 
+#: Takes the client's answer to a stored question (task id, key, answer).
+Settle = Callable[[str, str, Answer], Awaitable[bool]]
+
+
+@dataclass(slots=True)
+class StoredQuestion:
+    """A stored input request of a re-run task, relayed to this session's client."""
+
+    task_id: str
+    key: str
+    stream: EventStream
+    settle: Settle
+
+
 class Questions:
     """A session's open server requests by downstream id, and which of them tasks wait on."""
 
@@ -82,6 +101,9 @@ class Questions:
         #: Those a task waits on.
         self._waiting: dict[int, Question] = {}
         self._status_writes: dict[str, asyncio.Task[None]] = {}
+        #: Stored questions relayed here, by downstream id, and the ids by (task id, key).
+        self._stored: dict[int, StoredQuestion] = {}
+        self._stored_ids: dict[tuple[str, str], int] = {}
         self._ended = False
 
     def ask(self, request: jsonrpc.Request, stream: EventStream) -> None:
@@ -127,6 +149,31 @@ class Questions:
                 question.stream, question.seq = stream, stream.pushed
                 self._asked[question.down_id] = (question.up_id, stream)
 
+    def ask_stored(self, rows: Iterable[InputRequest], stream: EventStream, settle: Settle) -> None:
+        """Relay a re-run task's pending input rows on `stream` (its tasks/result), each once
+        under one id, again only if the stream it went on was left unread."""
+        for row in rows:
+            down_id = self._stored_ids.get((row.task_id, row.key))
+            if down_id is None:
+                down_id = next(self._down_ids)
+                self._stored_ids[(row.task_id, row.key)] = down_id
+            else:
+                earlier = self._stored.get(down_id)
+                if earlier is None or earlier.stream.attached:
+                    continue  # answered from here, or being read
+            self._stored[down_id] = StoredQuestion(row.task_id, row.key, stream, settle)
+            request = jsonrpc.Request(
+                jsonrpc="2.0", id=down_id, method=row.method, params=row.params
+            )
+            self._streams.push(stream, related_to_task(request, row.task_id))
+
+    def forget_stored(self, task_id: str) -> None:
+        """The task ended: its stored questions are answered or withdrawn for good."""
+        for task_key, down_id in list(self._stored_ids.items()):
+            if task_key[0] == task_id:
+                del self._stored_ids[task_key]
+                self._stored.pop(down_id, None)
+
     async def answer(self, message: Answer) -> None:
         """The client's answer to a server request: relay it to the upstream.
 
@@ -135,6 +182,11 @@ class Questions:
                 the client may send the answer again.
         """
         down_id = message.id
+        stored = self._stored.pop(down_id, None) if isinstance(down_id, int) else None
+        if stored is not None:
+            if not await stored.settle(stored.task_id, stored.key, message):
+                log.info("session %s: an answer came for a question no longer open", self._tag)
+            return
         pending = self._asked.pop(down_id, None) if down_id is not None else None
         if pending is None:
             log.info("session %s: dropped an answer to unknown server request", self._tag)

@@ -20,7 +20,7 @@ import asyncio
 import logging
 import secrets
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from gateway.aio import TaskSet
@@ -29,9 +29,9 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.errors import GatewayError
 from gateway.route import Route
 from gateway.session.calls import Calls, InFlight, Rewriter
-from gateway.session.questions import Questions, related_to_task
+from gateway.session.questions import Questions, Settle, related_to_task
 from gateway.session.streams import EventStream, Streams
-from gateway.tasks.models import SessionRecord, Task, owner_of
+from gateway.tasks.models import InputRequest, SessionRecord, Task, owner_of
 from gateway.upstream import Answer, UpstreamClient
 
 log = logging.getLogger(__name__)
@@ -89,6 +89,13 @@ class Session:
     def owner(self) -> str:
         """Whom this session's tasks belong to: its principal, or without one the session."""
         return owner_of(self.route.name, self.principal) or f"session:{self.id}"
+
+    @property
+    def client_capabilities(self) -> jsonrpc.JsonObject:
+        """What the client declared in its initialize request."""
+        params = self.record.initialize.get("params") if self.record is not None else None
+        declared = params.get("capabilities") if isinstance(params, dict) else None
+        return declared if isinstance(declared, dict) else {}
 
     @property
     def busy(self) -> bool:
@@ -202,6 +209,13 @@ class Session:
 
     def close_result_stream(self, task_id: str, stream: EventStream) -> None:
         self._streams.close_result(task_id, stream)
+
+    def ask_stored(self, rows: Iterable[InputRequest], stream: EventStream, settle: Settle) -> None:
+        """A re-run task's questions, kept in the store, relayed on its tasks/result stream."""
+        self._questions.ask_stored(rows, stream, settle)
+
+    def forget_stored(self, task_id: str) -> None:
+        self._questions.forget_stored(task_id)
 
     # -- upstream -> client (the upstream client's Listener)
 

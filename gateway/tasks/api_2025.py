@@ -5,7 +5,10 @@ are the same after a restart, and (later) on another replica. A task the caller 
 answers exactly like one that does not exist. `tasks/result` for an unfinished task returns
 a stream that the answer is pushed to once the store shows the task terminal; the wait
 re-reads the store on every wake-up and at least every few seconds, so a lost wake-up only
-delays the answer. (The 2026-07-28 tasks extension, wire-incompatible, goes beside it.)
+delays the answer. A task whose call has no session of its own (run again after a restart, or
+made on the 2026-07-28 path) keeps its questions in the store: while it waits for input, the
+wait relays them on the stream, and `settle` takes the answers. (The 2026-07-28 tasks
+extension, wire-incompatible, goes beside it.)
 """
 
 from __future__ import annotations
@@ -21,9 +24,10 @@ from gateway.config import TaskPolicy
 from gateway.observability.audit import audit
 from gateway.protocol import jsonrpc, rewrite
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
+from gateway.session.questions import Settle
 from gateway.session.session import Session
 from gateway.session.streams import EventStream
-from gateway.tasks.models import Task, epoch_us, from_epoch_us
+from gateway.tasks.models import Task, TaskStatus, epoch_us, from_epoch_us
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
@@ -43,12 +47,14 @@ class TaskApi:
         notifier: Notifier,
         secret: bytes,
         clock: Callable[[], datetime],
+        settle: Settle,
     ) -> None:
         self._store = store
         self._runner = runner
         self._notifier = notifier
         self._secret = secret
         self._clock = clock
+        self._settle = settle
 
     async def answer(
         self, session: Session, request: jsonrpc.Request, policy: TaskPolicy
@@ -94,24 +100,30 @@ class TaskApi:
         if task.status.terminal:
             return await self._final(request.id, task.task_id)
         stream = session.open_result_stream(task.task_id)
-        session.spawn(self._wait(session, request.id, task.task_id, stream), "tasks/result wait")
+        session.spawn(self._wait(session, request.id, task, stream), "tasks/result wait")
         return stream
 
     async def _wait(
-        self, session: Session, request_id: jsonrpc.RequestId, task_id: str, stream: EventStream
+        self, session: Session, request_id: jsonrpc.RequestId, task: Task, stream: EventStream
     ) -> None:
         waiters = session.route.metrics.result_waiters.labels(session.route.name)
         waiters.inc()
+        task_id = task.task_id
         try:
             while True:
+                if task.status is TaskStatus.INPUT_REQUIRED:
+                    rows = await self._store.pending_inputs(task_id)
+                    session.ask_stored(rows, stream, self._settle)
                 await self._notifier.wait_task(task_id, _BACKSTOP_SECONDS)
-                task = await self._store.get_task(task_id)
-                if task is None:
+                found = await self._store.get_task(task_id)
+                if found is None:
                     stream.push(jsonrpc.dump(jsonrpc.error_response(request_id, -32602, NOT_FOUND)))
                     return
-                if task.status.terminal:
+                if found.status.terminal:
+                    session.forget_stored(task_id)
                     stream.push(jsonrpc.dump(await self._final(request_id, task_id)))
                     return
+                task = found
         finally:
             waiters.dec()
             session.close_result_stream(task_id, stream)

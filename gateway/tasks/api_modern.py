@@ -166,6 +166,16 @@ class ModernTaskApi:
         for key, response in responses.items():
             await host.answer(key, response)
 
+    async def settle(self, task_id: str, key: str, answer: Answer) -> bool:
+        """A 2025-11-25 client's answer to a stored question (see `TaskApi`); False if nothing
+        here waits on it."""
+        host = self._hosts.get(task_id)
+        if host is None:
+            return False
+        if isinstance(answer, jsonrpc.Response):
+            return await host.answer(key, answer.result)
+        return await host.decline(key, answer)
+
     async def _cancel(self, task: Task, principal: str | None) -> None:
         if task.status.terminal:
             return  # the extension acknowledges a cancel of a finished task
