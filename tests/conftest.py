@@ -23,6 +23,7 @@ from gateway.config import ListenConfig, Settings, parse_settings
 from gateway.http import listen
 from gateway.tasks.models import utcnow
 
+from . import postgres
 from .fakes import faulty_streamable_app, legacy_sse_app
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -76,6 +77,22 @@ def sdk_upstream() -> Iterator[str]:
     finally:
         proc.terminate()
         proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> str:
+    """The tests' PostgreSQL server (started by .ci/postgres.sh if it is not running)."""
+    return postgres.server_url()
+
+
+@pytest.fixture
+async def pg_url(postgres_server: str) -> AsyncIterator[str]:
+    """A new, empty database of this test's own on the tests' PostgreSQL server."""
+    url = await postgres.create_database(postgres_server)
+    try:
+        yield url
+    finally:
+        await postgres.drop_database(postgres_server, url)
 
 
 @pytest.fixture

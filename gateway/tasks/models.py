@@ -202,3 +202,7 @@ class SessionRecord(BaseModel):
     initialize: JsonObject
     initialized: JsonObject | None = None
     created_at: datetime
+    #: The HTTP upstream's `Mcp-Session-Id` for this session (None for stdio, or before the
+    #: upstream gave one): with a shared store, another replica carries the same upstream
+    #: session on instead of opening a new one.
+    upstream_session_id: str | None = None
