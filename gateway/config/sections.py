@@ -3,6 +3,9 @@ sessions, audit and metrics."""
 
 from __future__ import annotations
 
+from typing import Literal
+from urllib.parse import parse_qs, urlsplit
+
 from pydantic import (
     Field,
     PrivateAttr,
@@ -10,7 +13,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.config.base import Section, secret_from_env
+from gateway.config.base import Section, refusal, secret_from_env
 
 
 class ListenConfig(Section):
@@ -19,8 +22,39 @@ class ListenConfig(Section):
 
 
 class StoreConfig(Section):
+    """Where tasks, results and sessions are kept: one SQLite file (the default, one process),
+    or a PostgreSQL database that several replicas share (DESIGN.md, "Several replicas")."""
+
+    backend: Literal["sqlite", "postgres"] = "sqlite"
     path: str = "data/gateway.db"
+    #: postgres only: `postgresql://USER@HOST:PORT/DB`. The password comes from PGPASSWORD
+    #: (or ~/.pgpass), never from this file.
+    url: str | None = None
+    #: postgres only: a replica that has not renewed its lease for this long is taken for
+    #: dead, and a survivor settles its tasks (fails them, or runs the repeatable ones again).
+    lease_seconds: float = Field(15.0, ge=2, le=3600)
     sweep_interval_seconds: float = Field(30.0, gt=0)
+
+    @model_validator(mode="after")
+    def _backend(self) -> StoreConfig:
+        if self.backend == "sqlite":
+            if self.url is not None:
+                raise refusal("url", "is read only with store.backend: postgres")
+            return self
+        if self.url is None:
+            raise refusal("url", "is required with store.backend: postgres")
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("postgresql", "postgres") or not parts.hostname:
+            raise refusal("url", "must be postgresql://USER@HOST:PORT/DATABASE")
+        if parts.password is not None:
+            raise refusal(
+                "url", "must not hold a password: set it in the PGPASSWORD environment variable"
+            )
+        if "password" in parse_qs(parts.query):
+            raise refusal(
+                "url", "must not hold a password: set it in the PGPASSWORD environment variable"
+            )
+        return self
 
 
 class HttpConfig(Section):
