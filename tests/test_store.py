@@ -334,6 +334,32 @@ async def test_sessions_round_trip_are_replaced_and_deleted(store: TaskStore) ->
     assert await store.get_session("s1") is None
 
 
+async def test_a_sessions_upstream_session_id_is_kept_and_replaced(tmp_path: Path) -> None:
+    store = await open_store(tmp_path / "tasks.db")
+    record = SessionRecord(
+        session_id="s",
+        route="files",
+        protocol_version="2025-11-25",
+        initialize={},
+        created_at=T0,
+        upstream_session_id="upstream-1",
+    )
+    await store.save_session(record)
+    await store.save_session(record.model_copy(update={"session_id": "stdio"}))
+    await store.save_session(record.model_copy(update={"upstream_session_id": "upstream-2"}))
+    await store.save_session(
+        record.model_copy(update={"session_id": "stdio", "upstream_session_id": None})
+    )
+    await store.close()
+    other = await open_store(tmp_path / "tasks.db")
+
+    kept = await other.get_session("s")
+    assert kept is not None and kept.upstream_session_id == "upstream-2"
+    stdio = await other.get_session("stdio")
+    assert stdio is not None and stdio.upstream_session_id is None
+    await other.close()
+
+
 async def test_secret_is_random_per_file_and_kept_across_reopen(tmp_path: Path) -> None:
     first = await open_store(tmp_path / "a.db")
     other = await open_store(tmp_path / "b.db")

@@ -95,6 +95,10 @@ MIGRATIONS = [
         upstream_request_id TEXT
     );
     """,
+    # A session keeps its HTTP upstream's own session id, to carry on with it after a restart.
+    """
+    ALTER TABLE sessions ADD COLUMN upstream_session_id TEXT;
+    """,
 ]
 
 #: The statuses of a running task, spelled exactly as the `tasks_live` partial index's WHERE:

@@ -20,11 +20,12 @@ from gateway.tasks.store.sqlite_schema import IN_JSON_ARRAY, json_text
 # last-seen time back to its creation.
 _SAVE = (
     "INSERT INTO sessions (session_id, route, principal, protocol_version, initialize,"
-    " initialized, created_at, last_seen) VALUES (?, ?, ?, ?, ?, ?, ?, ?)"
+    " initialized, created_at, last_seen, upstream_session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (session_id) DO UPDATE SET route = excluded.route,"
     " principal = excluded.principal, protocol_version = excluded.protocol_version,"
     " initialize = excluded.initialize, initialized = excluded.initialized,"
-    " created_at = excluded.created_at, last_seen = max(last_seen, excluded.last_seen)"
+    " created_at = excluded.created_at, upstream_session_id = excluded.upstream_session_id,"
+    " last_seen = max(last_seen, excluded.last_seen)"
 )
 
 GET = "SELECT * FROM sessions WHERE session_id = ?"
@@ -44,6 +45,7 @@ def session_from_row(row: sqlite3.Row) -> SessionRecord:
         initialize=json.loads(row["initialize"]),
         initialized=None if initialized is None else json.loads(initialized),
         created_at=from_epoch_us(row["created_at"]),
+        upstream_session_id=row["upstream_session_id"],
     )
 
 
@@ -53,6 +55,7 @@ async def save(db: aiosqlite.Connection, record: SessionRecord) -> None:
     row = (
         *(record.session_id, record.route, record.principal, record.protocol_version),
         *(json_text(record.initialize), json_text(record.initialized), created, created),
+        record.upstream_session_id,
     )
     await db.execute(_SAVE, row)
 
