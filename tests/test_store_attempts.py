@@ -237,9 +237,10 @@ async def test_a_live_task_deleted_at_its_expiry_takes_its_stored_request_along(
     assert stored_calls(path) == [("kept", json.dumps(REQUEST))]
 
 
-async def test_live_tasks_are_every_owners_working_and_input_required_ones_oldest_first(
-    store: TaskStore,
+async def test_a_restart_claims_every_owners_working_and_input_required_tasks_oldest_first(
+    tmp_path: Path,
 ) -> None:
+    store = await open_store(tmp_path / "tasks.db")
     tasks = [
         make_task("late", at=T0 + SECOND),
         make_task("bobs", owner="bob", repeatable=False),
@@ -249,11 +250,17 @@ async def test_live_tasks_are_every_owners_working_and_input_required_ones_oldes
     for task in tasks:
         await store.create_task(task)
     await store.finish_task("done", TaskStatus.FAILED, "boom", RESULT, T0)
+    await store.close()
+    restarted = await open_store(tmp_path / "tasks.db")
 
-    live = await store.live_tasks()
+    live = await restarted.claim_orphans()
 
     assert [task.task_id for task in live] == ["asking", "bobs", "late"]
     assert live == [tasks[2], tasks[1], tasks[0]]
+    # Claimed, they are the restarted process's to settle.
+    failed = await restarted.fail_interrupted("interrupted: gateway restarted", T0 + SECOND)
+    assert sorted(task.task_id for task in failed) == ["asking", "bobs", "late"]
+    await restarted.close()
 
 
 async def test_a_database_of_the_previous_schema_gains_attempts_and_keeps_its_tasks(
@@ -271,7 +278,7 @@ async def test_a_database_of_the_previous_schema_gains_attempts_and_keeps_its_ta
     store = await open_store(path)
 
     assert await store.get_task("old") == make_task("old", repeatable=False, ttl_ms=None)
-    assert await store.live_tasks() == [make_task("old", repeatable=False, ttl_ms=None)]
+    assert await store.claim_orphans() == [make_task("old", repeatable=False, ttl_ms=None)]
     assert await store.get_request("old") is None
     await store.create_task(make_task("new"), request=REQUEST)
     assert await store.get_request("new") == REQUEST

@@ -325,7 +325,7 @@ class TaskRunner:
         now = self._clock()
         failing: dict[str, list[str]] = {}
         reruns: list[tuple[Task, Rerun]] = []
-        for task in await self._store.live_tasks():
+        for task in await self._store.claim_orphans():
             bounds = bounds_of(task.route)
             decision = after_loss(task, now, bounds) if bounds else Fail(INTERRUPTED_MESSAGE)
             if isinstance(decision, Rerun):

@@ -6,7 +6,7 @@ health check never learn which database holds their rows (DESIGN.md, decisions 5
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from datetime import datetime
 from typing import Protocol
 
@@ -16,7 +16,16 @@ from gateway.tasks.models import InputRequest, SessionRecord, Task, TaskStatus, 
 
 
 class TaskStore(Protocol):
-    """Durable tasks, their outcomes and sessions. Each write is committed before it returns."""
+    """Durable tasks, their outcomes and sessions. Each write is committed before it returns.
+
+    With several replicas on one database (PostgreSQL), each live task has a runner: the
+    replica that created or claimed it (`claim_orphans`). The runner's writes (`update_task`,
+    `note_task`, `finish_task` but for `cancelled`, `add_input`, `withdraw_inputs`,
+    `begin_attempt`, `note_upstream_call`, `fail_running`, `fail_interrupted`) take effect only
+    while this replica is that runner, and otherwise answer as for an unknown task; a client's
+    writes (a cancel, an answer) and every read take effect on any replica. With SQLite, one
+    process has the file, and runs every task in it.
+    """
 
     async def create_task(
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
@@ -96,8 +105,8 @@ class TaskStore(Protocol):
         """Deletes tasks (and outcomes) whose expiry is at or before `now`; returns their ids."""
 
     async def fail_interrupted(self, message: str, now: datetime) -> list[Task]:
-        """Start-up recovery: every live task fails with `message` and an internal-error
-        outcome, a terminal write as `finish_task`'s."""
+        """Start-up recovery: every live task this replica runs fails with `message` and an
+        internal-error outcome, a terminal write as `finish_task`'s."""
 
     async def fail_running(
         self, task_ids: Collection[str], message: str, now: datetime
@@ -130,9 +139,30 @@ class TaskStore(Protocol):
         attempt than the task's (`begin_attempt` keeps it, so that a later process can still
         cancel that call); None if none was noted, and once the task has ended."""
 
-    async def live_tasks(self) -> list[Task]:
-        """Every `working` or `input_required` task, of any owner, oldest first: at start-up
-        (or a takeover), the tasks a lost process left running."""
+    async def claim_orphans(self) -> list[Task]:
+        """Every live task no running process runs, of any owner, now this process's to settle,
+        oldest first: at start-up (or a takeover), the tasks a lost process left running.
+
+        SQLite (one process per file, locked): every `working` or `input_required` task.
+        PostgreSQL: the live tasks whose runner's lease has expired or whose runner's row is
+        gone (it stopped), made this replica's in one statement so that no task is claimed
+        twice; never a task this replica runs. Also forgets the replicas long dead that run
+        nothing.
+        """
+
+    async def renew_lease(self) -> None:
+        """PostgreSQL: this replica's lease runs `lease_seconds` from now on the database's
+        clock (one statement; also done on opening). SQLite: nothing, one process per file."""
+
+    async def watch(self, changed: Callable[[str | None], None]) -> None:
+        """Until `close()`, `changed(task_id)` hears of the writes someone waits for, by any
+        replica: a status or attempt moved, a question answered or withdrawn, a task deleted
+        (not a statusMessage alone). `changed(None)`: news may have been lost (the listener
+        reconnected), re-read whatever is waited on. SQLite: nothing, one process per file.
+
+        Raises: RuntimeError if the store is watched already; what the backend raises when it
+        cannot start listening.
+        """
 
     async def save_session(self, record: SessionRecord) -> None:
         """Insert or update a record; an update keeps the record's last-seen time."""

@@ -237,8 +237,14 @@ class SqliteTaskStore:
         rows = await self._read(attempts.UPSTREAM_CALL, task_id)
         return next((attempts.upstream_call_from_row(row) for row in rows), None)
 
-    async def live_tasks(self) -> list[Task]:
+    async def claim_orphans(self) -> list[Task]:
         return [task_from_row(row) for row in await self._read(attempts.LIVE_TASKS)]
+
+    async def renew_lease(self) -> None:
+        """Nothing: the file's lock, held until `close`, is this process's lease."""
+
+    async def watch(self, changed: Callable[[str | None], None]) -> None:
+        """Nothing: no other process writes to the file."""
 
     async def save_session(self, record: SessionRecord) -> None:
         await self._write(lambda db: sessions.save(db, record))
