@@ -8,13 +8,15 @@ from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
+import asyncpg
 import pytest
 
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import SessionRecord, Task, TaskStatus, epoch_us
 from gateway.tasks.store import StoreInUse, TaskStore, open_store
-from gateway.tasks.store.sqlite import _COUNT_LIVE
+from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
+from gateway.tasks.store.sqlite import _COUNT_LIVE, SqliteTaskStore
 from gateway.tasks.store.sqlite_schema import MIGRATIONS
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
@@ -48,9 +50,56 @@ def make_task(
     )
 
 
+#: Every backend the shared store tests run on, and the replica a PostgreSQL store is.
+BACKENDS = ["sqlite", "postgres"]
+REPLICA = "replica-a"
+
+StoreUnderTest = SqliteTaskStore | PostgresTaskStore
+
+
+class Backend:
+    """One backend under test: stores opened on one database (a SQLite file, or a PostgreSQL
+    database of the test's own), and that database's rows read directly."""
+
+    def __init__(self, path: Path, url: str | None) -> None:
+        self.path = path
+        self.url = url
+
+    @classmethod
+    def of(cls, request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+        """The backend a fixture's `request.param` names: only PostgreSQL's asks for a server."""
+        url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
+        return cls(tmp_path / "state" / "tasks.db", url)
+
+    async def open(self, replica: str = REPLICA) -> StoreUnderTest:
+        """A store on the database: a (re)started process's for SQLite, the replica
+        `replica`'s for PostgreSQL."""
+        if self.url is None:
+            return await open_store(self.path)
+        return await open_postgres_store(self.url, replica)
+
+    async def rows(self, sql: str) -> list[tuple[Any, ...]]:
+        """What `sql` selects, read past the store: what is at rest."""
+        if self.url is None:
+            with sqlite3.connect(self.path) as db:
+                rows: list[tuple[Any, ...]] = db.execute(sql).fetchall()
+            db.close()
+            return rows
+        conn = await asyncpg.connect(self.url)
+        try:
+            return [tuple(row) for row in await conn.fetch(sql)]
+        finally:
+            await conn.close()
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return Backend.of(request, tmp_path)
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[TaskStore]:
-    opened: TaskStore = await open_store(tmp_path / "state" / "tasks.db")
+async def store(backend: Backend) -> AsyncIterator[TaskStore]:
+    opened: TaskStore = await backend.open()
     yield opened
     await opened.close()
 
@@ -203,9 +252,9 @@ async def test_fail_interrupted_fails_live_tasks_with_an_internal_error(
 
 
 async def test_fail_running_fails_the_listed_live_tasks_in_one_commit_and_only_once(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
-    store = await open_store(tmp_path / "tasks.db")
+    store = await backend.open()
     ids = [f"t{n:04}" for n in range(1000)]
     await asyncio.gather(*(store.create_task(make_task(i)) for i in [*ids, "other", "done"]))
     done = await store.finish_task("done", COMPLETED, None, RESULT, T0)
@@ -268,10 +317,8 @@ async def test_the_active_task_count_reads_the_live_index_not_the_finished_rows(
 
 
 async def test_session_records_unseen_for_the_idle_time_are_pruned_and_live_ones_kept(
-    tmp_path: Path,
+    store: TaskStore,
 ) -> None:
-    store = await open_store(tmp_path / "tasks.db")
-
     def record(session_id: str, at: datetime) -> SessionRecord:
         return SessionRecord(
             session_id=session_id,
@@ -296,7 +343,6 @@ async def test_session_records_unseen_for_the_idle_time_are_pruned_and_live_ones
     await store.save_session(record("recent", T0))
     assert await store.prune_sessions([], T0 + hour, T0 + hour / 4) == []
     assert await store.prune_sessions([], T0 + hour, T0 + hour) == ["recent"]
-    await store.close()
 
 
 async def test_a_first_schema_file_gains_last_seen_times_from_creation(tmp_path: Path) -> None:
@@ -334,8 +380,8 @@ async def test_sessions_round_trip_are_replaced_and_deleted(store: TaskStore) ->
     assert await store.get_session("s1") is None
 
 
-async def test_a_sessions_upstream_session_id_is_kept_and_replaced(tmp_path: Path) -> None:
-    store = await open_store(tmp_path / "tasks.db")
+async def test_a_sessions_upstream_session_id_is_kept_and_replaced(backend: Backend) -> None:
+    store = await backend.open()
     record = SessionRecord(
         session_id="s",
         route="files",
@@ -351,7 +397,8 @@ async def test_a_sessions_upstream_session_id_is_kept_and_replaced(tmp_path: Pat
         record.model_copy(update={"session_id": "stdio", "upstream_session_id": None})
     )
     await store.close()
-    other = await open_store(tmp_path / "tasks.db")
+    # Read back by another process (SQLite) or another replica (PostgreSQL).
+    other = await backend.open("replica-b")
 
     kept = await other.get_session("s")
     assert kept is not None and kept.upstream_session_id == "upstream-2"
@@ -373,9 +420,8 @@ async def test_secret_is_random_per_file_and_kept_across_reopen(tmp_path: Path) 
     await other.close()
 
 
-async def test_everything_survives_reopening_the_file(tmp_path: Path) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+async def test_everything_survives_reopening_the_store(backend: Backend) -> None:
+    store = await backend.open()
     await store.create_task(make_task("live", token="p"))
     await store.create_task(make_task("done", ttl_ms=None))
     live = await store.update_task("live", INPUT, "waiting", T0 + timedelta(seconds=1))
@@ -386,7 +432,7 @@ async def test_everything_survives_reopening_the_file(tmp_path: Path) -> None:
     await store.save_session(session)
     await store.close()
 
-    reopened = await open_store(path)
+    reopened = await backend.open()
 
     assert await reopened.get_task("live") == live
     assert await reopened.get_task("done") == done
@@ -422,14 +468,14 @@ async def test_failing_write_fails_only_its_caller_and_the_batch_commits(tmp_pat
     await store.close()
 
 
-async def test_close_commits_queued_writes_and_refuses_later_ones(tmp_path: Path) -> None:
-    store = await open_store(tmp_path / "tasks.db")
+async def test_close_commits_queued_writes_and_refuses_later_ones(backend: Backend) -> None:
+    store = await backend.open()
 
     await asyncio.gather(store.create_task(make_task("queued")), store.close())
 
     with pytest.raises(RuntimeError):
         await store.create_task(make_task("late"))
-    reopened = await open_store(tmp_path / "tasks.db")
+    reopened = await backend.open()
     assert await reopened.get_task("queued") == make_task("queued")
     await reopened.close()
 
@@ -445,9 +491,9 @@ async def test_a_schema_newer_than_the_code_is_refused(tmp_path: Path) -> None:
 
 
 async def test_create_task_refuses_beyond_the_owners_active_limit_atomically(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
-    store = await open_store(tmp_path / "gateway.db")
+    store = await backend.open()
     tasks = [make_task(f"t{i}") for i in range(5)]
     # All in one batch: the cap must hold even when the writes commit together.
     created = await asyncio.gather(*(store.create_task(t, max_active=3) for t in tasks))

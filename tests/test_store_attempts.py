@@ -1,5 +1,6 @@
-"""The SQLite store's record of attempts: repeatable tasks, their stored requests, the upstream
-call of the latest attempt, and the live tasks a restart finds; on a real file."""
+"""The store's record of attempts: repeatable tasks, their stored requests, the upstream call
+of the latest attempt, and the live tasks a restart finds; on every backend (a real SQLite
+file, a real PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,8 +17,9 @@ from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import InputRequest, Task, TaskStatus, UpstreamCall, epoch_us
 from gateway.tasks.store import TaskStore, open_store
-from gateway.tasks.store.sqlite import SqliteTaskStore
 from gateway.tasks.store.sqlite_schema import MIGRATIONS
+
+from .test_store import BACKENDS, Backend, StoreUnderTest
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -65,17 +68,19 @@ def ask(key: str, task_id: str = "t") -> InputRequest:
     )
 
 
-def stored_calls(path: Path) -> list[tuple[str, str | None]]:
-    """(task_id, request) of every task_calls row in the file: what is at rest."""
-    with sqlite3.connect(path) as db:
-        rows = db.execute("SELECT task_id, request FROM task_calls ORDER BY task_id").fetchall()
-    db.close()
-    return rows
+async def stored_calls(backend: Backend) -> list[tuple[Any, ...]]:
+    """(task_id, request) of every task_calls row: what is at rest."""
+    return await backend.rows("SELECT task_id, request FROM task_calls ORDER BY task_id")
+
+
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return Backend.of(request, tmp_path)
 
 
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[SqliteTaskStore]:
-    opened = await open_store(tmp_path / "tasks.db")
+async def store(backend: Backend) -> AsyncIterator[StoreUnderTest]:
+    opened = await backend.open()
     yield opened
     await opened.close()
 
@@ -99,35 +104,32 @@ async def test_a_repeatable_tasks_request_and_attempt_read_back_exactly(
     assert await store.get_request("unknown") is None
 
 
-async def test_no_request_is_kept_for_a_task_that_is_not_repeatable(tmp_path: Path) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+async def test_no_request_is_kept_for_a_task_that_is_not_repeatable(backend: Backend) -> None:
+    store = await backend.open()
 
     with pytest.raises(ValueError):
         await store.create_task(make_task("plain", repeatable=False), request=REQUEST)
 
     assert await store.get_task("plain") is None
     await store.close()
-    assert stored_calls(path) == []
+    assert await stored_calls(backend) == []
 
 
-async def test_a_task_refused_by_the_active_cap_keeps_no_request(tmp_path: Path) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+async def test_a_task_refused_by_the_active_cap_keeps_no_request(backend: Backend) -> None:
+    store = await backend.open()
     await store.create_task(make_task("first"), max_active=1, request=REQUEST)
 
     refused = await store.create_task(make_task("second"), max_active=1, request=REQUEST)
 
     assert refused is False and await store.get_task("second") is None
     await store.close()
-    assert [task_id for task_id, _ in stored_calls(path)] == ["first"]
+    assert [task_id for task_id, _ in await stored_calls(backend)] == ["first"]
 
 
 async def test_begin_attempt_makes_the_task_work_again_and_withdraws_earlier_questions(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+    store = await backend.open()
     await store.create_task(make_task("t"), request=REQUEST)
     await store.add_input(ask("k1"))
     await store.update_task("t", INPUT, "which file?", T0 + SECOND)
@@ -146,7 +148,7 @@ async def test_begin_attempt_makes_the_task_work_again_and_withdraws_earlier_que
     assert await store.add_input(ask("k2")) is True  # the new attempt asks afresh
     assert await store.get_request("t") == REQUEST
     await store.close()
-    reopened = await open_store(path)
+    reopened = await backend.open()
     assert await reopened.get_task("t") == begun
     await reopened.close()
 
@@ -199,10 +201,9 @@ async def test_the_latest_upstream_call_is_kept_across_attempts_until_the_task_e
 
 
 async def test_every_terminal_write_deletes_the_stored_request_in_its_transaction(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+    store = await backend.open()
     ended = ["completed", "cancelled", "shut-down", "interrupted"]
     for task_id in ended:
         await store.create_task(make_task(task_id), request=REQUEST)
@@ -212,21 +213,20 @@ async def test_every_terminal_write_deletes_the_stored_request_in_its_transactio
     await store.finish_task("completed", TaskStatus.COMPLETED, None, RESULT, end)
     await store.finish_task("cancelled", TaskStatus.CANCELLED, "cancelled", None, end)
     await store.fail_running(["shut-down"], "interrupted: gateway shut down", end)
-    assert stored_calls(path) == [("interrupted", json.dumps(REQUEST))]
+    assert await stored_calls(backend) == [("interrupted", json.dumps(REQUEST))]
     await store.fail_interrupted("interrupted: gateway restarted", end)
 
     for task_id in ended:
         assert await store.get_request(task_id) is None
         assert await store.get_upstream_call(task_id) is None
     await store.close()
-    assert stored_calls(path) == []
+    assert await stored_calls(backend) == []
 
 
 async def test_a_live_task_deleted_at_its_expiry_takes_its_stored_request_along(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+    store = await backend.open()
     await store.create_task(make_task("due", ttl_ms=1000), request=REQUEST)
     await store.create_task(make_task("kept", ttl_ms=None), request=REQUEST)
 
@@ -234,13 +234,13 @@ async def test_a_live_task_deleted_at_its_expiry_takes_its_stored_request_along(
 
     assert await store.get_request("due") is None
     await store.close()
-    assert stored_calls(path) == [("kept", json.dumps(REQUEST))]
+    assert await stored_calls(backend) == [("kept", json.dumps(REQUEST))]
 
 
 async def test_a_restart_claims_every_owners_working_and_input_required_tasks_oldest_first(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
-    store = await open_store(tmp_path / "tasks.db")
+    store = await backend.open()
     tasks = [
         make_task("late", at=T0 + SECOND),
         make_task("bobs", owner="bob", repeatable=False),
@@ -251,7 +251,8 @@ async def test_a_restart_claims_every_owners_working_and_input_required_tasks_ol
         await store.create_task(task)
     await store.finish_task("done", TaskStatus.FAILED, "boom", RESULT, T0)
     await store.close()
-    restarted = await open_store(tmp_path / "tasks.db")
+    # The next process: a replica of another name, for PostgreSQL.
+    restarted = await backend.open("replica-restarted")
 
     live = await restarted.claim_orphans()
 
@@ -288,4 +289,4 @@ async def test_a_database_of_the_previous_schema_gains_attempts_and_keeps_its_ta
     with sqlite3.connect(path) as db:
         assert db.execute("PRAGMA user_version").fetchone() == (len(MIGRATIONS),)
     db.close()
-    assert stored_calls(path) == []
+    assert await stored_calls(Backend(path, None)) == []

@@ -1,4 +1,5 @@
-"""The SQLite store's input-request rows and task generations, on a real file."""
+"""The store's input-request rows and task generations, on every backend (a real SQLite file,
+a real PostgreSQL database)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -15,6 +17,8 @@ from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import InputRequest, Task, TaskStatus, epoch_us
 from gateway.tasks.store import TaskStore, open_store
 from gateway.tasks.store.sqlite_schema import MIGRATIONS
+
+from .test_store import BACKENDS, Backend
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -56,32 +60,33 @@ def ask(
     )
 
 
+@pytest.fixture(params=BACKENDS)
+def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
+    return Backend.of(request, tmp_path)
+
+
 @pytest.fixture
-async def store(tmp_path: Path) -> AsyncIterator[TaskStore]:
-    opened: TaskStore = await open_store(tmp_path / "tasks.db")
+async def store(backend: Backend) -> AsyncIterator[TaskStore]:
+    opened: TaskStore = await backend.open()
     await opened.create_task(make_task("t"))
     yield opened
     await opened.close()
 
 
-def input_rows(path: Path) -> list[tuple[str, str, str | None, int | None]]:
-    """(key, state, response, settled_at) of every input row in the file, by key."""
-    with sqlite3.connect(path) as db:
-        sql = "SELECT key, state, response, settled_at FROM task_inputs ORDER BY task_id, key"
-        rows = db.execute(sql).fetchall()
-    db.close()
-    return rows
+async def input_rows(backend: Backend) -> list[tuple[Any, ...]]:
+    """(key, state, response, settled_at) of every input row at rest, by task and key."""
+    sql = "SELECT key, state, response, settled_at FROM task_inputs ORDER BY task_id, key"
+    return await backend.rows(sql)
 
 
-async def test_a_tasks_generation_round_trips_and_defaults_to_2025_11_25(tmp_path: Path) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+async def test_a_tasks_generation_round_trips_and_defaults_to_2025_11_25(backend: Backend) -> None:
+    store = await backend.open()
     await store.create_task(make_task("old"))
     await store.create_task(make_task("new", generation="2026-07-28"))
 
     finished = await store.finish_task("new", TaskStatus.COMPLETED, None, RESULT, T0)
     await store.close()
-    reopened = await open_store(path)
+    reopened = await backend.open()
 
     old, new = await reopened.get_task("old"), await reopened.get_task("new")
     assert old is not None and old.generation == "2025-11-25"
@@ -121,9 +126,8 @@ async def test_add_input_refuses_unknown_and_terminal_tasks_and_taken_keys(
     assert await store.pending_inputs("t") == []
 
 
-async def test_an_answer_settles_only_its_key_and_only_once(tmp_path: Path) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+async def test_an_answer_settles_only_its_key_and_only_once(backend: Backend) -> None:
+    store = await backend.open()
     await store.create_task(make_task("t"))
     one, two = ask("one"), ask("two", upstream_id=2)
     await store.add_input(one)
@@ -138,17 +142,16 @@ async def test_an_answer_settles_only_its_key_and_only_once(tmp_path: Path) -> N
     assert await store.pending_inputs("t") == [two]
     await store.close()
 
-    assert input_rows(path) == [
+    assert await input_rows(backend) == [
         ("one", "answered", json.dumps(ANSWER), epoch_us(answered_at)),
         ("two", "pending", None, None),
     ]
 
 
 async def test_withdraw_inputs_moves_the_named_pending_keys_or_all_of_them(
-    tmp_path: Path,
+    backend: Backend,
 ) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+    store = await backend.open()
     await store.create_task(make_task("t"))
     await store.create_task(make_task("u"))
     asked = [ask(key, at=T0 + n * SECOND) for n, key in enumerate("edcba")]
@@ -169,14 +172,13 @@ async def test_withdraw_inputs_moves_the_named_pending_keys_or_all_of_them(
     assert await store.pending_inputs("u") == [ask("a", task_id="u")]
     await store.close()
 
-    states = [(key, state, settled) for key, state, _, settled in input_rows(path)]
+    states = [(key, state, settled) for key, state, _, settled in await input_rows(backend)]
     withdrawn = [(key, "withdrawn", epoch_us(later)) for key in "abcd"]
     assert states == [*withdrawn, ("e", "answered", epoch_us(T0)), ("a", "pending", None)]
 
 
-async def test_the_terminal_write_withdraws_the_tasks_pending_inputs(tmp_path: Path) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+async def test_the_terminal_write_withdraws_the_tasks_pending_inputs(backend: Backend) -> None:
+    store = await backend.open()
     for task_id in ["finished", "shut-down", "interrupted", "bystander"]:
         await store.create_task(make_task(task_id))
         await store.add_input(ask("k", task_id=task_id))
@@ -194,13 +196,12 @@ async def test_the_terminal_write_withdraws_the_tasks_pending_inputs(tmp_path: P
         assert await store.answer_input(task_id, "k", ANSWER, end) is None
         assert await store.add_input(ask("new", task_id=task_id)) is False
     await store.close()
-    states = {(key, state) for key, state, _, _ in input_rows(path)}
+    states = {(key, state) for key, state, _, _ in await input_rows(backend)}
     assert states == {("answered", "answered"), ("k", "withdrawn")}
 
 
-async def test_deleting_an_expired_task_deletes_its_input_rows(tmp_path: Path) -> None:
-    path = tmp_path / "tasks.db"
-    store = await open_store(path)
+async def test_deleting_an_expired_task_deletes_its_input_rows(backend: Backend) -> None:
+    store = await backend.open()
     await store.create_task(make_task("due", ttl_ms=1000))
     await store.create_task(make_task("kept", ttl_ms=None))
     for key in ["pending", "answered"]:
@@ -212,7 +213,7 @@ async def test_deleting_an_expired_task_deletes_its_input_rows(tmp_path: Path) -
 
     assert await store.pending_inputs("due") == []
     await store.close()
-    assert input_rows(path) == [("k", "pending", None, None)]
+    assert await input_rows(backend) == [("k", "pending", None, None)]
 
 
 async def test_upstream_ids_and_params_read_back_exactly(store: TaskStore) -> None:

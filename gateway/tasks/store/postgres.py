@@ -1,0 +1,328 @@
+"""The PostgreSQL backend of `TaskStore`: the database several replicas share (DESIGN.md,
+"Several replicas"). The reads are here; the writes it delegates, by the rows they change, to
+`postgres_tasks`, `postgres_inputs`, `postgres_attempts` and `postgres_sessions`.
+
+Each write is one transaction on a pooled connection, durable on return (a caller cancelled
+before the commit has written nothing). A task's runner is the replica that created or
+claimed it, and the runner's writes are fenced on it: a replica taken for dead can no longer
+write to the tasks a survivor took over, while a client's cancel or answer lands on any
+replica. `postgres_schema` keeps the schema current, `postgres_listener` hears the wake-ups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import time
+from collections.abc import Awaitable, Callable, Collection
+from datetime import datetime
+from typing import Any, TypeVar
+
+import asyncpg
+from asyncpg import Record
+
+from gateway.protocol.jsonrpc import JsonObject, RequestId
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import (
+    InputRequest,
+    SessionRecord,
+    Task,
+    TaskStatus,
+    UpstreamCall,
+    epoch_us,
+    may_transition,
+)
+from gateway.tasks.store import postgres_attempts as attempts
+from gateway.tasks.store import postgres_inputs as inputs
+from gateway.tasks.store import postgres_sessions as sessions
+from gateway.tasks.store import postgres_tasks as task_rows
+from gateway.tasks.store.postgres_listener import Listener
+from gateway.tasks.store.postgres_schema import (
+    TASK_COLUMNS,
+    Connection,
+    cursor_secret,
+    input_from_row,
+    migrate,
+    request_from_row,
+    session_from_row,
+    task_from_row,
+    upstream_call_from_row,
+)
+
+T = TypeVar("T")
+
+_POOL_SIZE = 10
+#: How long `close` waits for the writes under way before it drops their connections.
+_CLOSE_SECONDS = 10.0
+
+
+class PostgresTaskStore:
+    """`TaskStore` on a PostgreSQL database, as the replica `replica`. `commits` counts the
+    transactions its writes committed."""
+
+    def __init__(
+        self,
+        pool: asyncpg.Pool[Record],
+        url: str,
+        replica: str,
+        lease_seconds: float,
+        secret: bytes,
+        on_timing: Callable[[str, float], None] | None = None,
+    ) -> None:
+        self._pool = pool
+        self._url = url
+        self._replica = replica
+        self._lease_seconds = lease_seconds
+        self._secret = secret
+        self._on_timing = on_timing
+        self._listener: Listener | None = None
+        self._closed = False
+        self.commits = 0
+        self._last_commit = 0.0
+
+    async def create_task(
+        self, task: Task, max_active: int | None = None, request: JsonObject | None = None
+    ) -> bool:
+        if request is not None and not task.repeatable:
+            raise ValueError("only a repeatable task's request is kept")
+        return await self._write(
+            lambda db: task_rows.create(db, task, max_active, request, self._replica)
+        )
+
+    async def find_task(self, task_id: str, owner: str) -> Task | None:
+        sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1 AND owner = $2"
+        return next(map(task_from_row, await self._read(sql, task_id, owner)), None)
+
+    async def get_task(self, task_id: str) -> Task | None:
+        sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1"
+        return next(map(task_from_row, await self._read(sql, task_id)), None)
+
+    async def list_tasks(
+        self, owner: str, after: tuple[datetime, str] | None, limit: int, now: datetime
+    ) -> list[Task]:
+        keyset = "" if after is None else "AND (created_at, task_id) > ($4, $5)"
+        start = () if after is None else (epoch_us(after[0]), after[1])
+        sql = (
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE owner = $1 {keyset}"
+            " AND (expires_at IS NULL OR expires_at > $2) ORDER BY created_at, task_id LIMIT $3"
+        )
+        rows = await self._read(sql, owner, epoch_us(now), limit, *start)
+        return [task_from_row(row) for row in rows]
+
+    async def update_task(
+        self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
+    ) -> Task | None:
+        if status.terminal:
+            raise ValueError(f"{status} is terminal: use finish_task")
+        sources = [s for s in TaskStatus if s == status or may_transition(s, status)]
+        move = task_rows.transition(task_id, sources, status, status_message, now, self._replica)
+        return next(iter(await self._write(move)), None)
+
+    async def note_task(self, task_id: str, status_message: str, now: datetime) -> Task | None:
+        return await self._write(
+            lambda db: task_rows.note(db, task_id, status_message, now, self._replica)
+        )
+
+    async def finish_task(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        status_message: str | None,
+        outcome: Outcome | None,
+        now: datetime,
+    ) -> Task | None:
+        if not status.terminal:
+            raise ValueError(f"{status} is not terminal: use update_task")
+        sources = [s for s in TaskStatus if may_transition(s, status)]
+        # A client's cancel lands on whichever replica it reached, not only on the runner.
+        runner = None if status == TaskStatus.CANCELLED else self._replica
+        move = task_rows.transition(task_id, sources, status, status_message, now, runner)
+        return next(iter(await self._write(task_rows.ending(move, outcome, now))), None)
+
+    async def get_outcome(self, task_id: str) -> Outcome | None:
+        rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = $1", task_id)
+        return next((Outcome(kind=r["kind"], body=json.loads(r["body"])) for r in rows), None)
+
+    async def add_input(self, request: InputRequest) -> bool:
+        return await self._write(lambda db: inputs.add(db, request, self._replica))
+
+    async def pending_inputs(self, task_id: str) -> list[InputRequest]:
+        return [input_from_row(row) for row in await self._read(inputs.PENDING, task_id)]
+
+    async def answer_input(
+        self, task_id: str, key: str, response: JsonObject, now: datetime
+    ) -> InputRequest | None:
+        return await self._write(lambda db: inputs.answer(db, task_id, key, response, now))
+
+    async def withdraw_inputs(
+        self, task_id: str, now: datetime, keys: Collection[str] | None = None
+    ) -> list[InputRequest]:
+        return await self._write(lambda db: inputs.withdraw(db, task_id, now, keys, self._replica))
+
+    async def delete_expired(self, now: datetime) -> list[str]:
+        # Their outcomes and input rows go with them: the foreign keys cascade.
+        sql = "DELETE FROM tasks WHERE expires_at <= $1 RETURNING task_id"
+        rows = await self._write(lambda db: db.fetch(sql, epoch_us(now)))
+        return [row["task_id"] for row in rows]
+
+    async def fail_interrupted(self, message: str, now: datetime) -> list[Task]:
+        return await self._fail(None, message, now)
+
+    async def fail_running(
+        self, task_ids: Collection[str], message: str, now: datetime
+    ) -> list[Task]:
+        return await self._fail(list(task_ids), message, now)
+
+    async def _fail(self, ids: list[str] | None, message: str, now: datetime) -> list[Task]:
+        failed = TaskStatus.FAILED
+        sources = [s for s in TaskStatus if may_transition(s, failed)]
+        move = task_rows.transition(ids, sources, failed, message, now, self._replica)
+        return await self._write(task_rows.ending(move, Outcome.error(-32603, message), now))
+
+    async def get_request(self, task_id: str) -> JsonObject | None:
+        rows = await self._read(attempts.REQUEST, task_id)
+        return next(map(request_from_row, rows), None)
+
+    async def begin_attempt(
+        self, task_id: str, attempt: int, status_message: str, now: datetime
+    ) -> Task | None:
+        return await self._write(
+            lambda db: attempts.begin(db, task_id, attempt, status_message, now, self._replica)
+        )
+
+    async def note_upstream_call(
+        self, task_id: str, session_id: str | None, request_id: RequestId
+    ) -> None:
+        await self._write(
+            lambda db: attempts.note(db, task_id, session_id, request_id, self._replica)
+        )
+
+    async def get_upstream_call(self, task_id: str) -> UpstreamCall | None:
+        rows = await self._read(attempts.UPSTREAM_CALL, task_id)
+        return next(map(upstream_call_from_row, rows), None)
+
+    async def claim_orphans(self) -> list[Task]:
+        return await self._write(lambda db: attempts.claim(db, self._replica))
+
+    async def renew_lease(self) -> None:
+        sql, lease = attempts.RENEW, self._lease_seconds
+        await self._write(lambda db: db.execute(sql, self._replica, lease))
+
+    async def watch(self, changed: Callable[[str | None], None]) -> None:
+        """Raises: RuntimeError if this store is watched already; what asyncpg raises if the
+        listener's connection cannot be made."""
+        if self._listener is not None:
+            raise RuntimeError("the task store is watched already")
+        listener = Listener(self._url, _application_name(self._replica), changed)
+        await listener.start()
+        self._listener = listener
+
+    async def save_session(self, record: SessionRecord) -> None:
+        await self._write(lambda db: sessions.save(db, record))
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        rows = await self._read(sessions.GET, session_id)
+        return next(map(session_from_row, rows), None)
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._write(lambda db: db.execute(sessions.DELETE, session_id))
+
+    async def prune_sessions(
+        self, live: Collection[str], now: datetime, idle_before: datetime
+    ) -> list[str]:
+        return await self._write(lambda db: sessions.prune(db, live, now, idle_before))
+
+    @property
+    def last_commit(self) -> float:
+        return self._last_commit
+
+    async def check_writable(self) -> None:
+        sql = (
+            "INSERT INTO meta VALUES ('health_check', $1)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        )
+        await self._write(lambda db: db.execute(sql, str(time.time()).encode()))
+
+    async def secret(self) -> bytes:
+        return self._secret
+
+    async def close(self) -> None:
+        """Stops listening, gives up this replica's lease (its live tasks are the others' to
+        claim at once), then closes the pool once the writes under way have ended; later
+        calls are refused."""
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if self._listener is not None:
+                await self._listener.close()
+            async with self._pool.acquire() as db:
+                await db.execute(attempts.RELEASE, self._replica)
+        finally:
+            # On timeout the pool terminates the connections still in use.
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(_CLOSE_SECONDS):
+                    await self._pool.close()
+
+    async def _read(self, sql: str, *params: Any) -> list[Record]:
+        self._check_open()
+        started = time.perf_counter()
+        rows = await self._pool.fetch(sql, *params)
+        if self._on_timing is not None:
+            self._on_timing("read", time.perf_counter() - started)
+        return rows
+
+    async def _write(self, run: Callable[[Connection], Awaitable[T]]) -> T:
+        self._check_open()
+        started = time.perf_counter()
+        async with self._pool.acquire() as db, db.transaction():
+            value = await run(db)
+        self.commits += 1
+        self._last_commit = time.monotonic()
+        if self._on_timing is not None:
+            self._on_timing("commit", time.perf_counter() - started)
+        return value
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("the task store is closed")
+
+
+def _application_name(replica: str) -> str:
+    """What the server shows for this replica's connections (pg_stat_activity)."""
+    return f"mcp-task-gateway {replica}"
+
+
+async def open_postgres_store(
+    url: str,
+    replica: str,
+    lease_seconds: float = 15.0,
+    on_timing: Callable[[str, float], None] | None = None,
+) -> PostgresTaskStore:
+    """Connects to the database at `url` (the password from PGPASSWORD), brings its schema up
+    to date and takes the lease of `replica`, this process's name among the replicas. Give a
+    new name at each start: the live tasks of an earlier process of the same name would pass
+    for this one's, and no replica would ever claim them.
+
+    `on_timing(operation, seconds)` hears how long each read and each commit took.
+
+    Raises: what asyncpg raises when the database cannot be reached or used (OSError,
+    asyncpg.PostgresError, ...); RuntimeError if its schema is newer than this gateway knows.
+    """
+    pool = await asyncpg.create_pool(
+        url,
+        min_size=1,
+        max_size=_POOL_SIZE,
+        server_settings={"application_name": _application_name(replica)},
+    )
+    try:
+        async with pool.acquire() as db:
+            await migrate(db)
+            secret = await cursor_secret(db)
+        store = PostgresTaskStore(pool, url, replica, lease_seconds, secret, on_timing)
+        await store.renew_lease()
+    except BaseException:
+        pool.terminate()
+        raise
+    return store

@@ -1,0 +1,238 @@
+"""The PostgreSQL database itself: its tables, how they change between versions, how their
+rows read.
+
+Several replicas may start together on one database: `migrate` takes a transaction-scoped
+advisory lock before it looks at the schema version, so exactly one of them applies each
+migration and the others find it done. Columns keep SQLite's shapes (times as `epoch_us`
+integers, JSON as text), so both backends read back exactly the same values; only the
+replicas' leases use the database's clock, so that no replica's clock ever decides whether
+another one is dead. Wake-ups (`postgres_listener`) are sent by triggers, inside the very
+transaction that changes a row, and only for changes someone waits for.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import TYPE_CHECKING, TypeAlias
+
+from asyncpg import Record
+
+from gateway.protocol.jsonrpc import JsonObject
+from gateway.tasks.models import (
+    InputRequest,
+    SessionRecord,
+    Task,
+    TaskStatus,
+    UpstreamCall,
+    from_epoch_us,
+)
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolConnectionProxy
+
+#: A pooled connection (only the stubs make its class generic).
+Connection: TypeAlias = "PoolConnectionProxy[Record]"
+
+#: The LISTEN/NOTIFY channel; each notification's payload is a task id.
+CHANNEL = "mcp_gateway_tasks"
+
+#: `pg_advisory_xact_lock(LOCKS, n)` keys: 0 for the schema, `OWNER_LOCK` for an owner's count
+#: of live tasks (its key is the owner's hash).
+LOCKS = 0x4D435047  # "MCPG"
+_SCHEMA_LOCK = 0
+OWNER_LOCK = 1
+
+# The one function behind every trigger below: a row's task id, on the channel. Identical
+# payloads within one transaction are folded into one by PostgreSQL.
+_NOTIFY = f"""
+    CREATE FUNCTION task_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        IF TG_OP = 'DELETE' THEN
+            PERFORM pg_notify('{CHANNEL}', OLD.task_id);
+        ELSE
+            PERFORM pg_notify('{CHANNEL}', NEW.task_id);
+        END IF;
+        RETURN NULL;
+    END $$;
+"""
+
+#: Applied in order once each, each recorded in `schema_versions`. Append, never edit.
+MIGRATIONS = [
+    # Ids and keys sort bytewise (COLLATE "C"), as in SQLite, whatever the database's locale.
+    # Wake-ups: a status or attempt moved (not a statusMessage alone: pollers read those), a
+    # question answered or withdrawn, a task deleted at its expiry.
+    f"""
+    CREATE TABLE meta (key TEXT PRIMARY KEY, value BYTEA NOT NULL);
+    CREATE TABLE replicas (replica TEXT PRIMARY KEY, lease_until TIMESTAMPTZ NOT NULL);
+    CREATE TABLE tasks (
+        task_id TEXT COLLATE "C" PRIMARY KEY,
+        owner TEXT NOT NULL,
+        route TEXT NOT NULL,
+        tool TEXT NOT NULL,
+        status TEXT NOT NULL
+            CHECK (status IN ('working', 'input_required', 'completed', 'failed', 'cancelled')),
+        status_message TEXT,
+        created_at BIGINT NOT NULL,
+        updated_at BIGINT NOT NULL,
+        expires_at BIGINT,
+        ttl_ms BIGINT,
+        poll_interval_ms BIGINT NOT NULL,
+        progress_token TEXT,
+        generation TEXT NOT NULL,
+        repeatable BOOLEAN NOT NULL,
+        attempt INTEGER NOT NULL CHECK (attempt >= 1),
+        runner TEXT NOT NULL
+    );
+    CREATE INDEX tasks_by_owner ON tasks (owner, created_at, task_id);
+    CREATE INDEX tasks_by_expiry ON tasks (expires_at);
+    CREATE INDEX tasks_live_by_owner ON tasks (owner) WHERE status IN ('working', 'input_required');
+    CREATE INDEX tasks_live_by_runner ON tasks (runner, created_at, task_id)
+        WHERE status IN ('working', 'input_required');
+    CREATE TABLE outcomes (
+        task_id TEXT COLLATE "C" PRIMARY KEY REFERENCES tasks ON DELETE CASCADE,
+        kind TEXT NOT NULL,
+        body TEXT NOT NULL
+    );
+    CREATE TABLE task_inputs (
+        task_id TEXT COLLATE "C" NOT NULL REFERENCES tasks ON DELETE CASCADE,
+        key TEXT COLLATE "C" NOT NULL,
+        method TEXT NOT NULL,
+        params TEXT NOT NULL,
+        upstream_id TEXT NOT NULL,
+        state TEXT NOT NULL CHECK (state IN ('pending', 'answered', 'withdrawn')),
+        response TEXT,
+        created_at BIGINT NOT NULL,
+        settled_at BIGINT,
+        PRIMARY KEY (task_id, key)
+    );
+    CREATE TABLE task_calls (
+        task_id TEXT COLLATE "C" PRIMARY KEY REFERENCES tasks ON DELETE CASCADE,
+        request TEXT,
+        upstream_session_id TEXT,
+        upstream_request_id TEXT
+    );
+    CREATE TABLE sessions (
+        session_id TEXT PRIMARY KEY,
+        route TEXT NOT NULL,
+        principal TEXT,
+        protocol_version TEXT NOT NULL,
+        initialize TEXT NOT NULL,
+        initialized TEXT,
+        created_at BIGINT NOT NULL,
+        last_seen BIGINT NOT NULL,
+        upstream_session_id TEXT
+    );
+    CREATE INDEX sessions_by_last_seen ON sessions (last_seen);
+    {_NOTIFY}
+    CREATE TRIGGER task_moved AFTER UPDATE OF status, attempt ON tasks FOR EACH ROW
+        WHEN (OLD.status <> NEW.status OR OLD.attempt <> NEW.attempt)
+        EXECUTE FUNCTION task_changed();
+    CREATE TRIGGER task_deleted AFTER DELETE ON tasks FOR EACH ROW
+        EXECUTE FUNCTION task_changed();
+    CREATE TRIGGER input_settled AFTER UPDATE OF state ON task_inputs FOR EACH ROW
+        WHEN (OLD.state <> NEW.state) EXECUTE FUNCTION task_changed();
+    """,
+]
+
+#: The statuses of a running task, spelled as the partial indexes' WHERE so that the planner
+#: matches them.
+LIVE_SQL = "status IN ('working', 'input_required')"
+
+#: What `task_from_row` reads.
+TASK_COLUMNS = (
+    "task_id, owner, route, tool, status, status_message, created_at, updated_at, ttl_ms,"
+    " poll_interval_ms, progress_token, generation, repeatable, attempt"
+)
+
+#: What `input_from_row` reads.
+INPUT_COLUMNS = "task_id, key, method, params, upstream_id, created_at"
+
+
+async def migrate(db: Connection) -> None:
+    """Brings the schema up to date in one transaction, whoever else is starting meanwhile.
+
+    Raises: RuntimeError if the database's schema is newer than this gateway knows.
+    """
+    async with db.transaction():
+        await db.execute("SELECT pg_advisory_xact_lock($1, $2)", LOCKS, _SCHEMA_LOCK)
+        await db.execute("CREATE TABLE IF NOT EXISTS schema_versions (version INTEGER PRIMARY KEY)")
+        version: int = await db.fetchval("SELECT coalesce(max(version), 0) FROM schema_versions")
+        if version > len(MIGRATIONS):
+            raise RuntimeError(f"database schema {version} is newer than this gateway knows")
+        for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
+            await db.execute(script)
+            await db.execute("INSERT INTO schema_versions VALUES ($1)", number)
+
+
+async def cursor_secret(db: Connection) -> bytes:
+    """The database's list-cursor secret, made by whichever replica asks first."""
+    made = "INSERT INTO meta VALUES ('cursor_secret', $1) ON CONFLICT (key) DO NOTHING"
+    await db.execute(made, secrets.token_bytes(32))
+    secret: bytes = await db.fetchval("SELECT value FROM meta WHERE key = 'cursor_secret'")
+    return secret
+
+
+def json_text(value: object) -> str | None:
+    """A JSON column's value (None stays NULL)."""
+    # ensure_ascii (the default) escapes NUL and lone surrogates, which text columns refuse.
+    return None if value is None else json.dumps(value)
+
+
+def task_from_row(row: Record) -> Task:
+    token = row["progress_token"]
+    return Task(
+        task_id=row["task_id"],
+        owner=row["owner"],
+        route=row["route"],
+        tool=row["tool"],
+        status=TaskStatus(row["status"]),
+        status_message=row["status_message"],
+        created_at=from_epoch_us(row["created_at"]),
+        updated_at=from_epoch_us(row["updated_at"]),
+        ttl_ms=row["ttl_ms"],
+        poll_interval_ms=row["poll_interval_ms"],
+        # JSON text keeps an int token an int and a str token a str.
+        progress_token=None if token is None else json.loads(token),
+        generation=row["generation"],
+        repeatable=row["repeatable"],
+        attempt=row["attempt"],
+    )
+
+
+def input_from_row(row: Record) -> InputRequest:
+    return InputRequest(
+        task_id=row["task_id"],
+        key=row["key"],
+        method=row["method"],
+        params=json.loads(row["params"]),
+        upstream_id=json.loads(row["upstream_id"]),
+        created_at=from_epoch_us(row["created_at"]),
+    )
+
+
+def request_from_row(row: Record) -> JsonObject:
+    request: JsonObject = json.loads(row["request"])
+    return request
+
+
+def upstream_call_from_row(row: Record) -> UpstreamCall:
+    return UpstreamCall(
+        task_id=row["task_id"],
+        session_id=row["upstream_session_id"],
+        request_id=json.loads(row["upstream_request_id"]),
+    )
+
+
+def session_from_row(row: Record) -> SessionRecord:
+    initialized = row["initialized"]
+    return SessionRecord(
+        session_id=row["session_id"],
+        route=row["route"],
+        principal=row["principal"],
+        protocol_version=row["protocol_version"],
+        initialize=json.loads(row["initialize"]),
+        initialized=None if initialized is None else json.loads(initialized),
+        created_at=from_epoch_us(row["created_at"]),
+        upstream_session_id=row["upstream_session_id"],
+    )

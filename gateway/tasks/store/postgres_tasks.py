@@ -1,0 +1,132 @@
+"""The PostgreSQL store's task and outcome writes: creation, status moves and the terminal write.
+
+A task is created with this replica as its runner, and each later write of the runner's
+carries `runner = <this replica>` in its WHERE, beside the status check: check and write are
+one statement, which PostgreSQL re-checks against the latest row when another transaction
+changed it first (a takeover, a cancel), so a write never lands on a row that stopped being
+its to make. The functions here run inside the store's transaction for the write.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Awaitable, Callable
+from datetime import datetime
+from typing import Any
+
+from gateway.protocol.jsonrpc import JsonObject
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import Task, TaskStatus, epoch_us
+from gateway.tasks.store import postgres_attempts as attempts
+from gateway.tasks.store import postgres_inputs as inputs
+from gateway.tasks.store.postgres_schema import (
+    LIVE_SQL,
+    LOCKS,
+    OWNER_LOCK,
+    TASK_COLUMNS,
+    Connection,
+    json_text,
+    task_from_row,
+)
+
+#: A write of one or more task rows, returning the tasks it moved.
+Move = Callable[[Connection], Awaitable[list[Task]]]
+
+_COUNT_LIVE = f"SELECT count(*) FROM tasks WHERE owner = $1 AND {LIVE_SQL}"
+
+_INSERT = (
+    f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at, runner)"
+    f" VALUES ({', '.join(f'${n}' for n in range(1, 17))})"
+)
+
+_NOTE = (
+    "UPDATE tasks SET status_message = $2, updated_at = $3"
+    f" WHERE task_id = $1 AND {LIVE_SQL} AND runner = $4 RETURNING {TASK_COLUMNS}"
+)
+
+
+async def create(
+    db: Connection,
+    task: Task,
+    max_active: int | None,
+    request: JsonObject | None,
+    replica: str,
+) -> bool:
+    """Inserts `task` run by `replica`, with its request if given; False, writing nothing, if
+    its owner has `max_active` live tasks already."""
+    if max_active is not None:
+        # One owner's creations queue here, on every replica: none can slip past the cap.
+        lock = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
+        await db.execute(lock, LOCKS + OWNER_LOCK, task.owner)
+        if await db.fetchval(_COUNT_LIVE, task.owner) >= max_active:
+            return False
+    expires = task.expires_at
+    await db.execute(
+        _INSERT,
+        *(task.task_id, task.owner, task.route, task.tool, task.status.value),
+        *(task.status_message, epoch_us(task.created_at), epoch_us(task.updated_at)),
+        *(task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
+        *(task.generation, task.repeatable, task.attempt),
+        *(None if expires is None else epoch_us(expires), replica),
+    )
+    if request is not None:
+        await attempts.save_request(db, task.task_id, request)
+    return True
+
+
+async def note(
+    db: Connection, task_id: str, message: str, now: datetime, replica: str
+) -> Task | None:
+    """Sets the statusMessage of a live task `replica` runs; None for any other task."""
+    row = await db.fetchrow(_NOTE, task_id, message, epoch_us(now), replica)
+    return None if row is None else task_from_row(row)
+
+
+def transition(
+    which: str | list[str] | None,
+    sources: list[TaskStatus],
+    status: TaskStatus,
+    message: str | None,
+    now: datetime,
+    runner: str | None,
+) -> Move:
+    """Moves the task `which` names (or those it lists, or with None every task) whose status
+    is in `sources`, and with `runner` only those that replica runs."""
+    params: list[Any] = [status.value, message, epoch_us(now), [s.value for s in sources]]
+    where = ["status = ANY($4::text[])"]
+    if isinstance(which, str):
+        params.append(which)
+        where.append(f"task_id = ${len(params)}")
+    elif which is not None:
+        params.append(which)
+        where.append(f"task_id = ANY(${len(params)}::text[])")
+    if runner is not None:
+        params.append(runner)
+        where.append(f"runner = ${len(params)}")
+    sql = (
+        "UPDATE tasks SET status = $1, status_message = $2, updated_at = $3"
+        f" WHERE {' AND '.join(where)} RETURNING {TASK_COLUMNS}"
+    )
+
+    async def move(db: Connection) -> list[Task]:
+        return [task_from_row(row) for row in await db.fetch(sql, *params)]
+
+    return move
+
+
+def ending(move: Move, outcome: Outcome | None, now: datetime) -> Move:
+    """`move` as a terminal write: for each task it moved, the outcome kept, the questions
+    withdrawn, the stored request and upstream call forgotten."""
+
+    async def end(db: Connection) -> list[Task]:
+        tasks = await move(db)
+        ended = [task.task_id for task in tasks]
+        if outcome is not None and ended:
+            sql = "INSERT INTO outcomes VALUES ($1, $2, $3)"
+            body = json.dumps(outcome.body)
+            await db.executemany(sql, [(task_id, outcome.kind, body) for task_id in ended])
+        await inputs.withdraw_all(db, ended, now)
+        await attempts.forget(db, ended)
+        return tasks
+
+    return end
