@@ -1,0 +1,336 @@
+"""The PostgreSQL store as several replicas share it: a schema migrated once however many start
+together, leases and takeovers, fenced writes, wake-ups over LISTEN/NOTIFY; on a real
+PostgreSQL server, each test with a database of its own. (Everything one store does alone is
+tested on every backend by test_store.py, test_store_inputs.py and test_store_attempts.py.)"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import asyncpg
+import pytest
+
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import InputRequest, SessionRecord, Task, TaskStatus, UpstreamCall
+from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
+from gateway.tasks.store.postgres_schema import MIGRATIONS
+
+from . import postgres
+
+T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
+SECOND = timedelta(seconds=1)
+WORKING, INPUT = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
+COMPLETED, CANCELLED = TaskStatus.COMPLETED, TaskStatus.CANCELLED
+RESULT = Outcome(kind="result", body={"content": []})
+
+
+def make_task(task_id: str, *, owner: str = "alice", at: datetime = T0) -> Task:
+    return Task(
+        task_id=task_id,
+        owner=owner,
+        route="files",
+        tool="search",
+        status=WORKING,
+        created_at=at,
+        updated_at=at,
+        ttl_ms=60_000,
+        poll_interval_ms=500,
+        repeatable=True,
+    )
+
+
+def ask(key: str, task_id: str = "t") -> InputRequest:
+    return InputRequest(
+        task_id=task_id,
+        key=key,
+        method="elicitation/create",
+        params={"message": "which file?"},
+        upstream_id=1,
+        created_at=T0,
+    )
+
+
+async def query(url: str, sql: str, *args: Any) -> list[asyncpg.Record]:
+    """`sql` run past the stores, as an operator (or a dead replica's clock) would."""
+    conn = await asyncpg.connect(url)
+    try:
+        return await conn.fetch(sql, *args)
+    finally:
+        await conn.close()
+
+
+async def expire(url: str, replica: str, ago: str = "1 second") -> None:
+    """The replica's lease ran out `ago`, as if it had stopped renewing it then."""
+    sql = f"UPDATE replicas SET lease_until = now() - interval '{ago}' WHERE replica = $1"
+    await query(url, sql, replica)
+
+
+@asynccontextmanager
+async def replicas(url: str, *names: str) -> AsyncIterator[list[PostgresTaskStore]]:
+    stores = [await open_postgres_store(url, name) for name in names]
+    try:
+        yield stores
+    finally:
+        for store in stores:
+            await store.close()
+
+
+async def test_replicas_starting_together_migrate_the_schema_exactly_once(pg_url: str) -> None:
+    stores = await asyncio.gather(*(open_postgres_store(pg_url, f"r{n}") for n in range(3)))
+
+    versions = await query(pg_url, "SELECT version FROM schema_versions ORDER BY version")
+    assert [row["version"] for row in versions] == list(range(1, len(MIGRATIONS) + 1))
+    await stores[0].create_task(make_task("t"))
+    assert [await store.get_task("t") for store in stores] == [make_task("t")] * 3
+    for store in stores:
+        await store.close()
+
+
+async def test_a_schema_newer_than_the_code_is_refused(pg_url: str) -> None:
+    await (await open_postgres_store(pg_url, "old")).close()
+    await query(pg_url, "INSERT INTO schema_versions VALUES (99)")
+
+    with pytest.raises(RuntimeError):
+        await open_postgres_store(pg_url, "new")
+
+
+async def test_a_lease_runs_on_the_database_clock_and_is_renewed_in_place(pg_url: str) -> None:
+    store = await open_postgres_store(pg_url, "a", lease_seconds=30)
+    sql = "SELECT extract(epoch FROM lease_until - now()) AS left FROM replicas"
+    await expire(pg_url, "a")
+
+    await store.renew_lease()
+
+    (row,) = await query(pg_url, sql)
+    assert 29 < row["left"] <= 30
+    await store.close()
+    assert await query(pg_url, sql) == []  # closing gives the lease back
+
+
+async def test_a_replica_whose_lease_ran_out_has_its_tasks_claimed_and_its_writes_refused(
+    pg_url: str,
+) -> None:
+    async with replicas(pg_url, "a", "b") as (a, b):
+        await a.create_task(make_task("t"), request={"method": "tools/call"})
+        await a.add_input(ask("asked-by-a"))
+        await a.note_upstream_call("t", "upstream-session", 1)
+        await expire(pg_url, "a")
+
+        assert await b.claim_orphans() == [make_task("t")]
+        await b.add_input(ask("asked-by-b"))
+
+        # Every write of a runner's is refused to the replica taken for dead...
+        assert await a.update_task("t", INPUT, "which file?", T0) is None
+        assert await a.note_task("t", "50%", T0) is None
+        assert await a.add_input(ask("late")) is False
+        assert await a.withdraw_inputs("t", T0) == []
+        await a.note_upstream_call("t", "upstream-session", 2)
+        assert await a.begin_attempt("t", 2, "again", T0) is None
+        assert await a.finish_task("t", COMPLETED, None, RESULT, T0) is None
+        assert await a.fail_running(["t"], "gateway shut down", T0) == []
+        assert await a.fail_interrupted("gateway restarted", T0) == []
+        await a.renew_lease()  # back, too late: the tasks stay the survivor's
+        assert await a.claim_orphans() == []
+
+        # ...and nothing of them landed: the task is the survivor's to run again.
+        assert await b.get_task("t") == make_task("t")
+        assert [r.key for r in await b.pending_inputs("t")] == ["asked-by-a", "asked-by-b"]
+        upstream = UpstreamCall(task_id="t", session_id="upstream-session", request_id=1)
+        assert await b.get_upstream_call("t") == upstream
+        begun = await b.begin_attempt("t", 2, "restarted on b", T0 + SECOND)
+        assert begun is not None and begun.attempt == 2
+        done = await b.finish_task("t", COMPLETED, None, RESULT, T0 + 2 * SECOND)
+        assert done is not None and done.status == COMPLETED
+
+
+async def test_replicas_claiming_at_once_claim_each_orphan_exactly_once(pg_url: str) -> None:
+    ids = [f"t{n:03}" for n in range(200)]
+    dead = await open_postgres_store(pg_url, "dead")
+    await asyncio.gather(*(dead.create_task(make_task(i)) for i in ids))
+    await dead.close()
+
+    async with replicas(pg_url, "b", "c") as (b, c):
+        # A claim under way elsewhere holds the first half: those are skipped, not waited for.
+        claiming = await asyncpg.connect(pg_url)
+        async with claiming.transaction():
+            await claiming.execute("SELECT 1 FROM tasks WHERE task_id < 't100' FOR UPDATE")
+            async with asyncio.timeout(5):
+                second_half = await b.claim_orphans()
+        await claiming.close()
+        by_b, by_c = await asyncio.gather(b.claim_orphans(), c.claim_orphans())
+
+        assert [t.task_id for t in second_half] == ids[100:]
+        assert sorted(t.task_id for t in by_b + by_c) == ids[:100]
+        assert await b.claim_orphans() == await c.claim_orphans() == []
+    runners = await query(pg_url, "SELECT runner, count(*) FROM tasks GROUP BY runner")
+    claimed = {"b": len(second_half + by_b), "c": len(by_c)}
+    assert {row["runner"]: row["count"] for row in runners} == {
+        name: count for name, count in claimed.items() if count
+    }
+
+
+async def test_a_live_replicas_tasks_are_never_claimed_nor_failed_by_another(
+    pg_url: str,
+) -> None:
+    async with replicas(pg_url, "a", "b") as (a, b):
+        await a.create_task(make_task("a's"))
+        await b.create_task(make_task("b's"))
+
+        assert await b.claim_orphans() == []
+        assert await a.claim_orphans() == []  # nor are its own, ever
+        failed = await b.fail_interrupted("gateway restarted", T0)
+
+        assert [task.task_id for task in failed] == ["b's"]
+        moved = await a.update_task("a's", INPUT, "which file?", T0 + SECOND)
+        assert moved is not None and moved.status == INPUT
+
+
+async def test_a_cancel_lands_on_any_replica_and_the_runners_later_finish_is_refused(
+    pg_url: str,
+) -> None:
+    async with replicas(pg_url, "a", "b") as (a, b):
+        await a.create_task(make_task("t"))
+        await a.create_task(make_task("other"))
+        await a.add_input(ask("k", task_id="other"))
+
+        cancelled = await b.finish_task("t", CANCELLED, "cancelled by client", None, T0)
+        late = await a.finish_task("t", COMPLETED, None, RESULT, T0 + SECOND)
+
+        assert cancelled is not None and cancelled.status == CANCELLED
+        assert late is None and await a.get_outcome("t") is None
+        # Only a cancel: the other writes of a runner's stay the runner's.
+        assert await b.finish_task("other", COMPLETED, None, RESULT, T0) is None
+        assert await b.answer_input("other", "k", {"action": "accept"}, T0) == ask("k", "other")
+
+
+async def test_active_task_caps_hold_across_replicas_creating_at_once(pg_url: str) -> None:
+    async with replicas(pg_url, "a", "b") as (a, b):
+        creating = [(a, b)[n % 2].create_task(make_task(f"t{n}"), max_active=3) for n in range(8)]
+
+        created = await asyncio.gather(*creating)
+
+        assert created.count(True) == 3
+
+
+async def test_a_watching_replica_hears_the_writes_waited_for_and_not_progress(
+    pg_url: str,
+) -> None:
+    async with replicas(pg_url, "a", "b") as (a, b):
+        heard: asyncio.Queue[str | None] = asyncio.Queue()
+        await b.watch(heard.put_nowait)
+        loud = ["finished", "moved", "answered", "withdrawn", "begun", "failed"]
+        for task_id in ["quiet", *loud]:
+            await a.create_task(make_task(task_id))
+        await a.note_task("quiet", "50%", T0)
+        await a.update_task("quiet", WORKING, "60%", T0)
+        await a.add_input(ask("k", "answered"))
+        await a.add_input(ask("k", "withdrawn"))
+
+        await a.finish_task("finished", COMPLETED, None, RESULT, T0)
+        await a.update_task("moved", INPUT, "which file?", T0)
+        await b.answer_input("answered", "k", {"action": "accept"}, T0)
+        await a.withdraw_inputs("withdrawn", T0)
+        await a.begin_attempt("begun", 2, "again", T0)
+        await a.fail_running(["failed"], "gateway shut down", T0)
+        interrupted = await a.fail_interrupted("gateway restarted", T0)
+        await a.create_task(make_task("sentinel"))
+        await b.finish_task("sentinel", CANCELLED, None, None, T0)
+
+        # In commit order, each once: the writes without a wake-up send none.
+        async with asyncio.timeout(1):
+            assert [await heard.get() for _ in loud] == loud
+            rest = {await heard.get() for _ in interrupted}
+            assert rest == {task.task_id for task in interrupted} and "quiet" in rest
+            assert await heard.get() == "sentinel"
+
+
+async def test_the_listener_reconnects_after_losing_its_connection_and_asks_for_a_rescan(
+    pg_url: str,
+) -> None:
+    async with replicas(pg_url, "a", "b") as (a, b):
+        heard: asyncio.Queue[str | None] = asyncio.Queue()
+        await b.watch(heard.put_nowait)
+        await a.create_task(make_task("t"))
+        listener = "SELECT pid FROM pg_stat_activity WHERE application_name = $1"
+        (before,) = await query(pg_url, listener, "mcp-task-gateway b listener")
+
+        await query(pg_url, "SELECT pg_terminate_backend($1)", before["pid"])
+
+        async with asyncio.timeout(5):
+            assert await heard.get() is None
+        await a.finish_task("t", COMPLETED, None, RESULT, T0)
+        async with asyncio.timeout(1):
+            assert await heard.get() == "t"
+        (after,) = await query(pg_url, listener, "mcp-task-gateway b listener")
+        assert after["pid"] != before["pid"]
+
+
+async def test_expired_tasks_deleted_by_any_replica_wake_their_waiters(pg_url: str) -> None:
+    async with replicas(pg_url, "a", "b") as (a, b):
+        heard: asyncio.Queue[str | None] = asyncio.Queue()
+        await a.watch(heard.put_nowait)
+        await a.create_task(make_task("t"))
+
+        assert await b.delete_expired(T0 + timedelta(minutes=1)) == ["t"]
+
+        async with asyncio.timeout(1):
+            assert await heard.get() == "t"
+
+
+async def test_replicas_share_the_cursor_secret_and_each_database_has_its_own(
+    pg_url: str, postgres_server: str
+) -> None:
+    other_url = await postgres.create_database(postgres_server)
+    try:
+        async with replicas(pg_url, "a", "b") as (a, b), replicas(other_url, "c") as (c,):
+            secret = await a.secret()
+
+            assert len(secret) == 32 and await b.secret() == secret != await c.secret()
+    finally:
+        await postgres.drop_database(postgres_server, other_url)
+
+
+async def test_a_session_saved_on_one_replica_is_read_on_another_with_its_upstream_session(
+    pg_url: str,
+) -> None:
+    record = SessionRecord(
+        session_id="s",
+        route="files",
+        protocol_version="2025-11-25",
+        initialize={"method": "initialize"},
+        created_at=T0,
+        upstream_session_id="upstream-1",
+    )
+    async with replicas(pg_url, "a", "b") as (a, b):
+        await a.save_session(record)
+
+        assert await b.get_session("s") == record
+
+
+async def test_replicas_long_dead_that_run_nothing_are_forgotten(pg_url: str) -> None:
+    async with replicas(pg_url, "live", "recently-dead", "long-dead", "claimer") as stores:
+        await stores[1].create_task(make_task("t"))
+        await expire(pg_url, "recently-dead")
+        await expire(pg_url, "long-dead", "2 hours")
+
+        assert await stores[3].claim_orphans() == [make_task("t")]
+
+        rows = await query(pg_url, "SELECT replica FROM replicas ORDER BY replica")
+        assert [row["replica"] for row in rows] == ["claimer", "live", "recently-dead"]
+
+
+async def test_commits_are_timed_and_a_health_check_writes(pg_url: str) -> None:
+    timings: list[str] = []
+    store = await open_postgres_store(pg_url, "a", on_timing=lambda op, _: timings.append(op))
+    before = store.last_commit
+
+    await store.check_writable()
+    await store.get_task("t")
+
+    assert timings == ["commit", "commit", "read"]  # the lease taken on opening, then these
+    assert store.last_commit > before > 0
+    await store.close()
