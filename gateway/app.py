@@ -32,7 +32,8 @@ from functools import partial
 
 from aiohttp import web
 
-from gateway import reruns
+from gateway import replicas, reruns
+from gateway.aio import TaskSet
 from gateway.config import Settings
 from gateway.http import middleware
 from gateway.http.drain import Drain
@@ -65,7 +66,7 @@ from gateway.tasks.api_modern import ModernTaskApi
 from gateway.tasks.models import utcnow
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner
-from gateway.tasks.store import open_store
+from gateway.tasks.store.opening import open_configured
 
 
 def create_app(settings: Settings, clock: Callable[[], datetime] = utcnow) -> web.Application:
@@ -116,8 +117,9 @@ async def _interrupt(app: web.Application) -> None:
 async def _components(app: web.Application, clock: Callable[[], datetime]) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     metrics = app[METRICS]
-    store = await open_store(settings.store.path, on_timing=metrics.observe_store)
+    store = await open_configured(settings.store, on_timing=metrics.observe_store)
     notifier = Notifier()
+    replica_tasks = TaskSet("replica")
     runner = TaskRunner(
         store, notifier, metrics, clock=clock, audit_arguments=settings.audit.include_arguments
     )
@@ -131,8 +133,10 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
     app[HELD_SESSIONS] = HeldSessions(settings.sessions)
     # The port is bound already (listen.start binds first), so a second process on it never
-    # gets this far: tasks it would fail or run again are this process's alone.
+    # gets this far: tasks it would fail or run again are this process's alone (on a shared
+    # store, those of replicas whose lease has expired, each claimed by one survivor only).
     await reruns.start(app, await runner.recover(reruns.bounds_of(app)))
+    await replicas.start(app, notifier, replica_tasks)
     runner.start_sweeper(settings.store.sweep_interval_seconds, app[SESSIONS].prune_records)
     for name in app[ROUTES]:
         metrics.sessions.labels(name).set_function(partial(app[SESSIONS].count, name))
@@ -143,6 +147,7 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     finally:
         if metrics_site is not None:
             await metrics_site.cleanup()
+        await replica_tasks.close()
         await runner.close()
         await app[SESSIONS].close()
         await app[PARKED_CALLS].close()

@@ -16,6 +16,7 @@ from gateway.http import listen
 from gateway.observability import audit, logs
 from gateway.reload import on_sighup
 from gateway.tasks.store import StoreInUse
+from gateway.tasks.store.opening import StoreUnavailable
 
 
 def _resolve(host: str) -> str:
@@ -80,6 +81,6 @@ def main(argv: list[str] | None = None) -> None:
         )
     try:
         listen.run(app, settings.listen, settings.http, drain=partial(drain, app))
-    except (listen.ListenError, StoreInUse) as exc:
+    except (listen.ListenError, StoreInUse, StoreUnavailable) as exc:
         print(f"mcp-task-gateway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

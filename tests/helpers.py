@@ -284,13 +284,16 @@ def write_config(
     extra: str = "",
     routes: str = DEMO_ROUTE,
     drain_seconds: float = 0,
+    store: str | None = None,
 ) -> Path:
-    """A config file for the real command: listening on `port`, its store in `tmp_path`.
-    SIGTERM stops it without a drain unless `drain_seconds` asks for one."""
+    """A config file for the real command: listening on `port`, its store in `tmp_path`
+    unless `store` (a YAML mapping) says otherwise. SIGTERM stops it without a drain unless
+    `drain_seconds` asks for one."""
     config = tmp_path / "gateway.yaml"
+    store = store or f"{{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}"
     config.write_text(
         f"listen: {{host: 127.0.0.1, port: {port}}}\n"
-        f"store: {{path: {json.dumps(str(tmp_path / 'gateway.db'))}}}\n"
+        f"store: {store}\n"
         f"shutdown: {{drain_seconds: {drain_seconds:g}}}\n"
         f"{extra}\n{routes}\n"
     )

@@ -164,6 +164,25 @@ class ModernTaskHost:
             await self._input_changed(False)
         return delivered
 
+    async def take_stored_answers(self) -> None:
+        """Answers another replica stored for the questions still open here go upstream.
+        `call.answer` takes a key once, so an answer given here meanwhile is not sent twice."""
+        if not self.call.pending:
+            return
+        answered = await self._store.answered_inputs(self._task_id)
+        for key, response in answered.items():
+            if key not in self.call.pending:
+                continue
+            timer = self._timers.pop(key, None)
+            if timer is not None:
+                timer.cancel()
+            try:
+                await self.call.answer(key, response)
+            except GatewayError as exc:
+                log.info("could not deliver an answer upstream: %s", exc.message)
+        if not self.call.pending:
+            await self._input_changed(False)
+
     async def decline(self, key: str, error: jsonrpc.ErrorResponse) -> bool:
         """The client answered the question under `key` with an error: it goes upstream as
         it is, and the question is withdrawn."""

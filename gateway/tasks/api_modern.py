@@ -160,21 +160,38 @@ class ModernTaskApi:
         for key, response in responses.items():
             if not isinstance(response, dict):
                 raise TaskError(f"params.inputResponses[{key!r}] must be an object")
-        host = self._hosts.get(task.task_id)
-        if host is None or task.status.terminal:
+        if task.status.terminal:
             return  # nothing waits: the extension says such answers are ignored
+        host = self._hosts.get(task.task_id)
         for key, response in responses.items():
-            await host.answer(key, response)
+            if host is not None:
+                await host.answer(key, response)
+            else:
+                # Its call runs on another replica (or on none: the answer is then ignored,
+                # as the row is withdrawn with the task): the answer waits in the store, and
+                # the replica that runs the call hears of it (`answered_elsewhere`).
+                await self._store.answer_input(task.task_id, key, response, self._clock())
 
     async def settle(self, task_id: str, key: str, answer: Answer) -> bool:
         """A 2025-11-25 client's answer to a stored question (see `TaskApi`); False if nothing
         here waits on it."""
         host = self._hosts.get(task_id)
         if host is None:
-            return False
+            if not isinstance(answer, jsonrpc.Response):
+                return False  # a refusal is relayed only where the call runs
+            now = self._clock()
+            return await self._store.answer_input(task_id, key, answer.result, now) is not None
         if isinstance(answer, jsonrpc.Response):
             return await host.answer(key, answer.result)
         return await host.decline(key, answer)
+
+    async def answered_elsewhere(self, task_id: str | None) -> None:
+        """Another replica stored answers to questions of a call running here (None: maybe
+        to any): they go upstream now."""
+        hosts = list(self._hosts.values()) if task_id is None else [self._hosts.get(task_id)]
+        for host in hosts:
+            if host is not None:
+                await host.take_stored_answers()
 
     async def _cancel(self, task: Task, principal: str | None) -> None:
         if task.status.terminal:

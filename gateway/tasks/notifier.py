@@ -21,6 +21,13 @@ class Notifier:
         for event in self._waiting.pop(task_id, ()):
             event.set()
 
+    def all_changed(self) -> None:
+        """Any task may have changed (wake-ups from other replicas may have been lost)."""
+        for waiters in self._waiting.values():
+            for event in waiters:
+                event.set()
+        self._waiting.clear()
+
     async def wait_task(self, task_id: str, backstop_seconds: float) -> None:
         """Return when `task_id` changes, or after `backstop_seconds`, whichever is first."""
         event = asyncio.Event()

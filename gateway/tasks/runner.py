@@ -59,6 +59,8 @@ class _Running:
     upstream_id: jsonrpc.RequestId
     #: Left live at shutdown, for the next process to run again.
     repeatable: bool = False
+    #: Which run of the task this is: a later one begun elsewhere means this one lost it.
+    attempt: int = 1
 
 
 def new_task_id() -> str:
@@ -176,7 +178,7 @@ class TaskRunner:
         )
         run = self._tasks.spawn(self._run(task, host, outgoing, time_left, limit), name="task run")
         self._running[task.task_id] = _Running(
-            task.task_id, run, host, outgoing.id, task.repeatable
+            task.task_id, run, host, outgoing.id, task.repeatable, task.attempt
         )
         self._runs.add(run)
         run.add_done_callback(self._runs.discard)
@@ -286,6 +288,23 @@ class TaskRunner:
         if running is not None:
             await self._stop(running, "the task was cancelled")
         return done
+
+    async def changed_elsewhere(self, task_id: str | None) -> None:
+        """Another replica wrote to a task (None: to any, the news may have been lost). A run
+        here whose task it ended (a client's cancel landed there) or took over (this replica
+        was taken for dead) is stopped: its call's outcome could no longer be written."""
+        ids = list(self._running) if task_id is None else [task_id]
+        for one in ids:
+            running = self._running.get(one)
+            if running is None:
+                continue
+            task = await self._store.get_task(one)
+            if task is not None and not task.status.terminal and task.attempt == running.attempt:
+                continue
+            if self._running.get(one) is running:
+                del self._running[one]
+                reason = "the task was cancelled" if task and task.status.terminal else "taken over"
+                await self._stop(running, reason)
 
     async def _stop(self, running: _Running, reason: str) -> None:
         running.host.withdraw_questions(running.task_id, reason)

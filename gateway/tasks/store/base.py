@@ -88,6 +88,11 @@ class TaskStore(Protocol):
     async def pending_inputs(self, task_id: str) -> list[InputRequest]:
         """The task's unanswered input requests, oldest first."""
 
+    async def answered_inputs(self, task_id: str) -> dict[str, JsonObject]:
+        """The task's answered input requests: each key and the answer it got. With replicas,
+        an answer lands wherever the client sent it; the replica running the call reads it
+        here to send it upstream."""
+
     async def answer_input(
         self, task_id: str, key: str, response: JsonObject, now: datetime
     ) -> InputRequest | None:

@@ -150,6 +150,10 @@ class PostgresTaskStore:
     async def pending_inputs(self, task_id: str) -> list[InputRequest]:
         return [input_from_row(row) for row in await self._read(inputs.PENDING, task_id)]
 
+    async def answered_inputs(self, task_id: str) -> dict[str, JsonObject]:
+        rows = await self._read(inputs.ANSWERED, task_id)
+        return {row["key"]: json.loads(row["response"]) for row in rows}
+
     async def answer_input(
         self, task_id: str, key: str, response: JsonObject, now: datetime
     ) -> InputRequest | None:

@@ -36,6 +36,8 @@ PENDING = (
     " ORDER BY created_at, key"
 )
 
+ANSWERED = "SELECT key, response FROM task_inputs WHERE task_id = $1 AND state = 'answered'"
+
 _ANSWER = (
     "UPDATE task_inputs SET state = 'answered', response = $3, settled_at = $4"
     f" WHERE task_id = $1 AND key = $2 AND state = 'pending' RETURNING {INPUT_COLUMNS}"

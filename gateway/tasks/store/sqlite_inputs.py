@@ -35,6 +35,8 @@ PENDING = (
     " ORDER BY created_at, key"
 )
 
+ANSWERED = "SELECT key, response FROM task_inputs WHERE task_id = ? AND state = 'answered'"
+
 _ANSWER = (
     "UPDATE task_inputs SET state = 'answered', response = ?, settled_at = ?"
     f" WHERE task_id = ? AND key = ? AND state = 'pending' RETURNING {_COLUMNS}"

@@ -1,0 +1,59 @@
+"""Several replicas on one PostgreSQL store: this replica's lease, wake-ups from the others,
+and the tasks of a replica that died (DESIGN.md, "Several replicas").
+
+No replica forwards anything to another: they meet only in the store. A task's runner is the
+replica that runs its call; another replica's write to it (a client's cancel that landed
+there, its answer to a question) reaches the runner as a wake-up through the store's `watch`
+(LISTEN/NOTIFY), after which the runner re-reads the row. Nothing depends on a wake-up
+arriving: every round here (a third of `store.lease_seconds`) renews this replica's lease,
+re-checks the runs here, and claims the tasks of replicas whose lease has expired, which get
+the decision a restart gives (`TaskRunner.recover`): failed, or run again here for tools
+safe to repeat. With SQLite there is one process per file and none of this runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+
+from aiohttp import web
+
+from gateway import reruns
+from gateway.aio import TaskSet
+from gateway.keys import MODERN_TASK_API, RUNNER, SETTINGS, STORE
+from gateway.tasks.notifier import Notifier
+
+log = logging.getLogger(__name__)
+
+
+async def start(app: web.Application, notifier: Notifier, tasks: TaskSet) -> None:
+    """Hear the other replicas' writes, and keep this replica's lease (PostgreSQL only)."""
+    if app[SETTINGS].store.backend != "postgres":
+        return
+    runner, answers = app[RUNNER], app[MODERN_TASK_API]
+
+    def changed(task_id: str | None) -> None:
+        if task_id is None:
+            notifier.all_changed()
+        else:
+            notifier.task_changed(task_id)
+        tasks.spawn(runner.changed_elsewhere(task_id), name="task changed elsewhere")
+        tasks.spawn(answers.answered_elsewhere(task_id), name="task answered elsewhere")
+
+    await app[STORE].watch(changed)
+    tasks.spawn(_keep(app), name="replica lease")
+
+
+async def _keep(app: web.Application) -> None:
+    interval = app[SETTINGS].store.lease_seconds / 3
+    while True:
+        await asyncio.sleep(interval)
+        try:
+            await app[STORE].renew_lease()
+            await app[RUNNER].changed_elsewhere(None)
+            await app[MODERN_TASK_API].answered_elsewhere(None)
+            await reruns.start(app, await app[RUNNER].recover(reruns.bounds_of(app)))
+        except Exception:
+            # The next round tries again; a lease that lapses meanwhile costs this replica
+            # its tasks (fenced writes), never a task run twice at once.
+            log.exception("replica lease round failed; trying again in %.1f s", interval)

@@ -1,0 +1,209 @@
+"""Several replicas on one PostgreSQL database, over real processes, with a client that
+spreads its requests over them with no stickiness: a task made on A is read on B and its
+result waited for on C; a cancel on B stops the call on A; a replica killed with -9 has its
+tasks settled by the survivors within the lease time (failed, or run again where the route
+marks the tool safe to repeat)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import time
+from collections.abc import AsyncIterator, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+
+from .conftest import free_port
+from .fakes import FAULT_HOOKS
+from .helpers import (
+    WITH_TASKS,
+    headers,
+    modern_rpc,
+    modern_terminal,
+    open_session,
+    read_messages,
+    result_request,
+    rpc,
+    start_process,
+    start_task,
+    write_config,
+)
+
+#: Short, so that a dead replica's tasks are settled quickly; renewed every third of it.
+LEASE_SECONDS = 3
+
+
+class Replicas:
+    """Gateway processes on one database, each with its own port, config and log."""
+
+    def __init__(self, tmp_path: Path, pg_url: str, routes: str, lease: float) -> None:
+        self._tmp = tmp_path
+        self._store = f"{{backend: postgres, url: {json.dumps(pg_url)}, lease_seconds: {lease}}}"
+        self._routes = routes
+        self.procs: dict[str, subprocess.Popen[bytes]] = {}
+        self.ports: dict[str, int] = {}
+
+    def start(self, name: str) -> None:
+        home = self._tmp / name
+        home.mkdir(exist_ok=True)
+        port = self.ports.setdefault(name, free_port())
+        limits = "limits: {active_tasks_per_principal: 5000}"
+        config = write_config(home, port, limits, self._routes, store=self._store)
+        self.procs[name] = start_process(config, port, log=home / "gateway.log")
+
+    def url(self, name: str, route: str) -> str:
+        return f"http://127.0.0.1:{self.ports[name]}/{route}/mcp"
+
+    def log(self, name: str) -> str:
+        return (self._tmp / name / "gateway.log").read_text()
+
+    def kill(self, name: str) -> None:
+        proc = self.procs.pop(name)
+        proc.kill()  # -9: no lease given back, nothing written on the way out
+        proc.wait(10)
+
+    def stop(self) -> None:
+        for proc in self.procs.values():
+            proc.terminate()
+        for proc in self.procs.values():
+            proc.wait(15)
+
+
+@pytest.fixture
+def replicas_of(tmp_path: Path, pg_url: str) -> Iterator[Any]:
+    started: list[Replicas] = []
+
+    def make(routes: str, names: str = "abc", lease: float = LEASE_SECONDS) -> Replicas:
+        group = Replicas(tmp_path, pg_url, routes, lease)
+        started.append(group)
+        for name in names:  # one after another: their migrations must not race anyway
+            group.start(name)
+        return group
+
+    yield make
+    for group in started:
+        group.stop()
+
+
+def http_route(name: str, url: str, tasks: str = "{}") -> str:
+    upstream = f"{{transport: streamable_http, url: {json.dumps(url)}}}"
+    return f"  - {{name: {name}, upstream: {upstream}, tasks: {tasks}}}\n"
+
+
+@pytest.fixture
+async def http() -> AsyncIterator[aiohttp.ClientSession]:
+    async with aiohttp.ClientSession() as session:
+        yield session
+
+
+async def get(http: aiohttp.ClientSession, url: str, session: str, task_id: str) -> dict[str, Any]:
+    answer = await rpc(http, url, session, "tasks/get", {"taskId": task_id}, request_id=9)
+    return dict(answer["result"])
+
+
+async def until_terminal(
+    http: aiohttp.ClientSession, url: str, session: str, task_id: str, seconds: float
+) -> dict[str, Any]:
+    async with asyncio.timeout(seconds):
+        while True:
+            task = await get(http, url, session, task_id)
+            if task["status"] in ("completed", "failed", "cancelled"):
+                return task
+            await asyncio.sleep(0.1)
+
+
+async def test_made_on_a_read_on_b_result_on_c(
+    replicas_of: Any, sdk_upstream: str, http: aiohttp.ClientSession
+) -> None:
+    group = replicas_of("routes:\n" + http_route("r", sdk_upstream))
+    a, b, c = (group.url(name, "r") for name in "abc")
+    session = await open_session(http, a)
+    task_id = await start_task(http, a, session, "slow", {"steps": 10})  # about a second
+    # The session and its task are the store's: B knows both, though A made them.
+    seen_on_b = await get(http, b, session, task_id)
+    async with http.post(c, json=result_request(task_id, 5), headers=headers(session)) as waiting:
+        assert waiting.status == 200
+        (final,) = await read_messages(waiting, 1)
+        answered = datetime.now(UTC)
+    done = await get(http, b, session, task_id)
+    assert seen_on_b["status"] == "working"
+    assert final["id"] == 5 and final["result"]["content"][0]["text"] == "10 steps done"
+    assert done["status"] == "completed"
+    # C answered on A's commit (a wake-up through the database), well before its backstop
+    # re-read (every 5 s) would have found it.
+    committed = datetime.fromisoformat(done["lastUpdatedAt"])
+    assert (answered - committed).total_seconds() < 1.5
+    results = []
+    for url in (a, b, c):
+        answer = await rpc(http, url, session, "tasks/result", {"taskId": task_id}, request_id=6)
+        results.append(json.dumps(answer["result"], sort_keys=True))
+    assert len(set(results)) == 1  # the same bytes on every replica
+
+
+async def test_a_cancel_on_b_stops_the_call_running_on_a(
+    replicas_of: Any, faulty_upstream: Any, http: aiohttp.ClientSession
+) -> None:
+    upstream = str(faulty_upstream.make_url("/mcp"))
+    # A long lease: the call must stop on the wake-up, not on the next lease round.
+    group = replicas_of("routes:\n" + http_route("h", upstream), names="ab", lease=60)
+    a, b = group.url("a", "h"), group.url("b", "h")
+    received = faulty_upstream.app[FAULT_HOOKS].received
+    session = await open_session(http, a)
+    task_id = await start_task(http, a, session, "hang")
+    async with asyncio.timeout(10):
+        while not any(m.get("method") == "tools/call" for m in received):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    (call,) = [m for m in received if m.get("method") == "tools/call"]
+    cancelled = await rpc(http, b, session, "tasks/cancel", {"taskId": task_id}, request_id=4)
+    async with asyncio.timeout(5):
+        while not [m for m in received if m.get("method") == "notifications/cancelled"]:  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    (note,) = [m for m in received if m.get("method") == "notifications/cancelled"]
+    assert cancelled["result"]["status"] == "cancelled"
+    assert note["params"]["requestId"] == call["id"]  # A stopped its call upstream
+    assert (await get(http, a, session, task_id))["status"] == "cancelled"
+
+
+async def test_a_killed_replicas_tasks_are_settled_by_the_survivors_within_the_lease(
+    replicas_of: Any, sdk_upstream: str, http: aiohttp.ClientSession
+) -> None:
+    routes = "routes:\n" + http_route("plain", sdk_upstream)
+    routes += http_route("safe", sdk_upstream, "{repeatable: [slow]}")
+    group = replicas_of(routes)
+    session = {r: await open_session(http, group.url("a", r)) for r in ("plain", "safe")}
+    plain = await start_task(
+        http, group.url("a", "plain"), session["plain"], "slow", {"steps": 200}
+    )
+    safe = await start_task(http, group.url("a", "safe"), session["safe"], "slow", {"steps": 20})
+    await asyncio.sleep(0.5)
+    group.kill("a")
+    killed = time.monotonic()
+    # B and C, polled in turn: no stickiness.
+    lost = await until_terminal(http, group.url("b", "plain"), session["plain"], plain, 20)
+    settled = time.monotonic() - killed
+    rerun = await until_terminal(http, group.url("c", "safe"), session["safe"], safe, 30)
+    assert lost["status"] == "failed"
+    assert lost["statusMessage"].startswith("interrupted")
+    # Within the lease, plus one lease round of the survivors, plus polling.
+    assert settled < LEASE_SECONDS + LEASE_SECONDS / 3 + 3
+    assert rerun["status"] == "completed"
+    took_over = group.log("b") + group.log("c")
+    assert '"event":"task_rerun"' in took_over
+
+
+async def test_a_2026_task_made_on_a_is_polled_on_b_and_c(
+    replicas_of: Any, sdk_upstream: str, http: aiohttp.ClientSession
+) -> None:
+    group = replicas_of("routes:\n" + http_route("r", sdk_upstream))
+    arguments = {"name": "slow", "arguments": {"steps": 5}}
+    _, created = await modern_rpc(http, group.url("a", "r"), "tools/call", arguments, WITH_TASKS)
+    task_id = created["result"]["taskId"]
+    done_on_b = await modern_terminal(http, group.url("b", "r"), task_id)
+    done_on_c = await modern_terminal(http, group.url("c", "r"), task_id)
+    assert done_on_b["status"] == "completed"
+    assert done_on_b["result"] == done_on_c["result"]
