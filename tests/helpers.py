@@ -394,6 +394,7 @@ async def modern_terminal(
     async with asyncio.timeout(seconds):
         while True:
             _, body = await modern_rpc(http, url, "tasks/get", {"taskId": task_id}, WITH_TASKS)
+            assert "result" in body, body
             task = dict(body["result"])
             if task["status"] in ("completed", "failed", "cancelled"):
                 return task

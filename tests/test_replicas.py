@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
@@ -21,9 +23,11 @@ import pytest
 from .conftest import free_port
 from .fakes import FAULT_HOOKS
 from .helpers import (
+    WITH_ELICITATION,
     WITH_TASKS,
     headers,
     modern_rpc,
+    modern_status,
     modern_terminal,
     open_session,
     read_messages,
@@ -52,7 +56,7 @@ class Replicas:
         home = self._tmp / name
         home.mkdir(exist_ok=True)
         port = self.ports.setdefault(name, free_port())
-        limits = "limits: {active_tasks_per_principal: 5000}"
+        limits = "limits: {active_tasks_per_principal: 5000, requests_per_second: null}"
         config = write_config(home, port, limits, self._routes, store=self._store)
         self.procs[name] = start_process(config, port, log=home / "gateway.log")
 
@@ -207,3 +211,96 @@ async def test_a_2026_task_made_on_a_is_polled_on_b_and_c(
     done_on_c = await modern_terminal(http, group.url("c", "r"), task_id)
     assert done_on_b["status"] == "completed"
     assert done_on_b["result"] == done_on_c["result"]
+
+
+async def test_a_question_asked_on_a_is_answered_through_c(
+    replicas_of: Any, sdk_upstream: str, http: aiohttp.ClientSession
+) -> None:
+    group = replicas_of("routes:\n" + http_route("q", sdk_upstream), names="ac", lease=60)
+    caps = {**WITH_TASKS, **WITH_ELICITATION}
+    call = {"name": "ask_both", "arguments": {}}  # asks after the sync window: a task
+    _, created = await modern_rpc(http, group.url("a", "q"), "tools/call", call, caps)
+    task_id = created["result"]["taskId"]
+    waiting = await modern_status(http, group.url("c", "q"), task_id, "input_required")
+    answers = {
+        key: {"action": "accept", "content": {"name": name}}
+        for key, name in zip(sorted(waiting["inputRequests"]), ("Carol", "Dave"), strict=True)
+    }
+    update = {"taskId": task_id, "inputResponses": answers}
+    await modern_rpc(http, group.url("c", "q"), "tasks/update", update, caps)
+    # The answers landed on C; A, which holds the call, sent them upstream on the wake-up.
+    done = await modern_terminal(http, group.url("c", "q"), task_id, seconds=10)
+    assert done["status"] == "completed"
+    assert sorted(done["result"]["content"][0]["text"].split()) == ["Carol", "Dave"]
+
+
+def test_an_unreachable_database_stops_the_start_naming_where_and_never_the_password(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    dead = free_port()  # nothing listens there
+    store = f"{{backend: postgres, url: 'postgresql://gw@127.0.0.1:{dead}/tasks'}}"
+    config = write_config(tmp_path, port, store=store)
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PGPASSWORD": "hunter2"},
+    )
+    assert done.returncode == 2
+    assert f"store.url: cannot use the PostgreSQL database at 127.0.0.1:{dead}/tasks" in done.stderr
+    assert "hunter2" not in done.stderr
+
+
+async def test_a_thousand_tasks_over_three_replicas_one_killed_nothing_stuck_nothing_lost(
+    replicas_of: Any, sdk_upstream: str, http: aiohttp.ClientSession
+) -> None:
+    group = replicas_of("routes:\n" + http_route("r", sdk_upstream))
+    urls = [group.url(name, "r") for name in "abc"]
+    created: dict[str, str] = {}  # task id -> the replica that made it
+    refused = 0
+    slots = asyncio.Semaphore(24)
+
+    async def make(n: int) -> None:
+        nonlocal refused
+        url = urls[n % 3]  # round-robin: no stickiness
+        call = {"name": "slow", "arguments": {"steps": 8}}  # 0.4 s: past the sync window
+        async with slots:
+            try:
+                _, body = await modern_rpc(http, url, "tools/call", call, WITH_TASKS, n)
+            except aiohttp.ClientError:
+                refused += 1  # sent to B as it died: the client was never given a task
+                return
+        if "result" in body:
+            created[body["result"]["taskId"]] = url
+        else:
+            refused += 1
+
+    await asyncio.gather(*(make(n) for n in range(500)))
+    group.kill("b")  # about a hundred of its tasks are still running
+    await asyncio.gather(*(make(n) for n in range(500, 1000)))
+    survivors = [urls[0], urls[2]]
+
+    async def settle(task_id: str, n: int) -> tuple[str, dict[str, Any]]:
+        async with slots:
+            task = await modern_terminal(http, survivors[n % 2], task_id, seconds=60)
+            _, again = await modern_rpc(
+                http, survivors[(n + 1) % 2], "tasks/get", {"taskId": task_id}, WITH_TASKS
+            )
+        assert json.dumps(task.get("result"), sort_keys=True) == json.dumps(
+            again["result"].get("result"), sort_keys=True
+        )  # the same result, byte for byte, on either survivor
+        return task_id, task
+
+    finals = dict(await asyncio.gather(*(settle(t, n) for n, t in enumerate(created))))
+    statuses = [task["status"] for task in finals.values()]
+    lost_with_b = [task for task_id, task in finals.items() if task["status"] == "failed"]
+    # Every task the clients were given ended; the only failures are B's, said clearly.
+    assert len(finals) == len(created) >= 1000 - refused
+    assert set(statuses) <= {"completed", "failed"}
+    assert lost_with_b  # the kill did cut running calls short
+    assert all(created[t["taskId"]] == urls[1] for t in lost_with_b)
+    assert all(t["statusMessage"].startswith("interrupted") for t in lost_with_b)
+    completed = [t for t in finals.values() if t["status"] == "completed"]
+    assert all(t["result"]["content"][0]["text"] == "8 steps done" for t in completed)
