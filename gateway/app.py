@@ -130,12 +130,13 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     app[MODERN_TASK_API] = ModernTaskApi(store, runner, clock=clock)
     app[TASK_API] = TaskApi(store, runner, notifier, secret, clock, app[MODERN_TASK_API].settle)
     app[PARKED_CALLS] = ParkedCalls(secret)
-    app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store)
+    shared = settings.store.backend == "postgres"
+    app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store, shared)
     app[HELD_SESSIONS] = HeldSessions(settings.sessions)
     # The port is bound already (listen.start binds first), so a second process on it never
     # gets this far: tasks it would fail or run again are this process's alone (on a shared
     # store, those of replicas whose lease has expired, each claimed by one survivor only).
-    await reruns.start(app, await runner.recover(reruns.bounds_of(app)))
+    await reruns.start(app, await runner.recover(reruns.bounds_of(app), replicas.lost_message(app)))
     await replicas.start(app, notifier, replica_tasks)
     runner.start_sweeper(settings.store.sweep_interval_seconds, app[SESSIONS].prune_records)
     for name in app[ROUTES]:

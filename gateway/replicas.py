@@ -22,8 +22,17 @@ from gateway import reruns
 from gateway.aio import TaskSet
 from gateway.keys import MODERN_TASK_API, RUNNER, SETTINGS, STORE
 from gateway.tasks.notifier import Notifier
+from gateway.tasks.recovery import INTERRUPTED_MESSAGE, REPLICA_LOST_MESSAGE
 
 log = logging.getLogger(__name__)
+
+
+def lost_message(app: web.Application) -> str:
+    """How the tasks a lost process left running are failed: by its own restart (one process
+    per SQLite file), or by a surviving replica."""
+    if app[SETTINGS].store.backend == "postgres":
+        return REPLICA_LOST_MESSAGE
+    return INTERRUPTED_MESSAGE
 
 
 async def start(app: web.Application, notifier: Notifier, tasks: TaskSet) -> None:
@@ -52,7 +61,8 @@ async def _keep(app: web.Application) -> None:
             await app[STORE].renew_lease()
             await app[RUNNER].changed_elsewhere(None)
             await app[MODERN_TASK_API].answered_elsewhere(None)
-            await reruns.start(app, await app[RUNNER].recover(reruns.bounds_of(app)))
+            claimed = await app[RUNNER].recover(reruns.bounds_of(app), lost_message(app))
+            await reruns.start(app, claimed)
         except Exception:
             # The next round tries again; a lease that lapses meanwhile costs this replica
             # its tasks (fenced writes), never a task run twice at once.

@@ -192,7 +192,7 @@ async def test_a_killed_replicas_tasks_are_settled_by_the_survivors_within_the_l
     settled = time.monotonic() - killed
     rerun = await until_terminal(http, group.url("c", "safe"), session["safe"], safe, 30)
     assert lost["status"] == "failed"
-    assert lost["statusMessage"].startswith("interrupted")
+    assert lost["statusMessage"] == "interrupted: the gateway replica running it was lost"
     # Within the lease, plus one lease round of the survivors, plus polling.
     assert settled < LEASE_SECONDS + LEASE_SECONDS / 3 + 3
     assert rerun["status"] == "completed"
@@ -301,6 +301,26 @@ async def test_a_thousand_tasks_over_three_replicas_one_killed_nothing_stuck_not
     assert set(statuses) <= {"completed", "failed"}
     assert lost_with_b  # the kill did cut running calls short
     assert all(created[t["taskId"]] == urls[1] for t in lost_with_b)
-    assert all(t["statusMessage"].startswith("interrupted") for t in lost_with_b)
+    assert {t["statusMessage"] for t in lost_with_b} == {
+        "interrupted: the gateway replica running it was lost"
+    }
     completed = [t for t in finals.values() if t["status"] == "completed"]
     assert all(t["result"]["content"][0]["text"] == "8 steps done" for t in completed)
+
+
+async def test_a_stdio_session_asked_of_another_replica_fails_clearly_not_wrongly(
+    replicas_of: Any, http: aiohttp.ClientSession
+) -> None:
+    demo = "{transport: stdio, command: [python, -m, gateway.demo]}"
+    group = replicas_of(f"routes:\n  - {{name: s, upstream: {demo}}}\n", names="ab", lease=60)
+    session = await open_session(http, group.url("a", "s"))
+    listed = await rpc(http, group.url("a", "s"), session, "tools/list", {}, request_id=2)
+    body = {"jsonrpc": "2.0", "id": 3, "method": "tools/list", "params": {}}
+    async with http.post(group.url("b", "s"), json=body, headers=headers(session)) as resp:
+        status, elsewhere = resp.status, await resp.json()
+    # B does not start a child of its own behind A's session (its state would be gone): the
+    # client is told why, and to start a new session (spec: 404 means exactly that).
+    assert listed["result"]["tools"]
+    assert status == 404
+    assert "runs in another replica" in elsewhere["error"]["message"]
+    assert "hashing on Authorization" in elsewhere["error"]["message"]

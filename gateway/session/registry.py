@@ -36,10 +36,22 @@ class SessionRegistry:
         "send a new initialize without MCP-Session-Id"
     )
 
-    def __init__(self, config: SessionsConfig, http: HttpConfig, store: TaskStore) -> None:
+    #: With replicas, a stdio route's session is held by the replica that runs its child.
+    ON_ANOTHER_REPLICA = (
+        "Session not found on this gateway replica: its stdio server runs in another replica "
+        "(or in one that stopped), and a new child here would not have its state. Keep each "
+        "caller on one replica (a load balancer hashing on Authorization: docs/replicas.md); "
+        "send a new initialize without MCP-Session-Id"
+    )
+
+    def __init__(
+        self, config: SessionsConfig, http: HttpConfig, store: TaskStore, shared: bool = False
+    ) -> None:
         self._config = config
         self._http = http
         self._store = store
+        #: The store is shared by replicas: another process may have made a record.
+        self._shared = shared
         self._sessions: dict[str, Session] = {}
         #: Sessions held per `Session.limit_key`: what limits.sessions_per_principal caps.
         self._per_limit_key: collections.Counter[str] = collections.Counter()
@@ -128,7 +140,9 @@ class SessionRegistry:
 
         Raises:
             SessionNotFound: unknown or ended id, another route's session, or another
-                principal's: all answered alike, so session ids cannot be probed.
+                principal's: all answered alike, so session ids cannot be probed. With a
+                shared store, also the caller's own session of a stdio route that another
+                replica holds (`ON_ANOTHER_REPLICA` says so).
         """
         session = self._sessions.get(session_id)
         if session is None:
@@ -150,6 +164,8 @@ class SessionRegistry:
             return None
         if record is None or record.route != route.name or record.principal != principal:
             return None
+        if self._shared and route.upstream.config.transport == "stdio":
+            raise SessionNotFound(self.ON_ANOTHER_REPLICA)
         session = self._sessions.get(session_id)  # another request restored it meanwhile
         if session is not None:
             return session

@@ -17,6 +17,8 @@ from gateway.tasks.models import Task
 
 #: A lost task that is not run again, as every such task was failed before re-runs existed.
 INTERRUPTED_MESSAGE = "interrupted: gateway restarted"
+#: The same, when the process was one of several replicas and a survivor settles its tasks.
+REPLICA_LOST_MESSAGE = "interrupted: the gateway replica running it was lost"
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,16 +46,19 @@ class Bounds:
     time_limit_seconds: float | None
 
 
-def after_loss(task: Task, now: datetime, policy: Bounds) -> Rerun | Fail:
+def after_loss(
+    task: Task, now: datetime, policy: Bounds, lost: str = INTERRUPTED_MESSAGE
+) -> Rerun | Fail:
     """Whether a task that was live when its process was lost runs again, or fails and why.
 
     A repeatable task runs again while it has attempts left (`max_attempts`, the first run
-    included), is within its time limit and its ttl; any other fails. A task already
+    included), is within its time limit and its ttl; any other fails, with `lost` saying
+    how its process was lost. A task already
     terminal is not the caller's to recover: it gets a Fail that the store will refuse to write.
     """
     if task.status.terminal or not task.repeatable:
-        return Fail(INTERRUPTED_MESSAGE)
-    not_again = f"{INTERRUPTED_MESSAGE}; not run again"
+        return Fail(lost)
+    not_again = f"{lost}; not run again"
     if task.attempt >= policy.max_attempts:
         return Fail(f"{not_again} after {task.attempt} attempts")
     time_left = None

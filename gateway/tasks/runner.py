@@ -332,8 +332,11 @@ class TaskRunner:
         for task in failed:
             self._changed(task, hosts[task.task_id])
 
-    async def recover(self, bounds_of: Callable[[str], Bounds | None]) -> list[tuple[Task, Rerun]]:
-        """At start-up: what to do with each task a previous process left running.
+    async def recover(
+        self, bounds_of: Callable[[str], Bounds | None], lost: str = INTERRUPTED_MESSAGE
+    ) -> list[tuple[Task, Rerun]]:
+        """At start-up (and, with replicas, in each lease round): what to do with each task a
+        lost process left running (`TaskStore.claim_orphans`), `lost` saying how it was lost.
 
         `bounds_of` gives a route's bounds (None: the route is gone). Each task gets the one
         decision (`recovery.after_loss`): the failed ones are written now, in a transaction
@@ -346,7 +349,7 @@ class TaskRunner:
         reruns: list[tuple[Task, Rerun]] = []
         for task in await self._store.claim_orphans():
             bounds = bounds_of(task.route)
-            decision = after_loss(task, now, bounds) if bounds else Fail(INTERRUPTED_MESSAGE)
+            decision = after_loss(task, now, bounds, lost) if bounds else Fail(lost)
             if isinstance(decision, Rerun):
                 begun = await self._store.begin_attempt(
                     task.task_id, decision.attempt, decision.message, now
@@ -355,7 +358,7 @@ class TaskRunner:
                     reruns.append((begun, decision))
                     self._telemetry.rerun(begun, "rerun")
                     continue
-                decision = Fail(INTERRUPTED_MESSAGE)
+                decision = Fail(lost)
             failing.setdefault(decision.message, []).append(task.task_id)
             if task.repeatable:
                 self._telemetry.rerun(task, "failed")
@@ -363,7 +366,7 @@ class TaskRunner:
         for message, ids in failing.items():
             failed += len(await self._store.fail_running(ids, message, now))
         if failed:
-            log.warning("%d task(s) interrupted by the previous shutdown marked failed", failed)
+            log.warning("%d task(s) of a lost gateway process marked failed", failed)
         if reruns:
             log.warning("%d task(s) of tools safe to repeat run again", len(reruns))
         return reruns
