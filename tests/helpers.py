@@ -413,6 +413,19 @@ async def modern_status(
             await asyncio.sleep(0.05)
 
 
+async def modern_inputs(
+    http: aiohttp.ClientSession, url: str, task_id: str, count: int, seconds: float = 20
+) -> dict[str, Any]:
+    """Polls tasks/get until the task waits on `count` input requests (each question is
+    recorded on its own, so the status may show before the last of them)."""
+    async with asyncio.timeout(seconds):
+        while True:
+            task = await modern_status(http, url, task_id, "input_required", seconds)
+            if len(task["inputRequests"]) == count:
+                return task
+            await asyncio.sleep(0.05)
+
+
 #: mcp 2.3 lives in a venv of its own (it conflicts with 1.30): `.ci/conformance.sh
 #: --setup-only` makes it; `MCP2_PYTHON` may name another.
 MCP2_PYTHON = Path(

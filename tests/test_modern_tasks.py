@@ -31,6 +31,7 @@ from .helpers import (
     WITH_ELICITATION,
     WITH_TASKS,
     headers,
+    modern_inputs,
     modern_rpc,
     modern_status,
     modern_terminal,
@@ -365,9 +366,8 @@ async def test_task_questions_are_input_requests_answered_by_tasks_update(
     async with aiohttp.ClientSession() as http:
         _, created = await modern_rpc(http, url, "tools/call", call("ask_both"), BOTH)
         task_id = created["result"]["taskId"]
-        waiting = await modern_status(http, url, task_id, "input_required")
+        waiting = await modern_inputs(http, url, task_id, 2)
         asked = waiting["inputRequests"]
-        assert len(asked) == 2
         assert {entry["method"] for entry in asked.values()} == {"elicitation/create"}
         by_message = {entry["params"]["message"]: key for key, entry in asked.items()}
         first, last = by_message["First name?"], by_message["Last name?"]

@@ -26,8 +26,8 @@ from .helpers import (
     WITH_ELICITATION,
     WITH_TASKS,
     headers,
+    modern_inputs,
     modern_rpc,
-    modern_status,
     modern_terminal,
     open_session,
     read_messages,
@@ -221,7 +221,7 @@ async def test_a_question_asked_on_a_is_answered_through_c(
     call = {"name": "ask_both", "arguments": {}}  # asks after the sync window: a task
     _, created = await modern_rpc(http, group.url("a", "q"), "tools/call", call, caps)
     task_id = created["result"]["taskId"]
-    waiting = await modern_status(http, group.url("c", "q"), task_id, "input_required")
+    waiting = await modern_inputs(http, group.url("c", "q"), task_id, 2)
     answers = {
         key: {"action": "accept", "content": {"name": name}}
         for key, name in zip(sorted(waiting["inputRequests"]), ("Carol", "Dave"), strict=True)

@@ -18,6 +18,7 @@ from .helpers import (
     WITH_ELICITATION,
     WITH_TASKS,
     headers,
+    modern_inputs,
     modern_rpc,
     modern_status,
     modern_terminal,
@@ -216,7 +217,7 @@ async def test_a_task_waiting_for_input_at_the_crash_asks_again_and_takes_the_ne
     proc = start_process(config, port)
     try:
         async with aiohttp.ClientSession() as http:
-            again = await modern_status(http, url, task_id, "input_required")
+            again = await modern_inputs(http, url, task_id, 2)
             answers = {
                 key: {"action": "accept", "content": {"name": name}}
                 for key, name in zip(sorted(again["inputRequests"]), ("New", "Answer"), strict=True)

@@ -12,12 +12,19 @@ Three measurements of ``python -m gateway --config FILE`` serving MCP Tasks (202
    ``slow`` tasks (600 s) in flight on the ``demo`` stdio route, 1,000 tasks per session (each
    session has its own stdio child, which is not counted). Target: 10,000 under 600 MiB.
 
+Parts 1 and 2 run on each store of ``--stores`` (``tests/bench/replicas.py``): ``sqlite`` (one
+gateway on its file), ``postgres1`` (one replica on a fresh PostgreSQL database) and
+``postgres3`` (three replicas on one fresh database, the workers spread round-robin over their
+ports); the PostgreSQL server is the one ``.ci/postgres.sh`` runs. Part 3 runs on SQLite.
+
 Every measurement of parts 1 and 2 opens its own MCP sessions (one per worker) and ends them
-with DELETE afterwards; rounds are interleaved and the median round is reported. Every server
-runs in its own subprocess; the load generator is this process. A script, not a test::
+with DELETE afterwards; rounds are interleaved (every store and measurement in each round) and
+the median round is reported. Every server runs in its own subprocess; the load generator is
+this process. A script, not a test::
 
     .venv/bin/python -m tests.bench.tasks
     .venv/bin/python -m tests.bench.tasks --seconds 3 --rounds 1 --skip-memory --json
+    .venv/bin/python -m tests.bench.tasks --stores sqlite      # without PostgreSQL
 """
 
 from __future__ import annotations
@@ -57,6 +64,15 @@ from tests.bench.passthrough import (
     wait_for_port,
 )
 from tests.bench.passthrough import THIS_FILE as PASSTHROUGH_FILE
+from tests.bench.replicas import (
+    REPLICAS,
+    STORES,
+    csv_stores,
+    fresh_database,
+    postgres_server,
+    postgres_store,
+    report_stores,
+)
 
 KEY_CONCURRENCY = 32
 CREATE_TARGET_PER_S = 1000.0
@@ -213,8 +229,9 @@ async def _drive(
 
 
 async def measure(
-    kind: str, url: str, concurrency: int, seconds: float, warmup: float
+    kind: str, urls: Sequence[str], concurrency: int, seconds: float, warmup: float
 ) -> TaskMeasurement:
+    """`concurrency` workers, worker i with its own session on urls[i mod len(urls)]."""
     op = OPS[kind]
     errors = ErrorLog()
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
@@ -224,7 +241,7 @@ async def measure(
     started = time.perf_counter()
     elapsed = 0.0
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
-        clients = [TaskClient(http, url) for _ in range(concurrency)]
+        clients = [TaskClient(http, urls[i % len(urls)]) for i in range(concurrency)]
         try:
             await asyncio.gather(*(c.open() for c in clients))
         except CLIENT_ERRORS as exc:
@@ -266,20 +283,28 @@ async def measure(
     )
 
 
-async def run_throughput(args: argparse.Namespace, url: str) -> list[Summary]:
-    runs: dict[tuple[str, int], list[Measurement]] = {}
-    # Interleave (round -> measurement) so a noisy spell hits every measurement alike.
+async def run_throughput(
+    args: argparse.Namespace, targets: dict[str, list[str]]
+) -> dict[str, list[Summary]]:
+    """Every store's measurements (THROUGHPUT_PLAN order); `targets`: a store's gateway URLs."""
+    runs: dict[tuple[str, str, int], list[Measurement]] = {}
+    # Interleave (round -> store -> measurement) so a noisy spell hits every one alike.
     for rnd in range(1, args.rounds + 1):
-        for kind, c in THROUGHPUT_PLAN:
-            m = await measure(kind, url, c, args.seconds, args.warmup)
-            runs.setdefault((kind, c), []).append(m)
-            print(
-                f"round {rnd}/{args.rounds} {kind:<9} c={c:<3} {m.rps:9.1f}/s "
-                f"errors={m.errors.count}",
-                file=sys.stderr,
-                flush=True,
-            )
-    return [summarise(runs[key], "median") for key in THROUGHPUT_PLAN]
+        for store, urls in targets.items():
+            on = "" if store == "sqlite" else f" on {store}"
+            for kind, c in THROUGHPUT_PLAN:
+                m = await measure(kind, urls, c, args.seconds, args.warmup)
+                runs.setdefault((store, kind, c), []).append(m)
+                print(
+                    f"round {rnd}/{args.rounds} {kind:<9} c={c:<3} {m.rps:9.1f}/s "
+                    f"errors={m.errors.count}{on}",
+                    file=sys.stderr,
+                    flush=True,
+                )
+    return {
+        store: [summarise(runs[(store, *key)], "median") for key in THROUGHPUT_PLAN]
+        for store in targets
+    }
 
 
 # --------------------------------------------------------------------------------------------
@@ -479,11 +504,16 @@ def ensure_fd_limit(sessions: int) -> int:
 # --------------------------------------------------------------------------------------------
 
 
-def gateway_config(port: int, db_path: Path, upstream_url: str, max_children: int) -> str:
+def sqlite_store(db_path: Path) -> str:
     # json.dumps yields quoted scalars that are also valid YAML, so odd tmp paths stay safe.
+    return f"{{path: {json.dumps(str(db_path))}}}"
+
+
+def gateway_config(port: int, store: str, upstream_url: str, max_children: int) -> str:
+    """`store`: the store section, sqlite_store() or replicas.postgres_store()."""
     return (
         f"listen: {{host: {HOST}, port: {port}}}\n"
-        f"store: {{path: {json.dumps(str(db_path))}}}\n"
+        f"store: {store}\n"
         "routes:\n"
         "  - name: bench\n"
         f"    upstream: {{transport: streamable_http, url: {json.dumps(upstream_url)}}}\n"
@@ -570,13 +600,33 @@ def _fmt_int(n: int | None) -> str:
     return "-" if n is None else str(n)
 
 
+def summary_row(s: Summary) -> JsonObj:
+    """A measurement's median round as the JSON summary reports it."""
+    m = s.chosen
+    http = m.http_requests if isinstance(m, TaskMeasurement) else 0
+    per_op = http / m.requests if m.requests else math.nan
+    return {
+        "measurement": s.target,
+        "concurrency": s.concurrency,
+        "ops": m.requests,
+        "ops_per_s": round(m.rps, 1),
+        "p50_ms": round(m.percentile_ms(0.50), 3),
+        "p99_ms": round(m.percentile_ms(0.99), 3),
+        "http_requests_per_op": None if math.isnan(per_op) else round(per_op, 2),
+        "errors": s.errors,
+        "valid": s.valid,
+        "rounds_ops_per_s": [round(r, 1) for r in s.rounds_rps],
+    }
+
+
 def report(
     args: argparse.Namespace,
-    summaries: list[Summary],
+    stores: dict[str, list[Summary]],
     memory: MemoryResult | None,
     throughput_rss: int | None,
     stops: dict[str, Stopped],
 ) -> JsonObj:
+    summaries = stores.get("sqlite", [])
     rows: list[JsonObj] = []
     key_rate: float | None = None
     if summaries:
@@ -602,20 +652,7 @@ def report(
                 f"{s.target:<10} {s.concurrency:>4} {m.requests:>7} {m.rps:>8.1f} {p50:>8.2f} "
                 f"{p99:>8.2f} {per_op:>7.1f} {s.errors:>6}  {mark:<7} {rounds}"
             )
-            rows.append(
-                {
-                    "measurement": s.target,
-                    "concurrency": s.concurrency,
-                    "ops": m.requests,
-                    "ops_per_s": round(m.rps, 1),
-                    "p50_ms": round(p50, 3),
-                    "p99_ms": round(p99, 3),
-                    "http_requests_per_op": None if math.isnan(per_op) else round(per_op, 2),
-                    "errors": s.errors,
-                    "valid": s.valid,
-                    "rounds_ops_per_s": [round(r, 1) for r in s.rounds_rps],
-                }
-            )
+            rows.append(summary_row(s))
             if (s.target, s.concurrency) == ("create", KEY_CONCURRENCY) and s.valid:
                 key_rate = m.rps
         print(
@@ -636,6 +673,11 @@ def report(
         )
         if throughput_rss is not None:
             print(f"gateway RSS after the throughput parts: {throughput_rss / MIB:.1f} MiB")
+
+    compared: JsonObj | None = None
+    if any(store != "sqlite" for store in stores):
+        store_rows = {store: [summary_row(s) for s in ss] for store, ss in stores.items()}
+        compared = report_stores(args, THROUGHPUT_PLAN, store_rows)
 
     mem_json: JsonObj | None = None
     key_mib: float | None = None
@@ -707,17 +749,19 @@ def report(
         }
 
     print("\nnumbers come from one shared machine: expect run-to-run noise of 10-20%")
-    for s in summaries:
-        if s.errors:
-            print(f"\nERRORS {s.target} c={s.concurrency}: {s.errors}", file=sys.stderr)
-            for sample in s.error_samples:
-                print(f"  {sample}", file=sys.stderr)
+    for store, ss in stores.items():
+        on = "" if store == "sqlite" else f" on {store}"
+        for s in ss:
+            if s.errors:
+                print(f"\nERRORS {s.target} c={s.concurrency}{on}: {s.errors}", file=sys.stderr)
+                for sample in s.error_samples:
+                    print(f"  {sample}", file=sys.stderr)
     if memory is not None and memory.errors.count:
         print(f"\nERRORS memory: {memory.errors.count}", file=sys.stderr)
         for sample in memory.errors.samples[:MAX_ERROR_SAMPLES]:
             print(f"  {sample}", file=sys.stderr)
 
-    valid = all(s.valid for s in summaries) and (memory is None or memory.valid)
+    valid = all(s.valid for ss in stores.values() for s in ss) and (memory is None or memory.valid)
     return {
         "bench": "tasks",
         "seconds": args.seconds,
@@ -728,6 +772,7 @@ def report(
         "throughput_gateway_rss_mib": (
             None if throughput_rss is None else round(throughput_rss / MIB, 1)
         ),
+        "stores": compared,
         "memory": mem_json,
         "rss_mib_10000_in_flight": None if key_mib is None else round(key_mib, 1),
         "valid": valid,
@@ -761,6 +806,13 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=[1000, MEMORY_TARGET_TASKS],
         help="comma-separated in-flight task counts for part 3 (1000,10000)",
     )
+    p.add_argument(
+        "--stores",
+        type=csv_stores,
+        default=list(STORES),
+        help=f"comma-separated stores for parts 1-2 ({','.join(STORES)}); "
+        "sqlite alone needs no PostgreSQL",
+    )
     p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
     args = p.parse_args(argv)
     if not 0 < args.seconds <= 600 or not 0 <= args.warmup <= 60 or not 1 <= args.rounds <= 20:
@@ -773,13 +825,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     levels: list[int] = args.tasks_in_flight
     sessions_needed = math.ceil(levels[-1] / TASKS_PER_SESSION)
     max_children = max(64, sessions_needed + 8)
-    summaries: list[Summary] = []
+    stores: dict[str, list[Summary]] = {}
     memory: MemoryResult | None = None
     throughput_rss: int | None = None
     stops: dict[str, Stopped] = {}
     with tempfile.TemporaryDirectory(prefix="bench-tasks-") as tmp:
         tmpdir = Path(tmp)
         try:
+            pg_server = None if args.stores == ["sqlite"] else postgres_server()
             with ExitStack() as stack:
                 up_port = free_port()
                 upstream_url = f"http://{HOST}:{up_port}/mcp"
@@ -790,26 +843,44 @@ def main(argv: Sequence[str] | None = None) -> int:
                     str(up_port),
                 ]
                 stack.enter_context(server("upstream", upstream_argv, up_port, tmpdir, 15))
-                port = free_port()
-                config = gateway_config(port, tmpdir / "gw1.db", upstream_url, max_children)
-                stops["throughput"] = Stopped()
-                proc = stack.enter_context(
-                    gateway("gateway-throughput", config, port, tmpdir, stops["throughput"])
-                )
-                url = f"http://{HOST}:{port}/bench/mcp"
-                summaries = asyncio.run(run_throughput(args, url))
-                if proc.poll() is None:
+                targets: dict[str, list[str]] = {}
+                proc: subprocess.Popen[bytes] | None = None
+                if "sqlite" in args.stores:
+                    port = free_port()
+                    section = sqlite_store(tmpdir / "gw1.db")
+                    config = gateway_config(port, section, upstream_url, max_children)
+                    stops["throughput"] = Stopped()
+                    proc = stack.enter_context(
+                        gateway("gateway-throughput", config, port, tmpdir, stops["throughput"])
+                    )
+                    targets["sqlite"] = [f"http://{HOST}:{port}/bench/mcp"]
+                for name in args.stores:
+                    if name != "sqlite" and pg_server is not None:
+                        # Entered before its gateways, so dropped after they have stopped.
+                        db_url = stack.enter_context(fresh_database(pg_server))
+                        section = postgres_store(db_url)
+                        ports = [free_port() for _ in range(REPLICAS[name])]
+                        for i, port in enumerate(ports, 1):
+                            config = gateway_config(port, section, upstream_url, max_children)
+                            stack.enter_context(
+                                gateway(f"gateway-{name}-{i}", config, port, tmpdir, Stopped())
+                            )
+                        targets[name] = [f"http://{HOST}:{p}/bench/mcp" for p in ports]
+                stores = asyncio.run(run_throughput(args, targets))
+                if proc is not None and proc.poll() is None:
                     throughput_rss = rss_bytes(proc.pid)
-            if not all(s.valid for s in summaries):
-                print(
-                    f"gateway log tail:\n{log_tail(tmpdir, 'gateway-throughput')}", file=sys.stderr
-                )
+            for name, summaries in stores.items():
+                if not all(s.valid for s in summaries):
+                    for i in range(1, REPLICAS[name] + 1):
+                        log = "gateway-throughput" if name == "sqlite" else f"gateway-{name}-{i}"
+                        print(f"gateway log tail:\n{log_tail(tmpdir, log)}", file=sys.stderr)
 
             if not args.skip_memory:
                 # A fresh gateway and store, so that "idle after start" means just that.
                 memory = MemoryResult(fd_soft_limit=ensure_fd_limit(sessions_needed))
                 port = free_port()
-                config = gateway_config(port, tmpdir / "gw2.db", upstream_url, max_children)
+                section = sqlite_store(tmpdir / "gw2.db")
+                config = gateway_config(port, section, upstream_url, max_children)
                 stops["memory"] = Stopped()
                 with gateway("gateway-memory", config, port, tmpdir, stops["memory"]) as proc:
                     url = f"http://{HOST}:{port}/demo/mcp"
@@ -824,7 +895,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"server failed: {exc}", file=sys.stderr)
             return 2
 
-    summary = report(args, summaries, memory, throughput_rss, stops)
+    summary = report(args, stores, memory, throughput_rss, stops)
     if args.json:
         print(json.dumps(summary, separators=(",", ":")))
     return 0 if summary["valid"] else 1
