@@ -33,7 +33,6 @@ from .helpers import (
     headers,
     modern_inputs,
     modern_rpc,
-    modern_status,
     modern_terminal,
     start_process,
     write_config,
