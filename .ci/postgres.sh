@@ -63,17 +63,24 @@ if [ ! -f "$DATA/PG_VERSION" ]; then
   rm -f "$ROOT/pwfile"
   {
     echo "listen_addresses = '127.0.0.1'"
-    echo "port = $PORT"
     echo "unix_socket_directories = '$DATA'"
     # Tests and replicas open many connections; fsync stays on, as in production.
     echo "max_connections = 300"
   } | as_owner tee -a "$DATA/postgresql.conf" >/dev/null
-  umask 077
-  printf 'MCPGW_PG_URL=postgresql://gateway@127.0.0.1:%s/postgres\nPGPASSWORD=%s\n' \
-    "$PORT" "$password" >"$ENV_FILE"
+  (umask 077 && printf '%s\n' "$password" >"$ROOT/password")
 fi
+# Written on every start, so that MCPGW_PG_PORT can move an existing cluster.
+(umask 077 && printf 'MCPGW_PG_URL=postgresql://gateway@127.0.0.1:%s/postgres\nPGPASSWORD=%s\n' \
+  "$PORT" "$(cat "$ROOT/password")" >"$ENV_FILE")
 
 if ! as_owner "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
-  as_owner "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -w -t 60 start >/dev/null
+  if ! as_owner "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -o "-p $PORT" -w -t 60 \
+    start >/dev/null; then
+    tail -n 5 "$DATA/server.log" >&2
+    # Most often another checkout's cluster already holds the port.
+    echo "PostgreSQL did not start on port $PORT: stop the other server there" \
+      "(bash .ci/postgres.sh --stop in its checkout) or set MCPGW_PG_PORT" >&2
+    exit 1
+  fi
 fi
 echo "$ENV_FILE"
