@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import aiohttp
 import pytest
@@ -324,3 +325,82 @@ async def test_a_stdio_session_asked_of_another_replica_fails_clearly_not_wrongl
     assert status == 404
     assert "runs in another replica" in elsewhere["error"]["message"]
     assert "hashing on Authorization" in elsewhere["error"]["message"]
+
+
+class Cable:
+    """A TCP forwarder between the gateway and PostgreSQL that can be cut and mended: the
+    database's server going away (a restart, a failover, a network cut) without stopping
+    the server the other tests share."""
+
+    def __init__(self, port: int, target: int) -> None:
+        self.port, self._target = port, target
+        self._server: asyncio.Server | None = None
+        self._writers: set[asyncio.StreamWriter] = set()
+
+    async def mend(self) -> None:
+        self._server = await asyncio.start_server(self._pipe, "127.0.0.1", self.port)
+
+    async def cut(self) -> None:
+        assert self._server is not None
+        self._server.close()
+        for writer in self._writers:
+            writer.transport.abort()
+        await self._server.wait_closed()
+
+    async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
+        self._writers |= {writer, up_writer}
+
+        async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+            try:
+                while data := await source.read(65536):
+                    sink.write(data)
+                    await sink.drain()
+            except OSError:
+                pass
+            finally:
+                sink.transport.abort()
+
+        await asyncio.gather(copy(reader, up_writer), copy(up_reader, writer))
+
+
+async def test_a_database_that_goes_away_is_a_503_to_retry_and_service_resumes_when_back(
+    tmp_path: Path, pg_url: str
+) -> None:
+    target = urlsplit(pg_url)
+    cable = Cable(free_port(), target.port or 5432)
+    await cable.mend()
+    url = f"postgresql://{target.username}@127.0.0.1:{cable.port}{target.path}"
+    port = free_port()
+    store = f"{{backend: postgres, url: {json.dumps(url)}}}"
+    proc = start_process(write_config(tmp_path, port, store=store), port, log=tmp_path / "g.log")
+    route = f"http://127.0.0.1:{port}/demo/mcp"
+    try:
+        async with aiohttp.ClientSession() as http:
+            session = await open_session(http, route)
+            before = await start_task(http, route, session, "echo", {"text": "before"})
+            await cable.cut()
+            body = {"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": before}}
+            async with http.post(route, json=body, headers=headers(session)) as resp:
+                down, retry_after, answer = (
+                    resp.status,
+                    resp.headers.get("Retry-After"),
+                    await resp.json(),
+                )
+            await cable.mend()
+            async with asyncio.timeout(10):
+                while True:  # the pool reconnects on its next use
+                    async with http.post(route, json=body, headers=headers(session)) as resp:
+                        if resp.status == 200:
+                            back = await resp.json()
+                            break
+                    await asyncio.sleep(0.2)
+    finally:
+        proc.terminate()
+        # Waiting must not block this loop: the cable it runs carries the gateway's goodbye.
+        await asyncio.to_thread(proc.wait, 15)
+        await cable.cut()
+    # Not a bare 500 (the gateway's own defect): the client is told to send it again.
+    assert down == 503 and retry_after == "1"
+    assert answer["error"]["code"] == -32603 and "unreachable" in answer["error"]["message"]
+    assert back["result"]["taskId"] == before  # nothing was lost meanwhile

@@ -130,6 +130,13 @@ class CapacityExceeded(HttpRequestError):
     http_status = 503
 
 
+class StoreUnreachable(GatewayError):
+    """The shared task store cannot be reached now (its server restarts, the network is
+    cut): 503, so that the client retries, rather than a defect of ours."""
+
+    http_status = 503
+
+
 class UpstreamError(GatewayError):
     """The upstream gave no usable answer; relayed to the client as a -32603 error."""
 

@@ -15,13 +15,14 @@ import asyncio
 import contextlib
 import json
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterator
 from datetime import datetime
 from typing import Any, TypeVar
 
 import asyncpg
 from asyncpg import Record
 
+from gateway.protocol.errors import StoreUnreachable
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import (
@@ -272,7 +273,8 @@ class PostgresTaskStore:
     async def _read(self, sql: str, *params: Any) -> list[Record]:
         self._check_open()
         started = time.perf_counter()
-        rows = await self._pool.fetch(sql, *params)
+        with _unreachable_as_503():
+            rows = await self._pool.fetch(sql, *params)
         if self._on_timing is not None:
             self._on_timing("read", time.perf_counter() - started)
         return rows
@@ -280,8 +282,9 @@ class PostgresTaskStore:
     async def _write(self, run: Callable[[Connection], Awaitable[T]]) -> T:
         self._check_open()
         started = time.perf_counter()
-        async with self._pool.acquire() as db, db.transaction():
-            value = await run(db)
+        with _unreachable_as_503():
+            async with self._pool.acquire() as db, db.transaction():
+                value = await run(db)
         self.commits += 1
         self._last_commit = time.monotonic()
         if self._on_timing is not None:
@@ -291,6 +294,28 @@ class PostgresTaskStore:
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("the task store is closed")
+
+
+#: Errors that say the server cannot be used now, not that a statement is wrong.
+_UNREACHABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError,
+)
+
+
+@contextlib.contextmanager
+def _unreachable_as_503() -> Iterator[None]:
+    # OSError is a ConnectionError too, which the HTTP layer would take for a client that
+    # went away: the client would get a bare 500 instead of being told to retry.
+    try:
+        yield
+    except _UNREACHABLE as exc:
+        raise StoreUnreachable(
+            "the task store is unreachable just now; send the request again shortly",
+            headers={"Retry-After": "1"},
+        ) from exc
 
 
 def _application_name(replica: str) -> str:
