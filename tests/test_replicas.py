@@ -379,6 +379,8 @@ async def test_a_database_that_goes_away_is_a_503_to_retry_and_service_resumes_w
         async with aiohttp.ClientSession() as http:
             session = await open_session(http, route)
             before = await start_task(http, route, session, "echo", {"text": "before"})
+            # Its call ends while the database is away: its outcome waits, it is not lost.
+            running = await start_task(http, route, session, "slow", {"seconds": 1, "steps": 2})
             await cable.cut()
             body = {"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": before}}
             async with http.post(route, json=body, headers=headers(session)) as resp:
@@ -387,6 +389,7 @@ async def test_a_database_that_goes_away_is_a_503_to_retry_and_service_resumes_w
                     resp.headers.get("Retry-After"),
                     await resp.json(),
                 )
+            await asyncio.sleep(1.5)
             await cable.mend()
             async with asyncio.timeout(10):
                 while True:  # the pool reconnects on its next use
@@ -394,6 +397,9 @@ async def test_a_database_that_goes_away_is_a_503_to_retry_and_service_resumes_w
                         if resp.status == 200:
                             back = await resp.json()
                             break
+                    await asyncio.sleep(0.2)
+            async with asyncio.timeout(10):
+                while (ended := await get(http, route, session, running))["status"] == "working":  # noqa: ASYNC110
                     await asyncio.sleep(0.2)
     finally:
         proc.terminate()
@@ -404,3 +410,5 @@ async def test_a_database_that_goes_away_is_a_503_to_retry_and_service_resumes_w
     assert down == 503 and retry_after == "1"
     assert answer["error"]["code"] == -32603 and "unreachable" in answer["error"]["message"]
     assert back["result"]["taskId"] == before  # nothing was lost meanwhile
+    assert ended["status"] == "completed"
+    assert "waits for the store" in (tmp_path / "g.log").read_text()

@@ -33,7 +33,13 @@ from gateway.aio import TaskSet
 from gateway.config import Limits, TaskPolicy
 from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, TaskError, TaskLimitReached
+from gateway.protocol.errors import (
+    INTERNAL_ERROR,
+    GatewayError,
+    StoreUnreachable,
+    TaskError,
+    TaskLimitReached,
+)
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.host import TaskHost
 from gateway.tasks.models import Task, TaskStatus, status_for
@@ -240,13 +246,28 @@ class TaskRunner:
                     # The terminal write comes first: what the host does with the end of
                     # the call (its session may be gone) cannot keep the task from ending.
                     status, message = status_for(outcome)
-                    done = await self._store.finish_task(
-                        task.task_id, status, message, outcome, self._clock()
-                    )
+                    done = await self._finish(task.task_id, status, message, outcome)
                     if done is not None:
                         self._changed(done, host)
             finally:
                 await host.end_task_call(outgoing.id)
+
+    async def _finish(
+        self, task_id: str, status: TaskStatus, message: str | None, outcome: Outcome
+    ) -> Task | None:
+        """The terminal write, tried again while a shared store is unreachable: the outcome
+        is in hand and is the one thing not to lose. A shutdown meanwhile cancels this and
+        leaves the task live, for the next process (or a surviving replica) to settle."""
+        delay = 0.1
+        while True:
+            try:
+                return await self._store.finish_task(
+                    task_id, status, message, outcome, self._clock()
+                )
+            except StoreUnreachable:
+                log.warning("a task's outcome waits for the store; trying again in %.1f s", delay)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 5.0)
 
     def _on_input(self, task_id: str, waiting: bool, host: TaskHost) -> asyncio.Task[None]:
         return self._tasks.spawn(self._record_input(task_id, waiting, host), name="task input")
