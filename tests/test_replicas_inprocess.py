@@ -1,0 +1,155 @@
+"""Replicas on one PostgreSQL database, as gateways in this process (real ports, real HTTP, a
+real database): the wake-ups between them, and a survivor's lease round settling the tasks of
+a replica taken for dead. tests/test_replicas.py runs the same over separate processes."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+import aiohttp
+import asyncpg
+import pytest
+
+from gateway.config import StoreConfig
+from gateway.protocol import jsonrpc
+from gateway.tasks.models import Task, TaskStatus, utcnow
+from gateway.tasks.recovery import kept_call
+from gateway.tasks.store.opening import StoreUnavailable, open_configured
+from gateway.tasks.store.postgres import open_postgres_store
+
+from .conftest import StartGateway, free_port
+from .fakes import FAULT_HOOKS
+from .helpers import (
+    WITH_ELICITATION,
+    WITH_TASKS,
+    modern_inputs,
+    modern_rpc,
+    modern_terminal,
+    open_session,
+    rpc,
+    start_task,
+)
+
+LOST = "interrupted: the gateway replica running it was lost"
+
+
+def store(pg_url: str, lease: float = 60) -> dict[str, Any]:
+    return {"backend": "postgres", "url": pg_url, "lease_seconds": lease}
+
+
+def http_route(name: str, url: str, **tasks: Any) -> dict[str, Any]:
+    return {"name": name, "upstream": {"transport": "streamable_http", "url": url}, "tasks": tasks}
+
+
+async def test_a_cancel_on_b_stops_the_call_on_a(
+    pg_url: str, start_gateway: StartGateway, faulty_upstream: Any
+) -> None:
+    routes = [http_route("h", str(faulty_upstream.make_url("/mcp")))]
+    a = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+    b = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+    received = faulty_upstream.app[FAULT_HOOKS].received
+    async with aiohttp.ClientSession() as http:
+        session = await open_session(http, a)
+        task_id = await start_task(http, a, session, "hang")
+        async with asyncio.timeout(10):
+            while not any(m.get("method") == "tools/call" for m in received):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+        await rpc(http, b, session, "tasks/cancel", {"taskId": task_id}, request_id=4)
+        async with asyncio.timeout(5):
+            while not any(m.get("method") == "notifications/cancelled" for m in received):  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
+    (call,) = [m for m in received if m.get("method") == "tools/call"]
+    (note,) = [m for m in received if m.get("method") == "notifications/cancelled"]
+    assert note["params"]["requestId"] == call["id"]
+
+
+async def test_answers_given_on_b_reach_the_call_on_a(
+    pg_url: str, start_gateway: StartGateway, sdk_upstream: str
+) -> None:
+    routes = [http_route("q", sdk_upstream)]
+    a = f"{await start_gateway(routes, store=store(pg_url))}/q/mcp"
+    b = f"{await start_gateway(routes, store=store(pg_url))}/q/mcp"
+    caps = {**WITH_TASKS, **WITH_ELICITATION}
+    async with aiohttp.ClientSession() as http:
+        call = {"name": "ask_both", "arguments": {}}
+        _, created = await modern_rpc(http, a, "tools/call", call, caps)
+        task_id = created["result"]["taskId"]
+        waiting = await modern_inputs(http, b, task_id, 2)
+        answers = {
+            key: {"action": "accept", "content": {"name": name}}
+            for key, name in zip(sorted(waiting["inputRequests"]), ("Ada", "Byron"), strict=True)
+        }
+        update = {"taskId": task_id, "inputResponses": answers}
+        await modern_rpc(http, b, "tasks/update", update, caps)
+        done = await modern_terminal(http, b, task_id)
+    assert done["status"] == "completed"
+    assert sorted(done["result"]["content"][0]["text"].split()) == ["Ada", "Byron"]
+
+
+async def test_a_survivors_lease_round_settles_a_dead_replicas_tasks(
+    pg_url: str, start_gateway: StartGateway, sdk_upstream: str
+) -> None:
+    # The dead replica: a store that made two tasks, one of a tool safe to repeat, then
+    # stopped renewing its lease.
+    dead = await open_postgres_store(pg_url, "dead-replica", lease_seconds=60)
+    now = utcnow()
+
+    def task(task_id: str, tool: str, repeatable: bool) -> Task:
+        return Task(
+            task_id=task_id,
+            owner="session:gone",
+            route="r",
+            tool=tool,
+            status=TaskStatus.WORKING,
+            created_at=now,
+            updated_at=now,
+            ttl_ms=600_000,
+            poll_interval_ms=500,
+            repeatable=repeatable,
+        )
+
+    request = jsonrpc.Request(
+        jsonrpc="2.0",
+        id=1,
+        method="tools/call",
+        params={"name": "slow", "arguments": {"steps": 2}},
+    )
+    await dead.create_task(task("safe", "slow", True), request=kept_call(request, {}))
+    await dead.create_task(task("plain", "slow", False))
+    await dead.close()  # gives the lease back: as good as expired
+    conn = await asyncpg.connect(pg_url)
+    try:
+        await conn.execute("UPDATE replicas SET lease_until = now() - interval '1 minute'")
+    finally:
+        await conn.close()
+    routes = [http_route("r", sdk_upstream, repeatable=["slow"])]
+    await start_gateway(routes, store=store(pg_url, lease=2))
+    survivor = await open_postgres_store(pg_url, "reader", lease_seconds=60)
+    try:
+        async with asyncio.timeout(15):
+            while True:
+                safe, plain = await survivor.get_task("safe"), await survivor.get_task("plain")
+                assert safe is not None and plain is not None
+                if safe.status.terminal and plain.status.terminal:
+                    break
+                await asyncio.sleep(0.1)
+        outcome = await survivor.get_outcome("safe")
+    finally:
+        await survivor.close()
+    assert plain.status is TaskStatus.FAILED and plain.status_message == LOST
+    assert safe.status is TaskStatus.COMPLETED and safe.attempt == 2
+    assert outcome is not None and outcome.body["content"][0]["text"] == "2 steps done"
+    # Its time limit and ttl still count from its creation, not from the re-run.
+    assert abs(safe.created_at - now) < timedelta(milliseconds=1)
+
+
+async def test_an_unreachable_database_is_refused_at_open_naming_where() -> None:
+    port = free_port()
+    config = StoreConfig(backend="postgres", url=f"postgresql://gw@127.0.0.1:{port}/tasks")
+    with pytest.raises(StoreUnavailable) as refused:
+        await open_configured(config)
+    assert str(refused.value).startswith(
+        f"store.url: cannot use the PostgreSQL database at 127.0.0.1:{port}/tasks: "
+    )
