@@ -162,28 +162,27 @@ class ModernTaskApi:
                 raise TaskError(f"params.inputResponses[{key!r}] must be an object")
         if task.status.terminal:
             return  # nothing waits: the extension says such answers are ignored
-        host = self._hosts.get(task.task_id)
         for key, response in responses.items():
-            if host is not None:
-                await host.answer(key, response)
-            else:
-                # Its call runs on another replica (or on none: the answer is then ignored,
-                # as the row is withdrawn with the task): the answer waits in the store, and
-                # the replica that runs the call hears of it (`answered_elsewhere`).
-                await self._store.answer_input(task.task_id, key, response, self._clock())
+            await self._answer(task.task_id, key, response)
 
     async def settle(self, task_id: str, key: str, answer: Answer) -> bool:
         """A 2025-11-25 client's answer to a stored question (see `TaskApi`); False if nothing
         here waits on it."""
-        host = self._hosts.get(task_id)
-        if host is None:
-            if not isinstance(answer, jsonrpc.Response):
-                return False  # a refusal is relayed only where the call runs
-            now = self._clock()
-            return await self._store.answer_input(task_id, key, answer.result, now) is not None
         if isinstance(answer, jsonrpc.Response):
-            return await host.answer(key, answer.result)
-        return await host.decline(key, answer)
+            return await self._answer(task_id, key, answer.result)
+        host = self._hosts.get(task_id)
+        # A refusal is relayed only where the call runs.
+        return host is not None and await host.decline(key, answer)
+
+    async def _answer(self, task_id: str, key: str, response: jsonrpc.JsonObject) -> bool:
+        """The client's answer to the question under `key`; False if it is not open. Where
+        the call runs on another replica (or on none: the row is then withdrawn with the
+        task), the answer waits in the store, and the replica running the call hears of it
+        (`answered_elsewhere`)."""
+        host = self._hosts.get(task_id)
+        if host is not None:
+            return await host.answer(key, response)
+        return await self._store.answer_input(task_id, key, response, self._clock()) is not None
 
     async def answered_elsewhere(self, task_id: str | None) -> None:
         """Another replica stored answers to questions of a call running here (None: maybe
