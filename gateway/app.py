@@ -130,8 +130,7 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     app[MODERN_TASK_API] = ModernTaskApi(store, runner, clock=clock)
     app[TASK_API] = TaskApi(store, runner, notifier, secret, clock, app[MODERN_TASK_API].settle)
     app[PARKED_CALLS] = ParkedCalls(secret)
-    shared = settings.store.backend == "postgres"
-    app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store, shared)
+    app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store, settings.store.shared)
     app[HELD_SESSIONS] = HeldSessions(settings.sessions)
     # The port is bound already (listen.start binds first), so a second process on it never
     # gets this far: tasks it would fail or run again are this process's alone (on a shared

@@ -30,14 +30,14 @@ log = logging.getLogger(__name__)
 def lost_message(app: web.Application) -> str:
     """How the tasks a lost process left running are failed: by its own restart (one process
     per SQLite file), or by a surviving replica."""
-    if app[SETTINGS].store.backend == "postgres":
+    if app[SETTINGS].store.shared:
         return REPLICA_LOST_MESSAGE
     return INTERRUPTED_MESSAGE
 
 
 async def start(app: web.Application, notifier: Notifier, tasks: TaskSet) -> None:
     """Hear the other replicas' writes, and keep this replica's lease (PostgreSQL only)."""
-    if app[SETTINGS].store.backend != "postgres":
+    if not app[SETTINGS].store.shared:
         return
     runner, answers = app[RUNNER], app[MODERN_TASK_API]
 

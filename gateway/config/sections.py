@@ -35,6 +35,11 @@ class StoreConfig(Section):
     lease_seconds: float = Field(15.0, ge=2, le=3600)
     sweep_interval_seconds: float = Field(30.0, gt=0)
 
+    @property
+    def shared(self) -> bool:
+        """Whether other processes (replicas) use the same store."""
+        return self.backend == "postgres"
+
     @model_validator(mode="after")
     def _backend(self) -> StoreConfig:
         if self.backend == "sqlite":
