@@ -157,6 +157,34 @@ async def start_task(
     return str(created["result"]["task"]["taskId"])
 
 
+async def get_task(
+    http: aiohttp.ClientSession, url: str, session_id: str, task_id: str
+) -> dict[str, Any]:
+    """The 2025-11-25 tasks/get answer's task."""
+    answer = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, request_id=9)
+    return dict(answer["result"])
+
+
+async def task_terminal(
+    http: aiohttp.ClientSession,
+    url: str,
+    session_id: str,
+    task_id: str,
+    seconds: float = 30,
+    seen: list[str] | None = None,
+) -> dict[str, Any]:
+    """Polls tasks/get until the task is terminal; each statusMessage on the way goes to
+    `seen`."""
+    async with asyncio.timeout(seconds):
+        while True:
+            task = await get_task(http, url, session_id, task_id)
+            if seen is not None and task.get("statusMessage"):
+                seen.append(task["statusMessage"])
+            if task["status"] in ("completed", "failed", "cancelled"):
+                return task
+            await asyncio.sleep(0.1)
+
+
 def result_request(task_id: str, request_id: int = 2) -> dict[str, Any]:
     return {
         "jsonrpc": "2.0",

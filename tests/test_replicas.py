@@ -26,6 +26,7 @@ from .fakes import FAULT_HOOKS
 from .helpers import (
     WITH_ELICITATION,
     WITH_TASKS,
+    get_task,
     headers,
     modern_inputs,
     modern_rpc,
@@ -36,6 +37,7 @@ from .helpers import (
     rpc,
     start_process,
     start_task,
+    task_terminal,
     write_config,
 )
 
@@ -106,22 +108,6 @@ async def http() -> AsyncIterator[aiohttp.ClientSession]:
         yield session
 
 
-async def get(http: aiohttp.ClientSession, url: str, session: str, task_id: str) -> dict[str, Any]:
-    answer = await rpc(http, url, session, "tasks/get", {"taskId": task_id}, request_id=9)
-    return dict(answer["result"])
-
-
-async def until_terminal(
-    http: aiohttp.ClientSession, url: str, session: str, task_id: str, seconds: float
-) -> dict[str, Any]:
-    async with asyncio.timeout(seconds):
-        while True:
-            task = await get(http, url, session, task_id)
-            if task["status"] in ("completed", "failed", "cancelled"):
-                return task
-            await asyncio.sleep(0.1)
-
-
 async def test_made_on_a_read_on_b_result_on_c(
     replicas_of: Any, sdk_upstream: str, http: aiohttp.ClientSession
 ) -> None:
@@ -130,12 +116,12 @@ async def test_made_on_a_read_on_b_result_on_c(
     session = await open_session(http, a)
     task_id = await start_task(http, a, session, "slow", {"steps": 10})  # about a second
     # The session and its task are the store's: B knows both, though A made them.
-    seen_on_b = await get(http, b, session, task_id)
+    seen_on_b = await get_task(http, b, session, task_id)
     async with http.post(c, json=result_request(task_id, 5), headers=headers(session)) as waiting:
         assert waiting.status == 200
         (final,) = await read_messages(waiting, 1)
         answered = datetime.now(UTC)
-    done = await get(http, b, session, task_id)
+    done = await get_task(http, b, session, task_id)
     assert seen_on_b["status"] == "working"
     assert final["id"] == 5 and final["result"]["content"][0]["text"] == "10 steps done"
     assert done["status"] == "completed"
@@ -171,7 +157,7 @@ async def test_a_cancel_on_b_stops_the_call_running_on_a(
     (note,) = [m for m in received if m.get("method") == "notifications/cancelled"]
     assert cancelled["result"]["status"] == "cancelled"
     assert note["params"]["requestId"] == call["id"]  # A stopped its call upstream
-    assert (await get(http, a, session, task_id))["status"] == "cancelled"
+    assert (await get_task(http, a, session, task_id))["status"] == "cancelled"
 
 
 async def test_a_killed_replicas_tasks_are_settled_by_the_survivors_within_the_lease(
@@ -189,9 +175,9 @@ async def test_a_killed_replicas_tasks_are_settled_by_the_survivors_within_the_l
     group.kill("a")
     killed = time.monotonic()
     # B and C, polled in turn: no stickiness.
-    lost = await until_terminal(http, group.url("b", "plain"), session["plain"], plain, 20)
+    lost = await task_terminal(http, group.url("b", "plain"), session["plain"], plain, seconds=20)
     settled = time.monotonic() - killed
-    rerun = await until_terminal(http, group.url("c", "safe"), session["safe"], safe, 30)
+    rerun = await task_terminal(http, group.url("c", "safe"), session["safe"], safe, seconds=30)
     assert lost["status"] == "failed"
     assert lost["statusMessage"] == "interrupted: the gateway replica running it was lost"
     # Within the lease, plus one lease round of the survivors, plus polling.
@@ -398,9 +384,7 @@ async def test_a_database_that_goes_away_is_a_503_to_retry_and_service_resumes_w
                             back = await resp.json()
                             break
                     await asyncio.sleep(0.2)
-            async with asyncio.timeout(10):
-                while (ended := await get(http, route, session, running))["status"] == "working":  # noqa: ASYNC110
-                    await asyncio.sleep(0.2)
+            ended = await task_terminal(http, route, session, running, seconds=10)
     finally:
         proc.terminate()
         # Waiting must not block this loop: the cable it runs carries the gateway's goodbye.

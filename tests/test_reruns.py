@@ -17,6 +17,7 @@ from .helpers import (
     RELATED,
     WITH_ELICITATION,
     WITH_TASKS,
+    get_task,
     headers,
     modern_inputs,
     modern_rpc,
@@ -28,15 +29,11 @@ from .helpers import (
     rpc,
     start_process,
     start_task,
+    task_terminal,
     write_config,
 )
 
 DEMO = "{transport: stdio, command: [python, -m, gateway.demo]}"
-
-
-async def get(http: aiohttp.ClientSession, url: str, session: str, task_id: str) -> dict[str, Any]:
-    answer = await rpc(http, url, session, "tasks/get", {"taskId": task_id}, request_id=9)
-    return dict(answer["result"])
 
 
 async def status_of(
@@ -50,22 +47,8 @@ async def status_of(
     """Polls until the task has `status` and a statusMessage holding `says`."""
     async with asyncio.timeout(20):
         while True:
-            task = await get(http, url, session, task_id)
+            task = await get_task(http, url, session, task_id)
             if task["status"] == status and says in task.get("statusMessage", ""):
-                return task
-            await asyncio.sleep(0.1)
-
-
-async def terminal(
-    http: aiohttp.ClientSession, url: str, session: str, task_id: str, seen: list[str]
-) -> dict[str, Any]:
-    """Polls until terminal, keeping every statusMessage seen on the way."""
-    async with asyncio.timeout(30):
-        while True:
-            task = await get(http, url, session, task_id)
-            if task.get("statusMessage"):
-                seen.append(task["statusMessage"])
-            if task["status"] in ("completed", "failed", "cancelled"):
                 return task
             await asyncio.sleep(0.1)
 
@@ -105,7 +88,9 @@ async def test_a_kill_reruns_repeatable_tasks_and_fails_the_others(
             seen: dict[str, list[str]] = {}
             for name, (session, task_id) in started.items():
                 seen[name] = []
-                outcome = await terminal(http, f"{base}/{name}/mcp", session, task_id, seen[name])
+                outcome = await task_terminal(
+                    http, f"{base}/{name}/mcp", session, task_id, seen=seen[name]
+                )
                 outcomes[name] = outcome
     finally:
         proc.terminate()
@@ -148,8 +133,8 @@ async def test_annotated_follows_the_upstreams_annotations_as_the_task_found_the
     proc = start_process(config, port)
     try:
         async with aiohttp.ClientSession() as http:
-            read = await terminal(http, url, session, reading, [])
-            written = await terminal(http, url, session, writing, [])
+            read = await task_terminal(http, url, session, reading)
+            written = await task_terminal(http, url, session, writing)
     finally:
         proc.terminate()
         proc.wait(15)
@@ -184,8 +169,8 @@ async def test_a_stop_leaves_repeatable_tasks_to_the_next_process(tmp_path: Path
     proc = start_process(config, port)
     try:
         async with aiohttp.ClientSession() as http:
-            safe = await terminal(http, f"{base}/safe/mcp", *started["safe"], [])
-            plain = await terminal(http, f"{base}/plain/mcp", *started["plain"], [])
+            safe = await task_terminal(http, f"{base}/safe/mcp", *started["safe"])
+            plain = await task_terminal(http, f"{base}/plain/mcp", *started["plain"])
     finally:
         proc.terminate()
         proc.wait(15)
@@ -319,7 +304,7 @@ async def test_a_task_cut_short_on_every_attempt_fails_after_max_attempts(
     try:
         async with aiohttp.ClientSession() as http:
             seen: list[str] = []
-            final = await terminal(http, url, session, task_id, seen)
+            final = await task_terminal(http, url, session, task_id, seen=seen)
     finally:
         proc.terminate()
         proc.wait(15)

@@ -8,50 +8,20 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from datetime import UTC, datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import asyncpg
 import pytest
 
-from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import InputRequest, SessionRecord, Task, TaskStatus, UpstreamCall
+from gateway.tasks.models import SessionRecord, TaskStatus, UpstreamCall
 from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
 from gateway.tasks.store.postgres_schema import MIGRATIONS
 
 from . import postgres
+from .test_store_attempts import INPUT, RESULT, SECOND, T0, WORKING, ask, make_task
 
-T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
-SECOND = timedelta(seconds=1)
-WORKING, INPUT = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
 COMPLETED, CANCELLED = TaskStatus.COMPLETED, TaskStatus.CANCELLED
-RESULT = Outcome(kind="result", body={"content": []})
-
-
-def make_task(task_id: str, *, owner: str = "alice", at: datetime = T0) -> Task:
-    return Task(
-        task_id=task_id,
-        owner=owner,
-        route="files",
-        tool="search",
-        status=WORKING,
-        created_at=at,
-        updated_at=at,
-        ttl_ms=60_000,
-        poll_interval_ms=500,
-        repeatable=True,
-    )
-
-
-def ask(key: str, task_id: str = "t") -> InputRequest:
-    return InputRequest(
-        task_id=task_id,
-        key=key,
-        method="elicitation/create",
-        params={"message": "which file?"},
-        upstream_id=1,
-        created_at=T0,
-    )
 
 
 async def query(url: str, sql: str, *args: Any) -> list[asyncpg.Record]:
