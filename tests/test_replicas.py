@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from .conftest import free_port
-from .fakes import FAULT_HOOKS
+from .fakes import FAULT_HOOKS, JSON_SESSIONS
 from .helpers import (
     WITH_ELICITATION,
     WITH_TASKS,
@@ -293,6 +293,28 @@ async def test_a_thousand_tasks_over_three_replicas_one_killed_nothing_stuck_not
     }
     completed = [t for t in finals.values() if t["status"] == "completed"]
     assert all(t["result"]["content"][0]["text"] == "8 steps done" for t in completed)
+
+
+async def test_a_replica_that_stops_leaves_the_upstream_session_to_the_others(
+    replicas_of: Any, http: aiohttp.ClientSession, faulty_upstream: Any
+) -> None:
+    url = str(faulty_upstream.make_url("/mcp"))
+    group = replicas_of("routes:\n" + http_route("h", url), names="ab", lease=60)
+    upstream_sessions = faulty_upstream.app[JSON_SESSIONS]
+    session = await open_session(http, group.url("a", "h"))
+    echo = {"name": "echo", "arguments": {"text": "on b"}}
+    on_b = await rpc(http, group.url("b", "h"), session, "tools/call", echo, request_id=2)
+    (upstream_id,) = upstream_sessions
+    group.procs["b"].terminate()  # SIGTERM: a clean stop, which ends only B's copy
+    assert group.procs.pop("b").wait(15) == 0
+    echo = {"name": "echo", "arguments": {"text": "on a"}}
+    on_a = await rpc(http, group.url("a", "h"), session, "tools/call", echo, request_id=3)
+    assert on_b["result"]["content"][0]["text"] == "on b"
+    assert on_a["result"]["content"][0]["text"] == "on a"
+    # The upstream session A opened, B carried on, and A still uses: never ended, never new.
+    assert list(upstream_sessions) == [upstream_id]
+    initializes = faulty_upstream.app[FAULT_HOOKS].received
+    assert sum(1 for m in initializes if m.get("method") == "initialize") == 1
 
 
 async def test_a_stdio_session_asked_of_another_replica_fails_clearly_not_wrongly(

@@ -20,10 +20,11 @@ from gateway.tasks.store.opening import StoreUnavailable, open_configured
 from gateway.tasks.store.postgres import open_postgres_store
 
 from .conftest import StartGateway, free_port
-from .fakes import FAULT_HOOKS
+from .fakes import FAULT_HOOKS, JSON_SESSIONS
 from .helpers import (
     WITH_ELICITATION,
     WITH_TASKS,
+    headers,
     modern_inputs,
     modern_rpc,
     modern_terminal,
@@ -63,6 +64,42 @@ async def test_a_cancel_on_b_stops_the_call_on_a(
     (call,) = [m for m in received if m.get("method") == "tools/call"]
     (note,) = [m for m in received if m.get("method") == "notifications/cancelled"]
     assert note["params"]["requestId"] == call["id"]
+
+
+async def test_an_http_upstream_session_goes_on_at_another_replica_and_one_delete_ends_it(
+    pg_url: str, start_gateway: StartGateway, faulty_upstream: Any
+) -> None:
+    routes = [http_route("h", str(faulty_upstream.make_url("/mcp")))]
+    a = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+    b = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+    received = faulty_upstream.app[FAULT_HOOKS].received
+    upstream_sessions = faulty_upstream.app[JSON_SESSIONS]
+    async with aiohttp.ClientSession() as http:
+        session = await open_session(http, a)
+        echoed = []
+        for number, url in enumerate((b, a, b), start=2):
+            call = {"name": "echo", "arguments": {"text": f"call {number}"}}
+            answer = await rpc(http, url, session, "tools/call", call, request_id=number)
+            echoed.append(answer["result"]["content"][0]["text"])
+        # B carried A's upstream session on: one handshake upstream, one session there.
+        assert echoed == ["call 2", "call 3", "call 4"]
+        assert [m["method"] for m in received if m.get("method") == "initialize"] == ["initialize"]
+        assert len(upstream_sessions) == 1
+
+        async with http.delete(b, headers=headers(session)) as resp:
+            assert resp.status == 200
+        assert upstream_sessions == {}
+        # Spec: once a session is terminated, requests with its id MUST get 404, on A too.
+        call = {"name": "echo", "arguments": {"text": "after"}}
+        message = {"jsonrpc": "2.0", "id": 9, "method": "tools/call", "params": call}
+        async with asyncio.timeout(5):
+            while True:
+                async with http.post(a, json=message, headers=headers(session)) as resp:
+                    if resp.status == 404:
+                        break
+                    assert resp.status == 200
+                await asyncio.sleep(0.2)
+    assert len([m for m in received if m.get("method") == "initialize"]) == 1
 
 
 async def test_answers_given_on_b_reach_the_call_on_a(

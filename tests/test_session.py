@@ -236,8 +236,9 @@ async def test_a_task_status_goes_to_the_get_stream_without_related_task_meta(
 async def test_initialized_goes_upstream_and_into_the_sessions_record(opened: Opened) -> None:
     saved: list[SessionRecord] = []
 
-    async def persist(record: SessionRecord) -> None:
+    async def persist(record: SessionRecord) -> bool:
         saved.append(record)
+        return True
 
     opened.session.persist = persist
     opened.session.record = SessionRecord(

@@ -380,7 +380,9 @@ async def test_sessions_round_trip_are_replaced_and_deleted(store: TaskStore) ->
     assert await store.get_session("s1") is None
 
 
-async def test_a_sessions_upstream_session_id_is_kept_and_replaced(backend: Backend) -> None:
+async def test_a_sessions_upstream_session_and_version_are_kept_and_replaced(
+    backend: Backend,
+) -> None:
     store = await backend.open()
     record = SessionRecord(
         session_id="s",
@@ -389,22 +391,43 @@ async def test_a_sessions_upstream_session_id_is_kept_and_replaced(backend: Back
         initialize={},
         created_at=T0,
         upstream_session_id="upstream-1",
+        upstream_protocol_version="2025-06-18",
     )
     await store.save_session(record)
     await store.save_session(record.model_copy(update={"session_id": "stdio"}))
-    await store.save_session(record.model_copy(update={"upstream_session_id": "upstream-2"}))
-    await store.save_session(
-        record.model_copy(update={"session_id": "stdio", "upstream_session_id": None})
-    )
+    replaced = {"upstream_session_id": "upstream-2", "upstream_protocol_version": "2025-11-25"}
+    await store.save_session(record.model_copy(update=replaced))
+    none = {"session_id": "stdio", "upstream_session_id": None, "upstream_protocol_version": None}
+    await store.save_session(record.model_copy(update=none))
     await store.close()
     # Read back by another process (SQLite) or another replica (PostgreSQL).
     other = await backend.open("replica-b")
 
     kept = await other.get_session("s")
     assert kept is not None and kept.upstream_session_id == "upstream-2"
+    assert kept.upstream_protocol_version == "2025-11-25"
     stdio = await other.get_session("stdio")
     assert stdio is not None and stdio.upstream_session_id is None
+    assert stdio.upstream_protocol_version is None
     await other.close()
+
+
+async def test_updating_a_session_record_never_brings_back_one_deleted_meanwhile(
+    backend: Backend,
+) -> None:
+    store = await backend.open()
+    record = SessionRecord(
+        session_id="s", route="files", protocol_version="2025-11-25", initialize={}, created_at=T0
+    )
+    await store.save_session(record)
+    later = record.model_copy(update={"upstream_session_id": "upstream-2"})
+    assert await store.update_session(later) is True
+    assert await store.get_session("s") == later
+    await store.delete_session("s")
+    # Another replica ended the session while this one replayed its handshake.
+    assert await store.update_session(later) is False
+    assert await store.get_session("s") is None
+    await store.close()
 
 
 async def test_secret_is_random_per_file_and_kept_across_reopen(tmp_path: Path) -> None:

@@ -98,7 +98,7 @@ class SessionRegistry:
             self._retiring.add(idle.id)  # now: its record must not bring it back meanwhile
             self._tasks.spawn(self._retire(idle, "replaced"), name="retire session")
         session = Session(session_id, route, self._http, principal, limit_key)
-        session.persist = self._store.save_session
+        session.persist = self._store.update_session
         self._sessions[session_id] = session
         self._per_limit_key[limit_key] += 1
         return session
@@ -130,6 +130,8 @@ class SessionRegistry:
             protocol_version=session.protocol_version,
             initialize=initialize.model_dump(exclude_unset=True),
             created_at=utcnow(),
+            upstream_session_id=session.upstream.session_id,
+            upstream_protocol_version=session.upstream.protocol_version,
         )
         await self._store.save_session(session.record)
 
@@ -147,12 +149,35 @@ class SessionRegistry:
         session = self._sessions.get(session_id)
         if session is None:
             session = await self._restore(session_id, route, principal, limit_key)
+        elif self._shared and not await self._still_recorded(session):
+            session = None
         # By name: a reload that changes the route leaves open sessions on the one they began
         # on (its upstream connection, its headers), while the request is admitted by the new.
         if session is None or session.route.name != route.name or session.principal != principal:
             raise SessionNotFound(self.NOT_FOUND)
         session.last_seen = time.monotonic()
         return session
+
+    def _portable(self, route: Route) -> bool:
+        """Whether the route's sessions go on at any replica (a stdio child lives in one)."""
+        return self._shared and route.upstream.config.transport != "stdio"
+
+    async def _still_recorded(self, session: Session) -> bool:
+        """Whether a session held here was not ended on another replica meanwhile; one that
+        was is let go here. Read on every request (a primary-key read): the spec's 404 for
+        an ended session must not wait, nor may a request here replay its handshake."""
+        if session.record is None or await self._store.get_session(session.id) is not None:
+            return True
+        log.info("session %s: ended on another replica, let go here", session.tag)
+        await self._let_go(session)
+        return False
+
+    async def _let_go(self, session: Session) -> None:
+        """Close this replica's copy of a session that lives on in the shared store (or was
+        ended elsewhere): its record and its upstream session are not this copy's to end."""
+        if self._forget(session):
+            session.upstream.keep_upstream_session()
+            await session.close()
 
     async def _restore(
         self, session_id: str, route: Route, principal: str | None, limit_key: str
@@ -164,7 +189,7 @@ class SessionRegistry:
             return None
         if record is None or record.route != route.name or record.principal != principal:
             return None
-        if self._shared and route.upstream.config.transport == "stdio":
+        if self._shared and not self._portable(route):
             raise SessionNotFound(self.ON_ANOTHER_REPLICA)
         session = self._sessions.get(session_id)  # another request restored it meanwhile
         if session is not None:
@@ -172,11 +197,15 @@ class SessionRegistry:
         session = self._add(session_id, route, principal, limit_key)
         session.record = record
         session.protocol_version = record.protocol_version
+        initialize = jsonrpc.Request.model_validate(record.initialize)
         initialized = record.initialized
-        session.upstream.restore(
-            jsonrpc.Request.model_validate(record.initialize),
-            jsonrpc.Notification.model_validate(initialized) if initialized else None,
-        )
+        notification = jsonrpc.Notification.model_validate(initialized) if initialized else None
+        upstream_id, version = record.upstream_session_id, record.upstream_protocol_version
+        if self._shared and upstream_id is not None and version is not None:
+            # Another replica opened it: its upstream session goes on, state and all.
+            session.upstream.adopt(initialize, notification, upstream_id, version)
+        else:
+            session.upstream.restore(initialize, notification)
         log.info("route %s: session %s restored from the store", route.name, session.tag)
         return session
 
@@ -216,8 +245,14 @@ class SessionRegistry:
             for session in [s for s in self._sessions.values() if s.last_seen < cutoff]:
                 if session.busy or session.record is None:
                     continue  # a call in flight, or its initialize still under way
-                log.info("session %s idle for %.0f s: ended", session.tag, idle)
                 try:
+                    if self._portable(session.route):
+                        # Idle here says nothing of the other replicas; its record is
+                        # pruned once no replica has seen it for the idle timeout.
+                        log.info("session %s idle here for %.0f s: let go", session.tag, idle)
+                        await self._let_go(session)
+                        continue
+                    log.info("session %s idle for %.0f s: ended", session.tag, idle)
                     await self.end(session, "idle")
                 except Exception:
                     # One failure (the store, say) must not leave every later session running.
@@ -239,6 +274,8 @@ class SessionRegistry:
         sessions = list(self._sessions.values())
         for session in sessions:
             self._forget(session)
+            if self._shared:
+                session.upstream.keep_upstream_session()  # another replica may carry it on
         bound = asyncio.Semaphore(_CLOSING_AT_ONCE)
 
         async def close(session: Session) -> None:

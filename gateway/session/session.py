@@ -65,7 +65,7 @@ class Session:
         #: What survives a restart; set once the upstream accepted the handshake.
         self.record: SessionRecord | None = None
         #: Writes `record` to the store (set by the registry).
-        self.persist: Callable[[SessionRecord], Coroutine[Any, Any, None]] | None = None
+        self.persist: Callable[[SessionRecord], Coroutine[Any, Any, bool]] | None = None
         # The session id is a bearer secret; logs name the session by this unrelated tag.
         self.tag = secrets.token_hex(4)
         self.route = route
@@ -80,6 +80,7 @@ class Session:
             route.upstream.config,
             self,
         )
+        self.upstream.on_reestablished = self._upstream_reestablished
         self._calls = Calls(route, self.upstream, self._tasks, self.tag)
         self._questions = Questions(
             route, self.upstream, self._streams, self._tasks, self._calls.calling, self.tag
@@ -165,6 +166,19 @@ class Session:
     @property
     def upstream_session_id(self) -> str | None:
         return self.upstream.session_id
+
+    def _upstream_reestablished(self) -> None:
+        """The handshake was replayed: the record names the new upstream session, so that
+        another replica carries that one on."""
+        if self.record is None or self.persist is None:
+            return
+        self.record = self.record.model_copy(
+            update={
+                "upstream_session_id": self.upstream.session_id,
+                "upstream_protocol_version": self.upstream.protocol_version,
+            }
+        )
+        self._tasks.spawn(self.persist(self.record), name="session record")
 
     async def run_task_call(self, request: jsonrpc.Request) -> Answer:
         return await self.upstream.call(request, bounded=False)

@@ -206,3 +206,5 @@ class SessionRecord(BaseModel):
     #: upstream gave one): with a shared store, another replica carries the same upstream
     #: session on instead of opening a new one.
     upstream_session_id: str | None = None
+    #: The protocol version that upstream session speaks (its `MCP-Protocol-Version`).
+    upstream_protocol_version: str | None = None

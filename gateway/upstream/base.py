@@ -68,6 +68,15 @@ class Transport(ABC):
     def initialized(self, protocol_version: str) -> None:  # noqa: B027 - optional hook
         """The MCP handshake finished; HTTP transports start sending the version header."""
 
+    def adopt(self, session_id: str, protocol_version: str) -> bool:
+        """Carry on an upstream session that another process opened, without a handshake;
+        False where the transport has no such thing (stdio, HTTP+SSE)."""
+        return False
+
+    def keep_session(self) -> None:  # noqa: B027 - optional hook
+        """Closing from now on leaves the upstream's session open: another process may be
+        carrying it on."""
+
     async def stream_open(self) -> None:  # noqa: B027 - optional hook
         """Returns once what the upstream sends unasked can reach the gateway (the GET
         stream of Streamable HTTP is open, or the upstream offers none)."""

@@ -77,6 +77,8 @@ class UpstreamClient:
         self._sending = 0
         self._sent = asyncio.Event()
         self.protocol_version: str | None = None
+        #: Told when a replayed handshake gave the session a new upstream session.
+        self.on_reestablished: Callable[[], None] | None = None
 
     def next_id(self) -> int:
         return next(self._ids)
@@ -169,6 +171,27 @@ class UpstreamClient:
         self._handshake = (initialize, initialized)
         self._lost_reason = "the gateway restarted"
 
+    def adopt(
+        self,
+        initialize: jsonrpc.Request,
+        initialized: jsonrpc.Notification | None,
+        session_id: str,
+        protocol_version: str,
+    ) -> None:
+        """A session another replica opened: its upstream session is carried on as it is.
+        Should the upstream no longer know it, the handshake is replayed as after `restore`."""
+        self.restore(initialize, initialized)
+        if not self._transport.adopt(session_id, protocol_version):
+            return
+        self.protocol_version = protocol_version
+        self._alive = True
+        if initialized is not None:
+            self._transport.initialized(protocol_version)
+
+    def keep_upstream_session(self) -> None:
+        """Closing leaves the upstream's session open, for another replica to carry on."""
+        self._transport.keep_session()
+
     async def initialized(self, notification: jsonrpc.Notification) -> None:
         if self._handshake is not None:
             self._handshake = (self._handshake[0], notification)
@@ -208,6 +231,8 @@ class UpstreamClient:
                 )
             if notification is not None:
                 await self.initialized(notification)
+            if self.on_reestablished is not None:
+                self.on_reestablished()
 
     async def call(
         self, request: jsonrpc.Request, *, ready: bool = True, bounded: bool = True

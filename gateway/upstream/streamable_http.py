@@ -55,6 +55,8 @@ class StreamableHttpTransport(Transport):
         self._listener: asyncio.Task[None] | None = None
         #: Set once the GET stream answered (open, or refused: then there is none to wait for).
         self._listening = asyncio.Event()
+        #: Closing sends no DELETE: the upstream session is not this process's to end.
+        self._keep_session = False
 
     async def _headers(self, accept: str) -> dict[str, str]:
         headers = {**await self._base_headers(), "Accept": accept}
@@ -78,6 +80,14 @@ class StreamableHttpTransport(Transport):
     @property
     def session_id(self) -> str | None:
         return self._session_id
+
+    def adopt(self, session_id: str, protocol_version: str) -> bool:
+        self._session_id = session_id
+        self._version = protocol_version
+        return True
+
+    def keep_session(self) -> None:
+        self._keep_session = True
 
     async def stream_open(self) -> None:
         await self._listening.wait()
@@ -222,7 +232,7 @@ class StreamableHttpTransport(Transport):
     async def close(self) -> None:
         await self._tasks.close()
         self._listener = None
-        if self._session_id is None:
+        if self._session_id is None or self._keep_session:
             return
         try:
             async with asyncio.timeout(2):

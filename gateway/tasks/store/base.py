@@ -172,6 +172,10 @@ class TaskStore(Protocol):
     async def save_session(self, record: SessionRecord) -> None:
         """Insert or update a record; an update keeps the record's last-seen time."""
 
+    async def update_session(self, record: SessionRecord) -> bool:
+        """Rewrite an existing record (never bring back one deleted meanwhile: the session
+        was ended, maybe by another replica); False if there was none."""
+
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
     async def delete_session(self, session_id: str) -> None: ...
 

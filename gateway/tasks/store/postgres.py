@@ -226,6 +226,9 @@ class PostgresTaskStore:
     async def save_session(self, record: SessionRecord) -> None:
         await self._write(lambda db: sessions.save(db, record))
 
+    async def update_session(self, record: SessionRecord) -> bool:
+        return await self._write(lambda db: sessions.update(db, record))
+
     async def get_session(self, session_id: str) -> SessionRecord | None:
         rows = await self._read(sessions.GET, session_id)
         return next(map(session_from_row, rows), None)

@@ -133,6 +133,10 @@ MIGRATIONS = [
     CREATE TRIGGER input_settled AFTER UPDATE OF state ON task_inputs FOR EACH ROW
         WHEN (OLD.state <> NEW.state) EXECUTE FUNCTION task_changed();
     """,
+    # A session's upstream speaks a protocol version of its own, which each request names.
+    """
+    ALTER TABLE sessions ADD COLUMN upstream_protocol_version TEXT;
+    """,
 ]
 
 #: The statuses of a running task, spelled as the partial indexes' WHERE so that the planner
@@ -235,4 +239,5 @@ def session_from_row(row: Record) -> SessionRecord:
         initialized=None if initialized is None else json.loads(initialized),
         created_at=from_epoch_us(row["created_at"]),
         upstream_session_id=row["upstream_session_id"],
+        upstream_protocol_version=row["upstream_protocol_version"],
     )

@@ -16,13 +16,19 @@ from gateway.tasks.store.postgres_schema import Connection, json_text
 # later) must not set it back to its creation.
 _SAVE = (
     "INSERT INTO sessions (session_id, route, principal, protocol_version, initialize,"
-    " initialized, created_at, last_seen, upstream_session_id)"
-    " VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8)"
+    " initialized, created_at, last_seen, upstream_session_id, upstream_protocol_version)"
+    " VALUES ($1, $2, $3, $4, $5, $6, $7, $7, $8, $9)"
     " ON CONFLICT (session_id) DO UPDATE SET route = excluded.route,"
     " principal = excluded.principal, protocol_version = excluded.protocol_version,"
     " initialize = excluded.initialize, initialized = excluded.initialized,"
     " created_at = excluded.created_at, upstream_session_id = excluded.upstream_session_id,"
+    " upstream_protocol_version = excluded.upstream_protocol_version,"
     " last_seen = greatest(sessions.last_seen, excluded.last_seen)"
+)
+
+_UPDATE = (
+    "UPDATE sessions SET protocol_version = $2, initialize = $3, initialized = $4,"
+    " upstream_session_id = $5, upstream_protocol_version = $6 WHERE session_id = $1"
 )
 
 GET = "SELECT * FROM sessions WHERE session_id = $1"
@@ -39,7 +45,19 @@ async def save(db: Connection, record: SessionRecord) -> None:
         *(record.session_id, record.route, record.principal, record.protocol_version),
         *(json_text(record.initialize), json_text(record.initialized)),
         *(epoch_us(record.created_at), record.upstream_session_id),
+        record.upstream_protocol_version,
     )
+
+
+async def update(db: Connection, record: SessionRecord) -> bool:
+    """Rewrites `record` if it still exists."""
+    status: str = await db.execute(
+        _UPDATE,
+        *(record.session_id, record.protocol_version),
+        *(json_text(record.initialize), json_text(record.initialized)),
+        *(record.upstream_session_id, record.upstream_protocol_version),
+    )
+    return status != "UPDATE 0"
 
 
 async def prune(

@@ -253,6 +253,9 @@ class SqliteTaskStore:
     async def save_session(self, record: SessionRecord) -> None:
         await self._write(lambda db: sessions.save(db, record))
 
+    async def update_session(self, record: SessionRecord) -> bool:
+        return await self._write(lambda db: sessions.update(db, record))
+
     async def get_session(self, session_id: str) -> SessionRecord | None:
         rows = await self._read(sessions.GET, session_id)
         return next((sessions.session_from_row(row) for row in rows), None)

@@ -99,6 +99,10 @@ MIGRATIONS = [
     """
     ALTER TABLE sessions ADD COLUMN upstream_session_id TEXT;
     """,
+    # ... and the protocol version it speaks, which each request to it names.
+    """
+    ALTER TABLE sessions ADD COLUMN upstream_protocol_version TEXT;
+    """,
 ]
 
 #: The statuses of a running task, spelled exactly as the `tasks_live` partial index's WHERE:

@@ -20,12 +20,19 @@ from gateway.tasks.store.sqlite_schema import IN_JSON_ARRAY, json_text
 # last-seen time back to its creation.
 _SAVE = (
     "INSERT INTO sessions (session_id, route, principal, protocol_version, initialize,"
-    " initialized, created_at, last_seen, upstream_session_id) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)"
+    " initialized, created_at, last_seen, upstream_session_id, upstream_protocol_version)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
     " ON CONFLICT (session_id) DO UPDATE SET route = excluded.route,"
     " principal = excluded.principal, protocol_version = excluded.protocol_version,"
     " initialize = excluded.initialize, initialized = excluded.initialized,"
     " created_at = excluded.created_at, upstream_session_id = excluded.upstream_session_id,"
+    " upstream_protocol_version = excluded.upstream_protocol_version,"
     " last_seen = max(last_seen, excluded.last_seen)"
+)
+
+_UPDATE = (
+    "UPDATE sessions SET protocol_version = ?, initialize = ?, initialized = ?,"
+    " upstream_session_id = ?, upstream_protocol_version = ? WHERE session_id = ?"
 )
 
 GET = "SELECT * FROM sessions WHERE session_id = ?"
@@ -46,6 +53,7 @@ def session_from_row(row: sqlite3.Row) -> SessionRecord:
         initialized=None if initialized is None else json.loads(initialized),
         created_at=from_epoch_us(row["created_at"]),
         upstream_session_id=row["upstream_session_id"],
+        upstream_protocol_version=row["upstream_protocol_version"],
     )
 
 
@@ -55,9 +63,19 @@ async def save(db: aiosqlite.Connection, record: SessionRecord) -> None:
     row = (
         *(record.session_id, record.route, record.principal, record.protocol_version),
         *(json_text(record.initialize), json_text(record.initialized), created, created),
-        record.upstream_session_id,
+        *(record.upstream_session_id, record.upstream_protocol_version),
     )
     await db.execute(_SAVE, row)
+
+
+async def update(db: aiosqlite.Connection, record: SessionRecord) -> bool:
+    """Rewrites `record` if it still exists."""
+    row = (
+        *(record.protocol_version, json_text(record.initialize), json_text(record.initialized)),
+        *(record.upstream_session_id, record.upstream_protocol_version, record.session_id),
+    )
+    cursor = await db.execute(_UPDATE, row)
+    return cursor.rowcount > 0
 
 
 async def prune(
