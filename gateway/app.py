@@ -61,6 +61,7 @@ from gateway.route import Route
 from gateway.session.held import HeldSessions
 from gateway.session.mrtr import ParkedCalls
 from gateway.session.registry import SessionRegistry
+from gateway.session.shared_questions import QuestionBoard
 from gateway.tasks.api_2025 import TaskApi
 from gateway.tasks.api_modern import ModernTaskApi
 from gateway.tasks.models import utcnow
@@ -130,7 +131,8 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     app[MODERN_TASK_API] = ModernTaskApi(store, runner, clock=clock)
     app[TASK_API] = TaskApi(store, runner, notifier, secret, clock, app[MODERN_TASK_API].settle)
     app[PARKED_CALLS] = ParkedCalls(secret)
-    app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store, settings.store.shared)
+    board = QuestionBoard(store, clock, app[MODERN_TASK_API]) if settings.store.shared else None
+    app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store, board)
     app[HELD_SESSIONS] = HeldSessions(settings.sessions)
     # The port is bound already (listen.start binds first), so a second process on it never
     # gets this far: tasks it would fail or run again are this process's alone (on a shared

@@ -40,6 +40,7 @@ from .helpers import (
     task_terminal,
     write_config,
 )
+from .test_replicas_inprocess import questions_asked_on_b_are_answered_through_a_and_c
 
 #: Short, so that a dead replica's tasks are settled quickly; renewed every third of it.
 LEASE_SECONDS = 3
@@ -219,6 +220,14 @@ async def test_a_question_asked_on_a_is_answered_through_c(
     done = await modern_terminal(http, group.url("c", "q"), task_id, seconds=10)
     assert done["status"] == "completed"
     assert sorted(done["result"]["content"][0]["text"].split()) == ["Carol", "Dave"]
+
+
+async def test_a_2025_tasks_questions_asked_on_b_are_answered_through_a_and_c(
+    replicas_of: Any, sdk_upstream: str, http: aiohttp.ClientSession
+) -> None:
+    group = replicas_of("routes:\n" + http_route("q", sdk_upstream), lease=60)
+    a, b, c = (group.url(name, "q") for name in "abc")
+    await questions_asked_on_b_are_answered_through_a_and_c(http, a, b, c)
 
 
 def test_an_unreachable_database_stops_the_start_naming_where_and_never_the_password(

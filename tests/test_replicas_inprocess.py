@@ -22,13 +22,17 @@ from gateway.tasks.store.postgres import open_postgres_store
 from .conftest import StartGateway, free_port
 from .fakes import FAULT_HOOKS, JSON_SESSIONS
 from .helpers import (
+    RELATED,
     WITH_ELICITATION,
     WITH_TASKS,
+    get_task,
     headers,
     modern_inputs,
     modern_rpc,
     modern_terminal,
     open_session,
+    read_messages,
+    result_request,
     rpc,
     start_task,
 )
@@ -102,6 +106,42 @@ async def test_an_http_upstream_session_goes_on_at_another_replica_and_one_delet
     assert len([m for m in received if m.get("method") == "initialize"]) == 1
 
 
+async def questions_asked_on_b_are_answered_through_a_and_c(
+    http: aiohttp.ClientSession, a: str, b: str, c: str
+) -> None:
+    """A 2025-11-25 client with no stickiness at all: its session opened on A, its task's
+    call (and so the upstream's questions) on B, its polls on C, its tasks/result on A, one
+    answer posted to C and the other to B."""
+    session = await open_session(http, a, WITH_ELICITATION)
+    task_id = await start_task(http, b, session, "ask_both")
+    async with asyncio.timeout(10):
+        while (await get_task(http, c, session, task_id))["status"] != "input_required":  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    async with http.post(a, json=result_request(task_id, 7), headers=headers(session)) as stream:
+        questions = await read_messages(stream, 2)
+        for question, (url, name) in zip(questions, ((c, "Carol"), (b, "Dave")), strict=True):
+            reply = {"action": "accept", "content": {"name": name}}
+            answer = {"jsonrpc": "2.0", "id": question["id"], "result": reply}
+            async with http.post(url, json=answer, headers=headers(session)) as sent:
+                assert sent.status == 202
+        (final,) = await read_messages(stream, 1)
+    # "The receiver MUST include the io.modelcontextprotocol/related-task metadata in the request."
+    assert [q["method"] for q in questions] == ["elicitation/create"] * 2
+    assert all(q["params"]["_meta"][RELATED] == {"taskId": task_id} for q in questions)
+    assert final["id"] == 7
+    assert sorted(final["result"]["content"][0]["text"].split()) == ["Carol", "Dave"]
+    assert (await get_task(http, c, session, task_id))["status"] == "completed"
+
+
+async def test_a_2025_tasks_questions_asked_on_b_are_answered_through_a_and_c(
+    pg_url: str, start_gateway: StartGateway, sdk_upstream: str
+) -> None:
+    routes = [http_route("q", sdk_upstream)]
+    a, b, c = [f"{await start_gateway(routes, store=store(pg_url))}/q/mcp" for _ in "abc"]
+    async with aiohttp.ClientSession() as http:
+        await questions_asked_on_b_are_answered_through_a_and_c(http, a, b, c)
+
+
 async def test_answers_given_on_b_reach_the_call_on_a(
     pg_url: str, start_gateway: StartGateway, sdk_upstream: str
 ) -> None:
@@ -123,6 +163,31 @@ async def test_answers_given_on_b_reach_the_call_on_a(
         done = await modern_terminal(http, b, task_id)
     assert done["status"] == "completed"
     assert sorted(done["result"]["content"][0]["text"].split()) == ["Ada", "Byron"]
+
+
+async def test_a_2026_call_that_asks_at_once_becomes_a_task_answered_through_any_replica(
+    pg_url: str, start_gateway: StartGateway, sdk_upstream: str
+) -> None:
+    routes = [http_route("q", sdk_upstream)]
+    a = f"{await start_gateway(routes, store=store(pg_url))}/q/mcp"
+    b = f"{await start_gateway(routes, store=store(pg_url))}/q/mcp"
+    caps = {**WITH_TASKS, **WITH_ELICITATION}
+    async with aiohttp.ClientSession() as http:
+        # `ask` asks within the sync window. One gateway would park the call for an MRTR
+        # retry that must come back to it; replicas make it a task instead.
+        _, created = await modern_rpc(http, a, "tools/call", {"name": "ask", "arguments": {}}, caps)
+        task_id = created["result"]["taskId"]
+        waiting = await modern_inputs(http, b, task_id, 1)
+        (key,) = waiting["inputRequests"]
+        reply = {key: {"action": "accept", "content": {"name": "Eve"}}}
+        await modern_rpc(
+            http, b, "tasks/update", {"taskId": task_id, "inputResponses": reply}, caps
+        )
+        done = await modern_terminal(http, b, task_id)
+    assert created["result"]["resultType"] == "task"
+    assert waiting["inputRequests"][key]["method"] == "elicitation/create"
+    assert done["status"] == "completed"
+    assert done["result"]["content"][0]["text"] == "Hello, Eve!"
 
 
 async def test_a_survivors_lease_round_settles_a_dead_replicas_tasks(

@@ -123,7 +123,9 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
         return _error(decision.request.id, decision.code, decision.message)
     if isinstance(decision, dispatch.Deliver):
         try:
-            await session.deliver(decision.message)
+            taken = await session.deliver(decision.message)
+            if not taken and not isinstance(decision.message, jsonrpc.Notification):
+                await request.app[TASK_API].settle_anywhere(session, decision.message)
         except UpstreamError as exc:
             log.warning(
                 "session %s: could not relay %s: %s",

@@ -14,6 +14,9 @@ or the task's call ends or the task is cancelled (the client is told it was with
 A task run again after a restart has no session of its own: its questions are rows in the
 store. A tasks/result of this session for such a task relays the pending rows as server
 requests (`ask_stored`); the answer goes back through the caller's `settle`, not upstream.
+With replicas, a task's questions asked here are rows as well (`board`, see
+`shared_questions`), and their ids say which task and question they are, so that the
+client's `tasks/result` and answer may land on any replica.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, UpstreamError, UpstreamTimeout
 from gateway.protocol.rewrite import RELATED_TASK
 from gateway.route import Route
+from gateway.session.shared_questions import QuestionBoard, stored_id
 from gateway.session.streams import EventStream, Streams
 from gateway.tasks.models import InputRequest
 from gateway.upstream import Answer, UpstreamClient
@@ -48,7 +52,7 @@ OnInput = Callable[[bool], asyncio.Task[None]]
 class Question:
     """A server request a task waits on (elicitation, sampling, roots): input_required."""
 
-    down_id: int
+    down_id: jsonrpc.RequestId
     up_id: jsonrpc.RequestId
     task_id: str
     method: str
@@ -60,6 +64,8 @@ class Question:
     timer: asyncio.Task[None] | None = None
     #: When (event loop time) it gets the default answer; None without an input timeout.
     deadline: float | None = None
+    #: Its input row's key, when it is kept in a store that replicas share.
+    key: str | None = None
 
 
 #: Takes the client's answer to a stored question (task id, key, answer).
@@ -99,12 +105,16 @@ class Questions:
         #: Every server request the client may still answer: its upstream id, and its stream.
         self._asked: dict[jsonrpc.RequestId, tuple[jsonrpc.RequestId, EventStream]] = {}
         #: Those a task waits on.
-        self._waiting: dict[int, Question] = {}
+        self._waiting: dict[jsonrpc.RequestId, Question] = {}
         self._status_writes: dict[str, asyncio.Task[None]] = {}
-        #: Stored questions relayed here, by downstream id, and the ids by (task id, key).
-        self._stored: dict[int, StoredQuestion] = {}
-        self._stored_ids: dict[tuple[str, str], int] = {}
+        #: Stored questions relayed here and open, and those answered from here (their task).
+        self._stored: dict[str, StoredQuestion] = {}
+        self._answered_stored: dict[str, str] = {}
         self._ended = False
+        #: With replicas: where a task's questions are kept too (set by the registry).
+        self.board: QuestionBoard | None = None
+        #: Tasks whose answers the board's hosts route here.
+        self._hosted: set[str] = set()
 
     def ask(self, request: jsonrpc.Request, stream: EventStream) -> None:
         """Relay a server request that no task waits on, on `stream`."""
@@ -122,15 +132,60 @@ class Questions:
         if self._ended:
             self._answer_now(request)
             return
-        down_id = next(self._down_ids)
+        number = next(self._down_ids)
+        key = None if self.board is None else f"{request.method.split('/', 1)[0]}-{number}"
+        down_id: jsonrpc.RequestId = number if key is None else stored_id(task_id, key)
         event = jsonrpc.dump(related_to_task(jsonrpc.with_id(request, down_id), task_id))
         question = Question(down_id, request.id, task_id, request.method, event, on_input)
+        question.key = key
         self._asked[down_id] = (request.id, self._streams.standalone)
         limit = self._route.policy.input_timeout_seconds
         if limit is not None:
             question.deadline = asyncio.get_running_loop().time() + limit
+        if key is None:
+            self._hold(question)
+            self._tasks.spawn(self._post(question), "question delivery")
+        else:
+            self._tasks.spawn(self._share(question, request), "question delivery")
+
+    async def _share(self, question: Question, request: jsonrpc.Request) -> None:
+        """Write the question for the other replicas before the task shows input_required
+        (a reader there that sees the status finds the row), then hold and deliver it."""
+        assert self.board is not None and question.key is not None
+        try:
+            if not await self.board.asked(question.task_id, question.key, request):
+                return  # the task ended meanwhile: its call's end withdraws the question
+        except GatewayError as exc:
+            # The store is away: the question is still asked, on this replica's streams.
+            log.warning("session %s: a task's question is not shared: %s", self._tag, exc.message)
+            question.key = None
+        if question.down_id not in self._asked:
+            if question.key is not None:  # the upstream withdrew it meanwhile
+                await self.board.withdrawn(question.task_id, question.key)
+            return
+        if question.key is not None and question.task_id not in self._hosted:
+            self._hosted.add(question.task_id)
+            self.board.hosts.running(question.task_id, _TaskAnswers(self, question.task_id))
         self._hold(question)
-        self._tasks.spawn(self._post(question), "question delivery")
+        await self._post(question)
+
+    def live(self, task_id: str, key: str) -> Question | None:
+        """The open question of the task under `key`, asked on this replica."""
+        return self._waiting.get(stored_id(task_id, key))
+
+    async def take_stored_answers(self, task_id: str) -> None:
+        """Answers stored on other replicas for the task's questions open here go upstream."""
+        if self.board is None or not any(q.task_id == task_id for q in self._waiting.values()):
+            return
+        for key, response in (await self.board.answers(task_id)).items():
+            question = self.live(task_id, key)
+            if question is None:
+                continue
+            answer = jsonrpc.Response(jsonrpc="2.0", id=question.down_id, result=response)
+            try:
+                await self._relay(question.down_id, answer)
+            except UpstreamError as exc:
+                log.info("session %s: an answer could not be relayed: %s", self._tag, exc.message)
 
     def redeliver(self, task_id: str, stream: EventStream) -> None:
         """A tasks/result stream opened: the task's questions the client may not be reading
@@ -153,14 +208,12 @@ class Questions:
         """Relay a re-run task's pending input rows on `stream` (its tasks/result), each once
         under one id, again only if the stream it went on was left unread."""
         for row in rows:
-            down_id = self._stored_ids.get((row.task_id, row.key))
-            if down_id is None:
-                down_id = next(self._down_ids)
-                self._stored_ids[(row.task_id, row.key)] = down_id
-            else:
-                earlier = self._stored.get(down_id)
-                if earlier is None or earlier.stream.attached:
-                    continue  # answered from here, or being read
+            down_id = stored_id(row.task_id, row.key)
+            if down_id in self._waiting or down_id in self._answered_stored:
+                continue  # asked by this session itself, or answered from here
+            earlier = self._stored.get(down_id)
+            if earlier is not None and earlier.stream.attached:
+                continue  # being read
             self._stored[down_id] = StoredQuestion(row.task_id, row.key, stream, settle)
             request = jsonrpc.Request(
                 jsonrpc="2.0", id=down_id, method=row.method, params=row.params
@@ -169,29 +222,58 @@ class Questions:
 
     def forget_stored(self, task_id: str) -> None:
         """The task ended: its stored questions are answered or withdrawn for good."""
-        for task_key, down_id in list(self._stored_ids.items()):
-            if task_key[0] == task_id:
-                del self._stored_ids[task_key]
-                self._stored.pop(down_id, None)
+        for down_id, stored in list(self._stored.items()):
+            if stored.task_id == task_id:
+                del self._stored[down_id]
+        for down_id, answered_task in list(self._answered_stored.items()):
+            if answered_task == task_id:
+                del self._answered_stored[down_id]
 
-    async def answer(self, message: Answer) -> None:
-        """The client's answer to a server request: relay it to the upstream.
+    async def answer(self, message: Answer) -> bool:
+        """The client's answer to a server request: relay it to the upstream. False if no
+        request of this session's has its id (a question asked on another replica's).
 
         Raises:
             UpstreamError: the upstream did not take it. The request then stays open, so
                 the client may send the answer again.
         """
         down_id = message.id
-        stored = self._stored.pop(down_id, None) if isinstance(down_id, int) else None
+        if down_id is None:
+            return False
+        stored = self._stored.pop(down_id, None) if isinstance(down_id, str) else None
         if stored is not None:
+            self._answered_stored[stored_id(stored.task_id, stored.key)] = stored.task_id
             if not await stored.settle(stored.task_id, stored.key, message):
                 log.info("session %s: an answer came for a question no longer open", self._tag)
-            return
-        pending = self._asked.pop(down_id, None) if down_id is not None else None
+            return True
+        if down_id not in self._asked:
+            return False
+        question = self._waiting.get(down_id)
+        if question is not None and not await self._share_answer(question, message):
+            # Another replica's answer to it came first: that one goes upstream.
+            await self.take_stored_answers(question.task_id)
+            return True
+        await self._relay(down_id, message)
+        return True
+
+    async def _share_answer(self, question: Question, message: Answer) -> bool:
+        """Settle a shared question's row before its answer goes upstream; False if it was
+        answered on another replica first."""
+        if self.board is None or question.key is None:
+            return True
+        try:
+            if isinstance(message, jsonrpc.Response):
+                return await self.board.answered(question.task_id, question.key, message.result)
+            await self.board.withdrawn(question.task_id, question.key)
+        except GatewayError as exc:
+            log.warning("session %s: an answer is not shared: %s", self._tag, exc.message)
+        return True
+
+    async def _relay(self, down_id: jsonrpc.RequestId, message: Answer) -> None:
+        pending = self._asked.pop(down_id, None)
         if pending is None:
-            log.info("session %s: dropped an answer to unknown server request", self._tag)
-            return
-        question = self._waiting.pop(down_id, None) if isinstance(down_id, int) else None
+            return  # settled meanwhile (a timeout, the upstream's cancel, the call's end)
+        question = self._waiting.pop(down_id, None)
         if question is not None:
             # Queue the move back to `working` before the upstream has the answer: the store
             # writes in order, so the task cannot show its final status before `working`.
@@ -201,7 +283,7 @@ class Questions:
         except UpstreamError:
             # Not relayed, so still unanswered upstream: open it again for the client's retry
             # (unless its call or the session ended meanwhile, which withdrew it).
-            if down_id is None or self._ended:
+            if self._ended:
                 raise
             if question is None:
                 self._asked[down_id] = pending
@@ -220,9 +302,10 @@ class Questions:
             if up_id == jsonrpc.param(message, "requestId"):
                 del self._asked[asked_id]
                 self._streams.push(stream, jsonrpc.with_param(message, "requestId", asked_id))
-                question = self._waiting.pop(asked_id, None) if isinstance(asked_id, int) else None
+                question = self._waiting.pop(asked_id, None)
                 if question is not None:
                     self._settled(question)
+                    self._unshare(question)
 
     def withdraw(self, task_id: str, reason: str) -> None:
         """The task no longer waits (its call ended or it was cancelled): tell the client."""
@@ -233,10 +316,24 @@ class Questions:
                 question.timer.cancel()
             self._withdraw(question, reason)
         self._status_writes.pop(task_id, None)
+        self._release(task_id)
+
+    def _release(self, task_id: str) -> None:
+        if task_id in self._hosted and self.board is not None:
+            self._hosted.discard(task_id)
+            self.board.hosts.ended(task_id)
+
+    def _unshare(self, question: Question) -> None:
+        """The question ended here while its task goes on: other replicas stop relaying it."""
+        if self.board is not None and question.key is not None:
+            withdrawn = self.board.withdrawn(question.task_id, question.key)
+            self._tasks.spawn(withdrawn, "question withdrawn")
 
     def end(self) -> None:
         """The session ended: what the upstream asks from now on gets the default answer."""
         self._ended = True
+        for task_id in list(self._hosted):
+            self._release(task_id)
 
     def answer_open_by_default(self) -> None:
         """The upstream stays for running tasks: it must not wait on requests nobody will
@@ -296,6 +393,7 @@ class Questions:
         self._asked.pop(question.down_id, None)
         self._withdraw(question, reason)
         self._settled(question)  # before the upstream has the answer, as in answer()
+        self._unshare(question)
         await self._give_default(default_answer(question.up_id, question.method, reason))
 
     async def _give_default(self, answer: Answer) -> None:
@@ -350,3 +448,35 @@ _Related = TypeVar("_Related", jsonrpc.Request, jsonrpc.Notification)
 def related_to_task(message: _Related, task_id: str) -> _Related:
     """The message with `_meta["io.modelcontextprotocol/related-task"]` (spec: MUST)."""
     return jsonrpc.with_meta(message, RELATED_TASK, {"taskId": task_id})
+
+
+class _TaskAnswers:
+    """A task's questions asked here, as the board's hosts reach them (`AnswerHost`): an
+    answer given through another session, or stored by another replica."""
+
+    def __init__(self, questions: Questions, task_id: str) -> None:
+        self._questions = questions
+        self._task_id = task_id
+
+    async def answer(self, key: str, response: jsonrpc.JsonObject) -> bool:
+        question = self._questions.live(self._task_id, key)
+        if question is None:
+            return False
+        answer = jsonrpc.Response(jsonrpc="2.0", id=question.down_id, result=response)
+        return await self._give(answer)
+
+    async def decline(self, key: str, error: jsonrpc.ErrorResponse) -> bool:
+        question = self._questions.live(self._task_id, key)
+        if question is None:
+            return False
+        return await self._give(jsonrpc.with_id(error, question.down_id))
+
+    async def take_stored_answers(self) -> None:
+        await self._questions.take_stored_answers(self._task_id)
+
+    async def _give(self, answer: Answer) -> bool:
+        try:
+            return await self._questions.answer(answer)
+        except UpstreamError as exc:
+            log.info("an answer could not be relayed upstream: %s", exc.message)
+            return False

@@ -21,6 +21,7 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.errors import CapacityExceeded, LimitExceeded, SessionNotFound
 from gateway.route import Route
 from gateway.session.session import Session
+from gateway.session.shared_questions import QuestionBoard
 from gateway.tasks.models import SessionRecord, utcnow
 from gateway.tasks.store import TaskStore
 
@@ -45,13 +46,19 @@ class SessionRegistry:
     )
 
     def __init__(
-        self, config: SessionsConfig, http: HttpConfig, store: TaskStore, shared: bool = False
+        self,
+        config: SessionsConfig,
+        http: HttpConfig,
+        store: TaskStore,
+        board: QuestionBoard | None = None,
     ) -> None:
         self._config = config
         self._http = http
         self._store = store
-        #: The store is shared by replicas: another process may have made a record.
-        self._shared = shared
+        #: With a store that replicas share (another process may have made a record), where
+        #: the questions of sessions' tasks are kept for the other replicas.
+        self._board = board
+        self._shared = board is not None
         self._sessions: dict[str, Session] = {}
         #: Sessions held per `Session.limit_key`: what limits.sessions_per_principal caps.
         self._per_limit_key: collections.Counter[str] = collections.Counter()
@@ -99,6 +106,8 @@ class SessionRegistry:
             self._tasks.spawn(self._retire(idle, "replaced"), name="retire session")
         session = Session(session_id, route, self._http, principal, limit_key)
         session.persist = self._store.update_session
+        if self._board is not None:
+            session.share_questions(self._board)
         self._sessions[session_id] = session
         self._per_limit_key[limit_key] += 1
         return session

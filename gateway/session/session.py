@@ -30,6 +30,7 @@ from gateway.protocol.errors import GatewayError
 from gateway.route import Route
 from gateway.session.calls import Calls, InFlight, Rewriter
 from gateway.session.questions import Questions, Settle, related_to_task
+from gateway.session.shared_questions import QuestionBoard
 from gateway.session.streams import EventStream, Streams
 from gateway.tasks.models import InputRequest, SessionRecord, Task, owner_of
 from gateway.upstream import Answer, UpstreamClient
@@ -127,16 +128,16 @@ class Session:
         self._calls.forward(request, stream, rewrite)
         return stream
 
-    async def deliver(self, message: jsonrpc.Notification | Answer) -> None:
-        """A client notification, or the client's answer to a server request.
+    async def deliver(self, message: jsonrpc.Notification | Answer) -> bool:
+        """A client notification, or the client's answer to a server request; False for an
+        answer to no request of this session's (one asked on another replica, say).
 
         Raises:
             UpstreamError: the upstream did not take it. An answer's request then stays
                 open, so the client may send the answer again.
         """
         if not isinstance(message, jsonrpc.Notification):
-            await self._questions.answer(message)
-            return
+            return await self._questions.answer(message)
         if message.method == "notifications/cancelled":
             await self._calls.cancel(message)
         elif message.method == "notifications/initialized":
@@ -148,6 +149,11 @@ class Session:
                 await self.persist(self.record)
         else:
             await self.upstream.notify(message)
+        return True
+
+    def share_questions(self, board: QuestionBoard) -> None:
+        """Replicas share the store: the questions of this session's tasks are kept there."""
+        self._questions.board = board
 
     # -- task calls (the runner's TaskHost)
 

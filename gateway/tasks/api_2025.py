@@ -17,6 +17,7 @@ import base64
 import hashlib
 import hmac
 import json
+import logging
 from collections.abc import Callable
 from datetime import datetime
 
@@ -26,6 +27,7 @@ from gateway.protocol import jsonrpc, rewrite
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
 from gateway.session.questions import Settle
 from gateway.session.session import Session
+from gateway.session.shared_questions import parse_stored_id
 from gateway.session.streams import EventStream
 from gateway.tasks.models import Task, TaskStatus, epoch_us, from_epoch_us
 from gateway.tasks.notifier import Notifier
@@ -33,6 +35,8 @@ from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 
 Answer = jsonrpc.Response | jsonrpc.ErrorResponse
+
+log = logging.getLogger(__name__)
 
 NOT_FOUND = "Failed to retrieve task: Task not found"
 EXPIRED = "Failed to retrieve task: Task has expired"
@@ -86,6 +90,21 @@ class TaskApi:
         if task.expired(self._clock()):
             raise TaskError(EXPIRED)
         return task
+
+    async def settle_anywhere(self, session: Session, answer: Answer) -> None:
+        """The client's answer to a question of one of its tasks that no session here asked:
+        one asked on another replica, or relayed by another session (its id names the task
+        and the question). It goes where the task's call runs."""
+        found = parse_stored_id(answer.id)
+        if found is None:
+            log.info("session %s: dropped an answer to unknown server request", session.tag)
+            return
+        task_id, key = found
+        if await self._store.find_task(task_id, session.owner) is None:
+            session.spawn(self._audit_miss(session, task_id), "audit task miss")
+            return
+        if not await self._settle(task_id, key, answer):
+            log.info("session %s: an answer came for a question no longer open", session.tag)
 
     async def _audit_miss(self, session: Session, task_id: str) -> None:
         task = await self._store.get_task(task_id)

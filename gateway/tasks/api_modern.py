@@ -21,6 +21,7 @@ from gateway.protocol.errors import INTERNAL_ERROR, TaskError
 from gateway.protocol.outcome import Outcome
 from gateway.session.modern_call import UpstreamCall
 from gateway.session.modern_task import ModernTaskHost
+from gateway.session.shared_questions import AnswerHost
 from gateway.tasks.api_2025 import EXPIRED, NOT_FOUND
 from gateway.tasks.models import InputRequest, Task, TaskStatus, iso
 from gateway.tasks.runner import INPUT_MESSAGE, TaskRunner
@@ -87,8 +88,9 @@ class ModernTaskApi:
         self._store = store
         self._runner = runner
         self._clock = clock
-        #: The 2026-07-28 tasks this process runs, for their answers to reach their calls.
-        self._hosts: dict[str, ModernTaskHost] = {}
+        #: The 2026-07-28 tasks this process runs (and with replicas, the 2025-11-25 tasks
+        #: whose questions were asked here), for their answers to reach their calls.
+        self._hosts: dict[str, AnswerHost] = {}
 
     def host_for(
         self, call: UpstreamCall, owner: str, principal: str | None, policy: TaskPolicy
@@ -104,7 +106,7 @@ class ModernTaskApi:
             on_end=self.ended,
         )
 
-    def running(self, task_id: str, host: ModernTaskHost) -> None:
+    def running(self, task_id: str, host: AnswerHost) -> None:
         self._hosts[task_id] = host
 
     def ended(self, task_id: str) -> None:
