@@ -7,7 +7,10 @@ upstream the answers in `inputResponses`. Then the call runs until one of:
 * it ends: the answer goes back as the call's result, unless the route says the tool runs
   only as a task (`required`), which makes it an already finished task;
 * the upstream asks something (elicitation, sampling or roots, of a kind the request
-  declared): an `InputRequiredResult`; the call is parked for the retry;
+  declared): an `InputRequiredResult`; the call is parked for the retry. With replicas, a
+  call that may become a task becomes one instead, with the question as its first input
+  request: a parked call lives in one replica, which the retry could miss, while a task's
+  questions are answered through any;
 * the window (`tasks.sync_window_ms`) passes, for a call that may become a task (the
   request declared the tasks extension, the tool is not `forbidden`): it becomes a task,
   durable before `CreateTaskResult` is sent, and runs on (`session.modern_task`);
@@ -24,7 +27,7 @@ from aiohttp import web
 
 from gateway.http import admission
 from gateway.http.modern_stream import CallStream
-from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER
+from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER, SETTINGS
 from gateway.protocol import jsonrpc, modern, modern_results
 from gateway.protocol.errors import INTERNAL_ERROR, LimitExceeded, TaskError, UpstreamError
 from gateway.protocol.versions import MODERN_PROTOCOL_VERSION
@@ -123,7 +126,7 @@ async def _answer(
                 f"the upstream did not answer within {limit:g} s "
                 "(upstream.request_timeout_seconds)",
             )
-        if isinstance(state, Asked):
+        if isinstance(state, Asked) and not (decision.task and app[SETTINGS].store.shared):
             ttl = policy.input_timeout_seconds or PARK_LIMIT_SECONDS
             token = app[PARKED_CALLS].park(upstream_call, owner, caller.limit_key, message, ttl)
             handed_over = True

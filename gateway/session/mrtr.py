@@ -117,7 +117,8 @@ class ParkedCalls:
         if parked is None:
             raise BadRequestState(
                 "params.requestState names a call that is no longer held (already retried, "
-                "expired, or the gateway restarted): call again without it"
+                "expired, the gateway restarted, or held by another replica): call again "
+                "without it"
             )
         if parked.timer is not None:
             parked.timer.cancel()
