@@ -10,8 +10,13 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import yaml
+
+from gateway.config.loading import parse_settings
+
 ROOT = Path(__file__).resolve().parent.parent
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+README = ROOT / "README.md"
+PAGES = [README, *sorted((ROOT / "docs").glob("*.md"))]
 
 _FENCE = re.compile(r"^```.*?^```", re.S | re.M)
 _CODE = re.compile(r"`[^`\n]*`")
@@ -76,3 +81,11 @@ def test_anchors_follow_githubs_spelling(tmp_path: Path) -> None:
         "what-crosses-and-why",
         "tasks-1",
     }
+
+
+def test_the_readmes_replica_config_is_one_the_gateway_takes() -> None:
+    section = README.read_text(encoding="utf-8").split("### Running several replicas")[1]
+    block = section.split("```yaml\n")[1].split("```")[0]
+    settings = parse_settings(yaml.safe_load(block), "README.md", env={"CI_BOT_KEY": "k" * 32})
+    assert settings.store.backend == "postgres" and settings.store.shared
+    assert settings.routes[0].tasks.repeatable == ("build_status",)
