@@ -6,11 +6,16 @@ Compares three targets that all end at the same near-zero-cost upstream:
 * ``proxy``   -- a bare aiohttp byte-forwarding proxy, the baseline the gateway is judged against;
 * ``gateway`` -- ``python -m gateway --config FILE``, served at ``/bench/mcp``.
 
-Every server runs in its own subprocess so that the load generator (this process) does not share
-a CPU-bound event loop with the code under test. This is a script, not a pytest test::
+Every server runs in its own subprocess so that the load generator does not share a CPU-bound
+event loop with the code under test. The load comes from wrk where it is installed (``--load
+wrk``, the default then: all connections in one MCP session; see ``tests/bench/wrk.py``), else
+from this process (``--load python``: one MCP session per worker). Each target's CPU time per
+call is measured from /proc over the measured seconds. The gateway runs with identity (an API
+key every request carries), limits (set high enough not to refuse the load) and metrics on.
+This is a script, not a pytest test::
 
-    .venv/bin/python tests/bench/passthrough.py                       # all targets, c=1 and c=32
-    .venv/bin/python tests/bench/passthrough.py --targets direct,proxy --seconds 3 --json
+    .venv/bin/python -m tests.bench.passthrough --rounds 3 --pick median  # c=1 and c=32
+    .venv/bin/python -m tests.bench.passthrough --targets direct,proxy --seconds 3 --json
 
 The internal ``--serve-upstream`` / ``--serve-proxy`` modes are what the subprocesses run.
 """
@@ -19,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import hashlib
 import json
 import math
 import os
@@ -38,6 +44,8 @@ import aiohttp
 from aiohttp import web
 from yarl import URL
 
+from tests.bench import wrk
+
 PROTOCOL_VERSION = "2025-11-25"
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -46,6 +54,12 @@ THIS_FILE = Path(__file__).resolve()
 ALL_TARGETS = ("direct", "proxy", "gateway")
 KEY_CONCURRENCY = 32
 KEY_TARGET_RATIO = 0.8
+#: CPU per call through the gateway against the forwarder's: the issue's goal.
+CPU_TARGET_RATIO = 1.2
+#: The gateway's one API key (identity on); every target gets the header, only it checks it.
+API_KEY = "bench-key-" + "0" * 22
+AUTHORIZATION = f"Bearer {API_KEY}"
+API_KEY_SHA256 = hashlib.sha256(API_KEY.encode()).hexdigest()
 
 # Hard bounds so that no loop can run away even if the clock or a server misbehaves.
 MAX_REQUESTS_PER_WORKER = 2_000_000
@@ -254,14 +268,19 @@ async def _read_sse_response(resp: aiohttp.ClientResponse, want_id: int) -> Json
 class McpClient:
     """One MCP session over Streamable HTTP, as a real client would drive it."""
 
-    def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
+    def __init__(
+        self, http: aiohttp.ClientSession, url: str, authorization: str | None = None
+    ) -> None:
         self._http = http
         self._url = url
         self._headers = {
             "Accept": "application/json, text/event-stream",
             "Content-Type": "application/json",
         }
+        if authorization is not None:
+            self._headers["Authorization"] = authorization
         self._next_id = 0
+        self.session_id: str | None = None
 
     async def _post(self, message: JsonObj) -> aiohttp.ClientResponse:
         body = json.dumps(message, separators=(",", ":")).encode()
@@ -307,6 +326,7 @@ class McpClient:
         session_id = resp.headers.get("Mcp-Session-Id")
         if session_id:
             self._headers["Mcp-Session-Id"] = session_id
+        self.session_id = session_id
         self._headers["Mcp-Protocol-Version"] = PROTOCOL_VERSION
         await self.notify("notifications/initialized")
 
@@ -327,13 +347,25 @@ class Measurement:
     elapsed_s: float
     latencies_s: list[float]
     errors: ErrorLog
+    #: The target process's CPU seconds over the measured time (None: not measured).
+    cpu_s: float | None = None
+    #: Percentiles as wrk reports them, where no latencies were kept here.
+    reported: dict[float, float] = field(default_factory=dict)
 
     @property
     def rps(self) -> float:
         return self.requests / self.elapsed_s if self.elapsed_s > 0 else 0.0
 
+    @property
+    def cpu_us_per_call(self) -> float | None:
+        if self.cpu_s is None or not self.requests:
+            return None
+        return self.cpu_s / self.requests * 1e6
+
     def percentile_ms(self, q: float) -> float:
         """Nearest-rank percentile: an actually observed latency, no interpolation."""
+        if q in self.reported:
+            return self.reported[q] * 1000.0
         if not self.latencies_s:
             return math.nan
         ordered = sorted(self.latencies_s)
@@ -358,13 +390,18 @@ async def _drive(
 
 
 async def measure(
-    target: str, url: str, concurrency: int, seconds: float, warmup: float
+    target: str,
+    url: str,
+    concurrency: int,
+    seconds: float,
+    warmup: float,
+    pid: int | None = None,
 ) -> Measurement:
     errors = ErrorLog()
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
     timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
-        clients = [McpClient(http, url) for _ in range(concurrency)]
+        clients = [McpClient(http, url, AUTHORIZATION) for _ in range(concurrency)]
         try:
             await asyncio.gather(*(c.open() for c in clients))
         except (BenchError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
@@ -380,6 +417,7 @@ async def measure(
         )
 
         per_worker: list[list[float]] = [[] for _ in clients]
+        cpu_before = None if pid is None else wrk.cpu_seconds(pid)
         started = time.perf_counter()
         deadline = started + seconds
         await asyncio.gather(
@@ -387,8 +425,60 @@ async def measure(
         )
         # Requests in flight at the deadline still finish and count, so time runs until they do.
         elapsed = time.perf_counter() - started
+        cpu = None if pid is None or cpu_before is None else wrk.cpu_seconds(pid) - cpu_before
     latencies = [x for lat in per_worker for x in lat]
-    return Measurement(target, concurrency, len(latencies), elapsed, latencies, errors)
+    return Measurement(target, concurrency, len(latencies), elapsed, latencies, errors, cpu)
+
+
+async def measure_wrk(
+    target: str,
+    url: str,
+    concurrency: int,
+    seconds: float,
+    warmup: float,
+    pid: int | None = None,
+) -> Measurement:
+    """wrk's load in one MCP session, opened (and its echo checked) here first."""
+    errors = ErrorLog()
+    timeout = aiohttp.ClientTimeout(total=REQUEST_TIMEOUT_S)
+    async with aiohttp.ClientSession(timeout=timeout) as http:
+        client = McpClient(http, url, AUTHORIZATION)
+        try:
+            await client.open()
+            await client.echo("before")
+        except (BenchError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            errors.add(f"session setup: {type(exc).__name__}: {exc}")
+            return Measurement(target, concurrency, 0, 0.0, [], errors)
+        loop = asyncio.get_running_loop()
+        try:
+            if warmup > 0:
+                await loop.run_in_executor(
+                    None, wrk.run, url, concurrency, warmup, client.session_id, AUTHORIZATION
+                )
+            cpu_before = None if pid is None else wrk.cpu_seconds(pid)
+            done = await loop.run_in_executor(
+                None, wrk.run, url, concurrency, seconds, client.session_id, AUTHORIZATION
+            )
+            cpu = None if pid is None or cpu_before is None else wrk.cpu_seconds(pid) - cpu_before
+        except RuntimeError as exc:
+            errors.add(str(exc))
+            return Measurement(target, concurrency, 0, 0.0, [], errors)
+        for _ in range(done.errors):
+            errors.add("wrk: a non-2xx answer or a socket error")
+        try:
+            await client.echo("after")  # the session still works after the load
+        except (BenchError, aiohttp.ClientError, TimeoutError, ValueError) as exc:
+            errors.add(f"after the load: {type(exc).__name__}: {exc}")
+    return Measurement(
+        target,
+        concurrency,
+        done.requests,
+        done.elapsed_s,
+        [],
+        errors,
+        cpu,
+        reported={0.50: done.p50_s, 0.99: done.p99_s},
+    )
 
 
 # --------------------------------------------------------------------------------------------
@@ -426,7 +516,9 @@ def wait_for_port(
 
 
 @contextmanager
-def server(name: str, argv: list[str], port: int, logdir: Path, timeout: float) -> Iterator[None]:
+def server(
+    name: str, argv: list[str], port: int, logdir: Path, timeout: float
+) -> Iterator[subprocess.Popen[bytes]]:
     log = logdir / f"{name}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
     env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
@@ -436,7 +528,7 @@ def server(name: str, argv: list[str], port: int, logdir: Path, timeout: float) 
         )
     try:
         wait_for_port(proc, port, log, name, timeout)
-        yield
+        yield proc
     finally:
         if proc.poll() is None:
             proc.terminate()
@@ -458,7 +550,11 @@ def gateway_config(port: int, db_path: Path, upstream_url: str) -> str:
         "      transport: streamable_http\n"
         f"      url: {json.dumps(upstream_url)}\n"
         # The benchmark measures the gateway's own cost: no abuse limits in the way.
-        "limits: {requests_per_second: null, sessions_per_principal: null}\n"
+        # Identity and limits on, as in service; the limits just high enough for the load.
+        "auth:\n"
+        "  mode: api_keys\n"
+        f"  api_keys: [{{principal: bench, sha256: {API_KEY_SHA256}}}]\n"
+        "limits: {requests_per_second: 1000000, burst: 1000000, sessions_per_principal: 64}\n"
     )
 
 
@@ -508,10 +604,11 @@ def report(
     summaries: dict[tuple[str, int], Summary], args: argparse.Namespace, targets: list[str]
 ) -> JsonObj:
     pick_note = f"{args.pick} of {args.rounds} round(s) by req/s; latencies from that round"
-    print(f"\ntools/call passthrough, {args.seconds:g}s per round, {pick_note}")
+    load = "wrk, one MCP session" if args.load == "wrk" else "Python, a session per worker"
+    print(f"\ntools/call passthrough, {args.seconds:g}s per round, {pick_note}; load: {load}")
     header = (
         f"{'target':<8} {'conc':>4} {'requests':>9} {'req/s':>9} {'p50 ms':>8} "
-        f"{'p99 ms':>8} {'errors':>6}  rounds req/s"
+        f"{'p99 ms':>8} {'CPU us/call':>11} {'errors':>6}  rounds req/s"
     )
     print(header)
     print("-" * len(header))
@@ -522,9 +619,11 @@ def report(
             m = s.chosen
             p50, p99 = m.percentile_ms(0.50), m.percentile_ms(0.99)
             rounds = "/".join(f"{r:.0f}" for r in s.rounds_rps)
+            cpu = m.cpu_us_per_call
+            shown = "-" if cpu is None else f"{cpu:.0f}"
             print(
                 f"{t:<8} {c:>4} {m.requests:>9} {m.rps:>9.1f} {p50:>8.2f} {p99:>8.2f} "
-                f"{s.errors:>6}  {rounds}"
+                f"{shown:>11} {s.errors:>6}  {rounds}"
             )
             rows.append(
                 {
@@ -535,6 +634,7 @@ def report(
                     "p50_ms": round(p50, 3),
                     "p99_ms": round(p99, 3),
                     "errors": s.errors,
+                    "cpu_us_per_call": None if cpu is None else round(cpu, 1),
                     "rounds_rps": [round(r, 1) for r in s.rounds_rps],
                 }
             )
@@ -552,6 +652,17 @@ def report(
                 label = f"{num}/{den}"
                 print(f"  {label:<15} c={c:<3} {fmt(r)}")
 
+    cpu_key: float | None = None
+    gw, px = summaries.get(("gateway", KEY_CONCURRENCY)), summaries.get(("proxy", KEY_CONCURRENCY))
+    if gw is not None and px is not None and gw.valid and px.valid:
+        mine, theirs = gw.chosen.cpu_us_per_call, px.chosen.cpu_us_per_call
+        if mine is not None and theirs:
+            cpu_key = mine / theirs
+            verdict = "PASS" if cpu_key <= CPU_TARGET_RATIO else "ABOVE GOAL"
+            print(
+                f"\nKEY gateway/proxy CPU per call @ c={KEY_CONCURRENCY}: {cpu_key:.2f}x "
+                f"({mine:.0f} against {theirs:.0f} us; goal <= {CPU_TARGET_RATIO}) {verdict}"
+            )
     key: float | None = None
     if "gateway" in targets and "proxy" in targets and KEY_CONCURRENCY in args.concurrency:
         key = ratio(summaries, "gateway", "proxy", KEY_CONCURRENCY)
@@ -575,6 +686,8 @@ def report(
         "results": rows,
         "ratios": ratios,
         "gateway_over_proxy_c32": None if key is None else round(key, 3),
+        "gateway_over_proxy_cpu_per_call_c32": None if cpu_key is None else round(cpu_key, 3),
+        "load": args.load,
         "valid": all(s.valid for s in summaries.values()),
     }
 
@@ -623,6 +736,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--pick", choices=("best", "median"), default="best", help="which round to report (best)"
     )
+    p.add_argument(
+        "--load",
+        choices=("wrk", "python"),
+        default="wrk" if wrk.available() else "python",
+        help="the load generator: wrk (the default where installed) or this process",
+    )
     p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
     p.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     p.add_argument(
@@ -635,13 +754,16 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     return args
 
 
-async def run_all(args: argparse.Namespace, urls: dict[str, str]) -> dict[tuple[str, int], Summary]:
+async def run_all(
+    args: argparse.Namespace, urls: dict[str, str], pids: dict[str, int]
+) -> dict[tuple[str, int], Summary]:
     runs: dict[tuple[str, int], list[Measurement]] = {}
+    run = measure_wrk if args.load == "wrk" else measure
     # Interleave (round -> concurrency -> target) so a noisy spell hits every target alike.
     for rnd in range(1, args.rounds + 1):
         for c in args.concurrency:
             for t in urls:
-                m = await measure(t, urls[t], c, args.seconds, args.warmup)
+                m = await run(t, urls[t], c, args.seconds, args.warmup, pids.get(t))
                 runs.setdefault((t, c), []).append(m)
                 print(
                     f"round {rnd}/{args.rounds} {t:<8} c={c:<3} {m.rps:9.1f} req/s "
@@ -668,16 +790,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         up_port = free_port()
         upstream_url = f"http://{HOST}:{up_port}/mcp"
         urls: dict[str, str] = {}
+        pids: dict[str, int] = {}
         try:
-            stack.enter_context(
+            upstream = stack.enter_context(
                 server("upstream", [*me, "--serve-upstream", str(up_port)], up_port, tmpdir, 15)
             )
             if "direct" in targets:
                 urls["direct"] = upstream_url
+                pids["direct"] = upstream.pid
             if "proxy" in targets:
                 port = free_port()
                 argv_proxy = [*me, "--serve-proxy", str(port), upstream_url]
-                stack.enter_context(server("proxy", argv_proxy, port, tmpdir, 15))
+                pids["proxy"] = stack.enter_context(
+                    server("proxy", argv_proxy, port, tmpdir, 15)
+                ).pid
                 urls["proxy"] = f"http://{HOST}:{port}/mcp"
             if "gateway" in targets:
                 port = free_port()
@@ -685,12 +811,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                 cfg.write_text(gateway_config(port, tmpdir / "gateway.db", upstream_url))
                 argv_gw = [sys.executable, "-m", "gateway", "--config", str(cfg)]
                 # The gateway imports more (pydantic, sqlite, prometheus), so allow it longer.
-                stack.enter_context(server("gateway", argv_gw, port, tmpdir, 30))
+                pids["gateway"] = stack.enter_context(
+                    server("gateway", argv_gw, port, tmpdir, 30)
+                ).pid
                 urls["gateway"] = f"http://{HOST}:{port}/bench/mcp"
         except RuntimeError as exc:
             print(f"server failed to start: {exc}", file=sys.stderr)
             return 2
-        summaries = asyncio.run(run_all(args, urls))
+        summaries = asyncio.run(run_all(args, urls, pids))
 
     summary = report(summaries, args, targets)
     if args.json:

@@ -12,6 +12,11 @@ Three measurements of ``python -m gateway --config FILE`` serving MCP Tasks (202
    ``slow`` tasks (600 s) in flight on the ``demo`` stdio route, 1,000 tasks per session (each
    session has its own stdio child, which is not counted). Target: 10,000 under 600 MiB.
 
+Parts 1 and 2 also run, in the same rounds, against a reference that is no gateway: the Python
+SDK 1.30's own in-memory task server (``tests/bench/native_tasks.py``), with the same ``echo``
+tool; the gateway's figures are printed as ratios of its (target: a lifecycle at c=32 at least
+0.5x the reference's rate, with every state change durable). ``--reference none`` skips it.
+
 Parts 1 and 2 run on each store of ``--stores`` (``tests/bench/replicas.py``): ``sqlite`` (one
 gateway on its file), ``postgres1`` (one replica on a fresh PostgreSQL database) and
 ``postgres3`` (three replicas on one fresh database, the workers spread round-robin over their
@@ -76,6 +81,8 @@ from tests.bench.replicas import (
 
 KEY_CONCURRENCY = 32
 CREATE_TARGET_PER_S = 1000.0
+LIFECYCLE_VS_NATIVE_TARGET = 0.5
+NATIVE_FILE = Path(__file__).with_name("native_tasks.py")
 MEMORY_TARGET_TASKS = 10_000
 MEMORY_TARGET_MIB = 600.0
 RELATED_TASK = "io.modelcontextprotocol/related-task"
@@ -779,6 +786,46 @@ def report(
     }
 
 
+def report_native(stores: dict[str, list[Summary]], native: list[Summary]) -> JsonObj:
+    """The reference's rows, and every store's rate as a ratio of it (same rounds)."""
+    print(
+        "\nagainst the in-memory reference: the Python SDK 1.30's own task server "
+        "(InMemoryTaskStore, nothing durable, nothing relayed), same tool, same rounds"
+    )
+    header = f"{'measurement':<10} {'conc':>4} {'native/s':>9} {'http/op':>7}  " + " ".join(
+        f"{store + ' vs':>13}" for store in stores
+    )
+    print(header)
+    print("-" * len(header))
+    out: JsonObj = {"results": [], "lifecycle_c32_vs_native": None}
+    for i, ref in enumerate(native):
+        row = summary_row(ref)
+        ratios: dict[str, float | None] = {}
+        for store, summaries in stores.items():
+            mine = summaries[i]
+            ok = ref.valid and mine.valid and ref.chosen.rps > 0
+            ratios[store] = mine.chosen.rps / ref.chosen.rps if ok else None
+        shown = " ".join(f"{'n/a' if r is None else f'{r:.2f}x':>13}" for r in ratios.values())
+        per_op = row["http_requests_per_op"]
+        print(
+            f"{ref.target:<10} {ref.concurrency:>4} {ref.chosen.rps:>9.1f} "
+            f"{'-' if per_op is None else f'{per_op:.1f}':>7}  {shown}"
+        )
+        out["results"].append({**row, "vs": ratios})
+        if (ref.target, ref.concurrency) == ("lifecycle", KEY_CONCURRENCY):
+            out["lifecycle_c32_vs_native"] = ratios.get("sqlite")
+    key = out["lifecycle_c32_vs_native"]
+    verdict = (
+        "n/a" if key is None else ("PASS" if key >= LIFECYCLE_VS_NATIVE_TARGET else "BELOW TARGET")
+    )
+    shown = "n/a" if key is None else f"{key:.2f}x"
+    print(
+        f"KEY lifecycle @ c={KEY_CONCURRENCY}, gateway (sqlite) / in-memory native: {shown} "
+        f"(target >= {LIFECYCLE_VS_NATIVE_TARGET}) {verdict}"
+    )
+    return out
+
+
 # --------------------------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------------------------
@@ -813,6 +860,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"comma-separated stores for parts 1-2 ({','.join(STORES)}); "
         "sqlite alone needs no PostgreSQL",
     )
+    p.add_argument(
+        "--reference",
+        choices=("native", "none"),
+        default="native",
+        help="measure parts 1-2 against the SDK's in-memory task server too (native)",
+    )
     p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
     args = p.parse_args(argv)
     if not 0 < args.seconds <= 600 or not 0 <= args.warmup <= 60 or not 1 <= args.rounds <= 20:
@@ -844,6 +897,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ]
                 stack.enter_context(server("upstream", upstream_argv, up_port, tmpdir, 15))
                 targets: dict[str, list[str]] = {}
+                if args.reference == "native":
+                    port = free_port()
+                    argv = [sys.executable, str(NATIVE_FILE), str(port)]
+                    stack.enter_context(server("native", argv, port, tmpdir, 15))
+                    targets["native"] = [f"http://{HOST}:{port}/mcp"]
                 proc: subprocess.Popen[bytes] | None = None
                 if "sqlite" in args.stores:
                     port = free_port()
@@ -869,6 +927,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stores = asyncio.run(run_throughput(args, targets))
                 if proc is not None and proc.poll() is None:
                     throughput_rss = rss_bytes(proc.pid)
+            native = stores.pop("native", None)
             for name, summaries in stores.items():
                 if not all(s.valid for s in summaries):
                     for i in range(1, REPLICAS[name] + 1):
@@ -896,6 +955,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
 
     summary = report(args, stores, memory, throughput_rss, stops)
+    summary["native"] = None if native is None else report_native(stores, native)
     if args.json:
         print(json.dumps(summary, separators=(",", ":")))
     return 0 if summary["valid"] else 1
