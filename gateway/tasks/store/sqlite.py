@@ -10,15 +10,12 @@ wait in the writer's queue. `sqlite_schema` opens and locks the file and keeps i
 from __future__ import annotations
 
 import json
-import os
 import sqlite3
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
-
-import aiosqlite
 
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
@@ -38,6 +35,7 @@ from gateway.tasks.store.sqlite_schema import (
     IN_JSON_ARRAY,
     LIVE_SQL,
     TASK_COLUMNS,
+    Database,
     json_text,
     open_database,
     task_from_row,
@@ -60,18 +58,26 @@ class SqliteTaskStore:
     """`TaskStore` on one SQLite file. `commits` counts COMMITs, to make batching visible."""
 
     def __init__(
-        self,
-        writer: aiosqlite.Connection,
-        reader: aiosqlite.Connection,
-        on_timing: Callable[[str, float], None] | None = None,
-        lock: int | None = None,
+        self, database: Database, on_timing: Callable[[str, float], None] | None = None
     ) -> None:
-        self._db = writer
-        self._reader = reader
-        #: The descriptor holding the file's lock (see `open_store`), closed last.
-        self._lock = lock
+        self._database = database
+        self._reader = database.reader
         self._on_timing = on_timing
-        self._writer = GroupCommitWriter(writer, on_timing)
+        self._writer = GroupCommitWriter(database.writer, database.thread, on_timing)
+        #: The live tasks as last committed. This process is the file's only writer (its
+        #: lock says so), so every change passes here: a poll of a running task is answered
+        #: from memory, without a read on SQLite's thread (see `find_task`).
+        self._live: dict[str, Task] = {}
+
+    def _committed(self, tasks: Iterable[Task | None]) -> None:
+        """What a write committed: live tasks are kept, terminal ones dropped."""
+        for task in tasks:
+            if task is None:
+                continue
+            if task.status.terminal:
+                self._live.pop(task.task_id, None)
+            else:
+                self._live[task.task_id] = task
 
     async def create_task(
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
@@ -86,26 +92,40 @@ class SqliteTaskStore:
             *(task.generation, task.repeatable, task.attempt),
             None if expires is None else epoch_us(expires),
         )
-        sql = f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES ({_marks(row)})"
+        sql = (
+            f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES ({_marks(row)})"
+            f" RETURNING {TASK_COLUMNS}"
+        )
 
-        async def create(db: aiosqlite.Connection) -> bool:
+        def create(db: sqlite3.Connection) -> Task | None:
             # The single writer makes check-then-insert atomic: no batch can slip past the cap.
             if max_active is not None:
-                (active,) = next(iter(await db.execute_fetchall(_COUNT_LIVE, (task.owner,))))
+                (active,) = db.execute(_COUNT_LIVE, (task.owner,)).fetchone()
                 if active >= max_active:
-                    return False
-            await db.execute(sql, row)
+                    return None
+            # Read back as stored (UTC, to the microsecond), as every later read sees it.
+            (stored,) = db.execute(sql, row).fetchall()
             if request is not None:
-                await attempts.save_request(db, task.task_id, request)
-            return True
+                attempts.save_request(db, task.task_id, request)
+            return task_from_row(stored)
 
-        return await self._write(create)
+        created = await self._write(create)
+        self._committed([created])
+        return created is not None
 
     async def find_task(self, task_id: str, owner: str) -> Task | None:
+        live = self._live.get(task_id)
+        if live is not None and live.owner == owner:
+            return live
+        # Another owner's live task costs the read an unknown id costs: the time taken must
+        # not tell a caller that someone else's task exists.
         sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ? AND owner = ?"
         return next((task_from_row(row) for row in await self._read(sql, task_id, owner)), None)
 
     async def get_task(self, task_id: str) -> Task | None:
+        live = self._live.get(task_id)
+        if live is not None:
+            return live
         sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?"
         return next((task_from_row(row) for row in await self._read(sql, task_id)), None)
 
@@ -128,11 +148,13 @@ class SqliteTaskStore:
             raise ValueError(f"{status} is terminal: use finish_task")
         sources = [s for s in TaskStatus if s == status or may_transition(s, status)]
 
-        async def update(db: aiosqlite.Connection) -> Task | None:
-            moved = await _transition(db, task_id, sources, status, status_message, now)
+        def update(db: sqlite3.Connection) -> Task | None:
+            moved = _transition(db, task_id, sources, status, status_message, now)
             return next(iter(moved), None)
 
-        return await self._write(update)
+        updated = await self._write(update)
+        self._committed([updated])
+        return updated
 
     async def note_task(self, task_id: str, status_message: str, now: datetime) -> Task | None:
         sql = (
@@ -140,11 +162,13 @@ class SqliteTaskStore:
             f" WHERE task_id = ? AND status IN ({_marks(_LIVE)}) RETURNING {TASK_COLUMNS}"
         )
 
-        async def note(db: aiosqlite.Connection) -> Task | None:
-            rows = await db.execute_fetchall(sql, (status_message, epoch_us(now), task_id, *_LIVE))
+        def note(db: sqlite3.Connection) -> Task | None:
+            rows = db.execute(sql, (status_message, epoch_us(now), task_id, *_LIVE)).fetchall()
             return next((task_from_row(row) for row in rows), None)
 
-        return await self._write(note)
+        noted = await self._write(note)
+        self._committed([noted])
+        return noted
 
     async def finish_task(
         self,
@@ -158,16 +182,18 @@ class SqliteTaskStore:
             raise ValueError(f"{status} is not terminal: use update_task")
         sources = [s for s in TaskStatus if may_transition(s, status)]
 
-        async def finish(db: aiosqlite.Connection) -> Task | None:
-            moved = await _transition(db, task_id, sources, status, status_message, now)
+        def finish(db: sqlite3.Connection) -> Task | None:
+            moved = _transition(db, task_id, sources, status, status_message, now)
             if outcome is not None:
-                await _insert_outcomes(db, moved, outcome)
+                _insert_outcomes(db, moved, outcome)
             ended = [task.task_id for task in moved]
-            await inputs.withdraw_all(db, ended, now)
-            await attempts.forget(db, ended)
+            inputs.withdraw_all(db, ended, now)
+            attempts.forget(db, ended)
             return next(iter(moved), None)
 
-        return await self._write(finish)
+        finished = await self._write(finish)
+        self._committed([finished])
+        return finished
 
     async def get_outcome(self, task_id: str) -> Outcome | None:
         rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = ?", task_id)
@@ -196,8 +222,11 @@ class SqliteTaskStore:
     async def delete_expired(self, now: datetime) -> list[str]:
         # Their outcomes and input rows go with them: the foreign keys cascade.
         sql = "DELETE FROM tasks WHERE expires_at <= ? RETURNING task_id"
-        rows = await self._write(lambda db: db.execute_fetchall(sql, (epoch_us(now),)))
-        return [row["task_id"] for row in rows]
+        rows = await self._write(lambda db: db.execute(sql, (epoch_us(now),)).fetchall())
+        deleted = [row["task_id"] for row in rows]
+        for task_id in deleted:
+            self._live.pop(task_id, None)
+        return deleted
 
     async def fail_interrupted(self, message: str, now: datetime) -> list[Task]:
         return await self._fail(None, message, now)
@@ -211,15 +240,17 @@ class SqliteTaskStore:
         failed = TaskStatus.FAILED
         sources = [s for s in TaskStatus if may_transition(s, failed)]
 
-        async def fail(db: aiosqlite.Connection) -> list[Task]:
-            tasks = await _transition(db, ids, sources, failed, message, now)
-            await _insert_outcomes(db, tasks, Outcome.error(-32603, message))
+        def fail(db: sqlite3.Connection) -> list[Task]:
+            tasks = _transition(db, ids, sources, failed, message, now)
+            _insert_outcomes(db, tasks, Outcome.error(-32603, message))
             ended = [task.task_id for task in tasks]
-            await inputs.withdraw_all(db, ended, now)
-            await attempts.forget(db, ended)
+            inputs.withdraw_all(db, ended, now)
+            attempts.forget(db, ended)
             return tasks
 
-        return await self._write(fail)
+        failed_tasks = await self._write(fail)
+        self._committed(failed_tasks)
+        return failed_tasks
 
     async def get_request(self, task_id: str) -> JsonObject | None:
         rows = await self._read(attempts.REQUEST, task_id)
@@ -228,9 +259,11 @@ class SqliteTaskStore:
     async def begin_attempt(
         self, task_id: str, attempt: int, status_message: str, now: datetime
     ) -> Task | None:
-        return await self._write(
+        begun = await self._write(
             lambda db: attempts.begin(db, task_id, attempt, status_message, now)
         )
+        self._committed([begun])
+        return begun
 
     async def note_upstream_call(
         self, task_id: str, session_id: str | None, request_id: RequestId
@@ -290,13 +323,7 @@ class SqliteTaskStore:
         try:
             await self._writer.close()
         finally:
-            try:
-                await self._db.close()
-                await self._reader.close()
-            finally:
-                if self._lock is not None:
-                    os.close(self._lock)
-                    self._lock = None
+            await self._database.close()
 
     async def _read(self, sql: str, *params: Any) -> Iterable[sqlite3.Row]:
         started = time.perf_counter()
@@ -305,12 +332,12 @@ class SqliteTaskStore:
             self._on_timing("read", time.perf_counter() - started)
         return rows
 
-    async def _write(self, run: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
+    async def _write(self, run: Callable[[sqlite3.Connection], T]) -> T:
         return await self._writer.write(run)
 
 
-async def _transition(
-    db: aiosqlite.Connection,
+def _transition(
+    db: sqlite3.Connection,
     which: str | Collection[str] | None,
     sources: list[TaskStatus],
     status: TaskStatus,
@@ -331,14 +358,14 @@ async def _transition(
         "UPDATE tasks SET status = ?, status_message = ?, updated_at = ?"
         f" WHERE {one} status IN ({_marks(sources)}) RETURNING {TASK_COLUMNS}"
     )
-    rows = await db.execute_fetchall(sql, (status, message, epoch_us(now), *key, *sources))
+    rows = db.execute(sql, (status, message, epoch_us(now), *key, *sources)).fetchall()
     return [task_from_row(row) for row in rows]
 
 
-async def _insert_outcomes(db: aiosqlite.Connection, tasks: list[Task], outcome: Outcome) -> None:
+def _insert_outcomes(db: sqlite3.Connection, tasks: list[Task], outcome: Outcome) -> None:
     body = json.dumps(outcome.body)
     sql = "INSERT INTO outcomes VALUES (?, ?, ?)"
-    await db.executemany(sql, [(task.task_id, outcome.kind, body) for task in tasks])
+    db.executemany(sql, [(task.task_id, outcome.kind, body) for task in tasks])
 
 
 async def open_store(
@@ -351,5 +378,4 @@ async def open_store(
     Raises:
         StoreInUse: another process has the file open as its store; nothing was read or written.
     """
-    writer, reader, lock = await open_database(Path(path))
-    return SqliteTaskStore(writer, reader, on_timing, lock)
+    return SqliteTaskStore(await open_database(Path(path)), on_timing)

@@ -14,8 +14,6 @@ import sqlite3
 from collections.abc import Collection
 from datetime import datetime
 
-import aiosqlite
-
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.tasks.models import Task, TaskStatus, UpstreamCall, epoch_us
 from gateway.tasks.store import sqlite_inputs as inputs
@@ -69,33 +67,33 @@ def upstream_call_from_row(row: sqlite3.Row) -> UpstreamCall:
     )
 
 
-async def save_request(db: aiosqlite.Connection, task_id: str, request: JsonObject) -> None:
+def save_request(db: sqlite3.Connection, task_id: str, request: JsonObject) -> None:
     """Keeps the request a repeatable task runs again from; part of its creation."""
-    await db.execute(_SAVE_REQUEST, (task_id, json_text(request)))
+    db.execute(_SAVE_REQUEST, (task_id, json_text(request)))
 
 
-async def note(
-    db: aiosqlite.Connection, task_id: str, session_id: str | None, request_id: RequestId
+def note(
+    db: sqlite3.Connection, task_id: str, session_id: str | None, request_id: RequestId
 ) -> None:
     """Records the upstream request of a live task's current attempt, replacing the last."""
-    await db.execute(_NOTE, (session_id, json_text(request_id), task_id))
+    db.execute(_NOTE, (session_id, json_text(request_id), task_id))
 
 
-async def begin(
-    db: aiosqlite.Connection, task_id: str, attempt: int, message: str, now: datetime
+def begin(
+    db: sqlite3.Connection, task_id: str, attempt: int, message: str, now: datetime
 ) -> Task | None:
     """Moves a live task below `attempt` to it, working with `message`, and withdraws its
     pending input requests; None (and nothing written) for any other task."""
     params = (TaskStatus.WORKING, message, attempt, epoch_us(now), task_id, attempt)
-    rows = await db.execute_fetchall(_BEGIN, params)
+    rows = db.execute(_BEGIN, params).fetchall()
     task = next((task_from_row(row) for row in rows), None)
     if task is not None:
         # The questions of the earlier attempt are never answered into this one.
-        await inputs.withdraw_all(db, [task_id], now)
+        inputs.withdraw_all(db, [task_id], now)
     return task
 
 
-async def forget(db: aiosqlite.Connection, task_ids: Collection[str]) -> None:
+def forget(db: sqlite3.Connection, task_ids: Collection[str]) -> None:
     """Deletes what `task_calls` keeps of `task_ids`: part of their terminal write."""
     if task_ids:
-        await db.execute(_FORGET, (json.dumps(list(task_ids)),))
+        db.execute(_FORGET, (json.dumps(list(task_ids)),))

@@ -13,8 +13,6 @@ import sqlite3
 from collections.abc import Collection
 from datetime import datetime
 
-import aiosqlite
-
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.tasks.models import InputRequest, epoch_us, from_epoch_us
 from gateway.tasks.store.sqlite_schema import IN_JSON_ARRAY, LIVE_SQL, json_text
@@ -56,25 +54,25 @@ def input_from_row(row: sqlite3.Row) -> InputRequest:
     )
 
 
-async def add(db: aiosqlite.Connection, request: InputRequest) -> bool:
+def add(db: sqlite3.Connection, request: InputRequest) -> bool:
     """Inserts `request` as pending; False if its task is unknown or terminal or the key taken."""
     row = (
         *(request.task_id, request.key, request.method, json_text(request.params)),
         *(json_text(request.upstream_id), epoch_us(request.created_at), request.task_id),
     )
-    return bool(list(await db.execute_fetchall(_ADD, row)))
+    return bool(db.execute(_ADD, row).fetchall())
 
 
-async def answer(
-    db: aiosqlite.Connection, task_id: str, key: str, response: JsonObject, now: datetime
+def answer(
+    db: sqlite3.Connection, task_id: str, key: str, response: JsonObject, now: datetime
 ) -> InputRequest | None:
     """Moves the pending `key` to answered with `response`; None unless it was pending."""
-    rows = await db.execute_fetchall(_ANSWER, (json_text(response), epoch_us(now), task_id, key))
+    rows = db.execute(_ANSWER, (json_text(response), epoch_us(now), task_id, key)).fetchall()
     return next((input_from_row(row) for row in rows), None)
 
 
-async def withdraw(
-    db: aiosqlite.Connection, task_id: str, now: datetime, keys: Collection[str] | None
+def withdraw(
+    db: sqlite3.Connection, task_id: str, now: datetime, keys: Collection[str] | None
 ) -> list[InputRequest]:
     """Moves the task's pending rows named by `keys` (all when None) to withdrawn; returns
     them oldest first."""
@@ -83,14 +81,14 @@ async def withdraw(
         named = f"AND key {IN_JSON_ARRAY}"
         params.append(json.dumps(list(keys)))
     sql = f"{_WITHDRAW} AND task_id = ? {named} RETURNING {_COLUMNS}"
-    rows = await db.execute_fetchall(sql, params)
+    rows = db.execute(sql, params).fetchall()
     # RETURNING comes in no promised order.
     return sorted(map(input_from_row, rows), key=lambda r: (r.created_at, r.key))
 
 
-async def withdraw_all(db: aiosqlite.Connection, task_ids: Collection[str], now: datetime) -> None:
+def withdraw_all(db: sqlite3.Connection, task_ids: Collection[str], now: datetime) -> None:
     """Withdraws every pending row of `task_ids`: part of their terminal write, so that a
     finished task never shows a question."""
     if task_ids:
         sql = f"{_WITHDRAW} AND task_id {IN_JSON_ARRAY}"
-        await db.execute(sql, (epoch_us(now), json.dumps(list(task_ids))))
+        db.execute(sql, (epoch_us(now), json.dumps(list(task_ids))))

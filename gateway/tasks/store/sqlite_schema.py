@@ -8,11 +8,14 @@ same file stops (`StoreInUse`) instead of failing the first one's running tasks 
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import json
 import os
 import sqlite3
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -153,34 +156,71 @@ class StoreInUse(Exception):
     """Another process holds the store; the message names the file and what to change."""
 
 
-async def open_database(path: Path) -> tuple[aiosqlite.Connection, aiosqlite.Connection, int]:
-    """Lock the file, then open it (created if need be) with its schema up to date.
+@dataclass
+class Database:
+    """An open store file: the writer's connection and the one thread that uses it, the
+    readers' connection, and the locked descriptor (see `_lock`), which is closed last."""
 
-    Returns the writer's connection, the readers' connection and the locked descriptor (see
-    `_lock`), which the caller closes last.
+    writer: sqlite3.Connection
+    thread: ThreadPoolExecutor
+    reader: aiosqlite.Connection
+    lock: int
+
+    closed: bool = False
+
+    async def close(self) -> None:
+        """Closes both connections, then lets another process have the file; once."""
+        if self.closed:
+            return
+        self.closed = True
+        try:
+            await asyncio.get_running_loop().run_in_executor(self.thread, self.writer.close)
+            self.thread.shutdown()
+            await self.reader.close()
+        finally:
+            os.close(self.lock)
+
+
+async def open_database(path: Path) -> Database:
+    """Lock the file, then open it (created if need be) with its schema up to date.
 
     Raises:
         StoreInUse: another process has the file open as its store; nothing was read or written.
     """
     path.parent.mkdir(parents=True, exist_ok=True)
     lock = _lock(path)
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-writer")
+    loop = asyncio.get_running_loop()
     try:
-        writer = await _connect(path)
+        writer = await loop.run_in_executor(thread, _open_writer, path)
         try:
-            await writer.execute("PRAGMA journal_mode = WAL")
-            await _migrate(writer)
             reader = await _connect(path)
         except BaseException:
-            await writer.close()
+            await loop.run_in_executor(thread, writer.close)
             raise
     except BaseException:
+        thread.shutdown()
         os.close(lock)
         raise
-    return writer, reader, lock
+    return Database(writer, thread, reader, lock)
+
+
+def _open_writer(path: Path) -> sqlite3.Connection:
+    """On the writer's thread, which alone uses the connection from now on."""
+    # isolation_level=None: transactions are exactly the BEGIN/COMMIT the writer issues.
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.row_factory = sqlite3.Row
+    try:
+        db.executescript(_PRAGMAS)
+        db.execute("PRAGMA journal_mode = WAL")
+        _migrate(db)
+    except BaseException:
+        db.close()
+        raise
+    return db
 
 
 async def _connect(path: Path) -> aiosqlite.Connection:
-    # isolation_level=None: transactions are exactly the BEGIN/COMMIT the writer issues.
     db = await aiosqlite.connect(path, isolation_level=None)
     db.row_factory = sqlite3.Row
     try:
@@ -191,15 +231,12 @@ async def _connect(path: Path) -> aiosqlite.Connection:
     return db
 
 
-async def _migrate(db: aiosqlite.Connection) -> None:
-    rows = list(await db.execute_fetchall("PRAGMA user_version"))
-    version = int(rows[0][0])
+def _migrate(db: sqlite3.Connection) -> None:
+    version = int(db.execute("PRAGMA user_version").fetchone()[0])
     if version > len(MIGRATIONS):
         raise RuntimeError(f"database schema {version} is newer than this gateway knows")
     for number, script in enumerate(MIGRATIONS[version:], start=version + 1):
-        await db.executescript(
-            f"BEGIN IMMEDIATE; {script}; PRAGMA user_version = {number}; COMMIT;"
-        )
+        db.executescript(f"BEGIN IMMEDIATE; {script}; PRAGMA user_version = {number}; COMMIT;")
 
 
 def _lock(path: Path) -> int:

@@ -11,8 +11,6 @@ import sqlite3
 from collections.abc import Collection
 from datetime import datetime
 
-import aiosqlite
-
 from gateway.tasks.models import SessionRecord, epoch_us, from_epoch_us
 from gateway.tasks.store.sqlite_schema import IN_JSON_ARRAY, json_text
 
@@ -57,7 +55,7 @@ def session_from_row(row: sqlite3.Row) -> SessionRecord:
     )
 
 
-async def save(db: aiosqlite.Connection, record: SessionRecord) -> None:
+def save(db: sqlite3.Connection, record: SessionRecord) -> None:
     """Inserts or updates `record`; an update keeps the later of the two last-seen times."""
     created = epoch_us(record.created_at)
     row = (
@@ -65,25 +63,25 @@ async def save(db: aiosqlite.Connection, record: SessionRecord) -> None:
         *(json_text(record.initialize), json_text(record.initialized), created, created),
         *(record.upstream_session_id, record.upstream_protocol_version),
     )
-    await db.execute(_SAVE, row)
+    db.execute(_SAVE, row)
 
 
-async def update(db: aiosqlite.Connection, record: SessionRecord) -> bool:
+def update(db: sqlite3.Connection, record: SessionRecord) -> bool:
     """Rewrites `record` if it still exists."""
     row = (
         *(record.protocol_version, json_text(record.initialize), json_text(record.initialized)),
         *(record.upstream_session_id, record.upstream_protocol_version, record.session_id),
     )
-    cursor = await db.execute(_UPDATE, row)
+    cursor = db.execute(_UPDATE, row)
     return cursor.rowcount > 0
 
 
-async def prune(
-    db: aiosqlite.Connection, live: Collection[str], now: datetime, idle_before: datetime
+def prune(
+    db: sqlite3.Connection, live: Collection[str], now: datetime, idle_before: datetime
 ) -> list[str]:
     """Marks the `live` sessions seen at `now`, then deletes those last seen before
     `idle_before`; returns the deleted ids."""
     seen = epoch_us(now)
-    await db.execute(_TOUCH, (seen, json.dumps(list(live)), seen))
-    rows = await db.execute_fetchall(_PRUNE, (epoch_us(idle_before),))
+    db.execute(_TOUCH, (seen, json.dumps(list(live)), seen))
+    rows = db.execute(_PRUNE, (epoch_us(idle_before),)).fetchall()
     return [row["session_id"] for row in rows]

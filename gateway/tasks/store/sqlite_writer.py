@@ -1,19 +1,25 @@
-"""The single writer of a SQLite store: optimistic group commit.
+"""The single writer of a SQLite store: optimistic group commit, one thread hop per batch.
 
 With synchronous=FULL every COMMIT is an fsync, so every write goes through one coroutine
 that commits whatever is queued in one transaction; a caller returns only once its write is
 durable. A write that fails fails its own caller only (see `_commit`).
+
+The writes are plain functions of a `sqlite3.Connection`, and a batch's whole transaction
+(BEGIN, every write, COMMIT) runs in one call on the connection's own thread. Each trip
+between the event loop and that thread waits for a turn of the loop, which under load
+(hundreds of requests in flight) takes milliseconds: a batch of a statement per trip took
+hundreds of them, and the task's terminal write with it.
 """
 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
-
-import aiosqlite
 
 from gateway.aio import TaskSet
 
@@ -22,18 +28,23 @@ T = TypeVar("T")
 
 @dataclass(eq=False)
 class _Write:
-    run: Callable[[aiosqlite.Connection], Awaitable[Any]]
+    run: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
 
 
 class GroupCommitWriter:
-    """Runs writes on `db` in batches, one transaction each. `commits` counts the COMMITs, to
-    make batching visible; `on_timing("commit", seconds)` hears how long each took."""
+    """Runs writes on `db` in batches, one transaction each, on `thread` (the one thread that
+    ever uses `db`). `commits` counts the COMMITs, to make batching visible;
+    `on_timing("commit", seconds)` hears how long each took."""
 
     def __init__(
-        self, db: aiosqlite.Connection, on_timing: Callable[[str, float], None] | None = None
+        self,
+        db: sqlite3.Connection,
+        thread: ThreadPoolExecutor,
+        on_timing: Callable[[str, float], None] | None = None,
     ) -> None:
         self._db = db
+        self._thread = thread
         self._on_timing = on_timing
         self.commits = 0
         #: `time.monotonic()` of the latest successful commit (0.0 before the first).
@@ -44,8 +55,9 @@ class GroupCommitWriter:
         self._tasks = TaskSet("task store")
         self._loop = self._tasks.spawn(self._write_loop(), name="task-store-writer")
 
-    async def write(self, run: Callable[[aiosqlite.Connection], Awaitable[T]]) -> T:
-        """`run(db)` inside the next batch's transaction; its value once that has committed.
+    async def write(self, run: Callable[[sqlite3.Connection], T]) -> T:
+        """`run(db)` inside the next batch's transaction, on the writer's thread; its value
+        once that has committed.
 
         Raises:
             RuntimeError: the writer is closed.
@@ -81,15 +93,17 @@ class GroupCommitWriter:
             _fail(self._queue, RuntimeError("the task store is closed"))
 
     async def _commit(self, batch: list[_Write]) -> None:
-        # Optimistic first: the whole batch in one transaction, no savepoints (each is a
-        # round trip to SQLite's thread). Only if a write fails is the batch rolled back and
-        # replayed with a savepoint per write, so that failure stays its caller's alone.
+        # Optimistic first: the whole batch in one transaction, no savepoints. Only if a write
+        # fails is the batch rolled back and replayed with a savepoint per write, so that
+        # failure stays its caller's alone.
         started = time.perf_counter()
+        loop = asyncio.get_running_loop()
         try:
-            try:
-                settled = await self._transaction(batch, isolate=False)
-            except _WriteFailed:
-                settled = await self._transaction(batch, isolate=True)
+            # Shielded: a cancelled writer must still learn how the transaction ended, since
+            # the thread finishes it regardless.
+            settled = await asyncio.shield(
+                loop.run_in_executor(self._thread, self._transaction, batch)
+            )
         except Exception as exc:  # BEGIN or COMMIT failed: nothing of the batch was written
             _fail(batch, exc)
             return
@@ -108,7 +122,15 @@ class GroupCommitWriter:
             else:
                 write.future.set_exception(error)
 
-    async def _transaction(
+    def _transaction(self, batch: list[_Write]) -> list[tuple[_Write, Any, Exception | None]]:
+        """On the writer's thread: the batch in one transaction, replayed with a savepoint
+        per write if one of them fails."""
+        try:
+            return self._run(batch, isolate=False)
+        except _WriteFailed:
+            return self._run(batch, isolate=True)
+
+    def _run(
         self, batch: list[_Write], isolate: bool
     ) -> list[tuple[_Write, Any, Exception | None]]:
         """Run and commit `batch`, rolled back entirely on any exception it raises.
@@ -116,27 +138,28 @@ class GroupCommitWriter:
         Raises:
             _WriteFailed: a write failed and `isolate` was off.
         """
+        db = self._db
         settled: list[tuple[_Write, Any, Exception | None]] = []
-        await self._db.execute("BEGIN IMMEDIATE")
+        db.execute("BEGIN IMMEDIATE")
         try:
             for write in batch:
                 if not isolate:
                     try:
-                        settled.append((write, await write.run(self._db), None))
+                        settled.append((write, write.run(db), None))
                     except Exception as exc:
                         raise _WriteFailed from exc
                     continue
-                await self._db.execute("SAVEPOINT write")
+                db.execute("SAVEPOINT write")
                 try:
-                    settled.append((write, await write.run(self._db), None))
+                    settled.append((write, write.run(db), None))
                 except Exception as exc:
-                    await self._db.execute("ROLLBACK TO write")
+                    db.execute("ROLLBACK TO write")
                     settled.append((write, None, exc))
-                await self._db.execute("RELEASE write")
-            await self._db.execute("COMMIT")
+                db.execute("RELEASE write")
+            db.execute("COMMIT")
         except BaseException:
-            if self._db.in_transaction:
-                await self._db.execute("ROLLBACK")
+            if db.in_transaction:
+                db.execute("ROLLBACK")
             raise
         return settled
 
