@@ -104,6 +104,28 @@ async def test_an_interrupted_stream_ends_the_reading_connection_and_the_next_on
     assert await take(stream, 1, 1) == [(2, "after")]
 
 
+async def test_the_json_window_ends_at_the_first_event_or_when_its_time_is_up() -> None:
+    loop = asyncio.get_running_loop()
+    answered = EventStream("s", 8)
+    async with asyncio.TaskGroup() as group:
+        waiting = group.create_task(answered.first_change(30))
+        await asyncio.sleep(0)
+        answered.push("answer")
+        answered.close()
+        await asyncio.wait_for(waiting, 1)  # long before the 30 s window
+    quiet = EventStream("q", 8)
+    started = loop.time()
+    await quiet.first_change(0.05)
+    assert 0.04 <= loop.time() - started < 1
+    await answered.first_change(30)  # changed already: no wait at all
+    framed = EventStream("f", 8)
+    async with asyncio.TaskGroup() as group:
+        turned = group.create_task(framed.first_change(30))
+        await asyncio.sleep(0)
+        framed.want_sse()
+        await asyncio.wait_for(turned, 1)
+
+
 async def test_an_event_can_be_taken_back_only_until_a_reader_was_handed_it() -> None:
     stream = EventStream("s", capacity=8)
     for data in ("a", "b", "c"):

@@ -285,6 +285,15 @@ async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
             f"request body of {request.content_length} bytes exceeds the "
             f"limit of {limit} bytes (limits.max_body_bytes)"
         )
+    content = request.content
+    if content.is_eof():
+        # All of it came with the head (most bodies do): nothing to wait for, no timer.
+        whole = content.read_nowait()
+        if len(whole) > limit:
+            raise PayloadTooLarge(
+                f"request body exceeds the limit of {limit} bytes (limits.max_body_bytes)"
+            )
+        return whole
     body = bytearray()
     try:
         async with asyncio.timeout(seconds):

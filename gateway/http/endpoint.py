@@ -9,7 +9,6 @@ Each is given the `Route` the URL table holds at that path when the request arri
 
 from __future__ import annotations
 
-import asyncio
 import logging
 
 from aiohttp import web
@@ -235,12 +234,7 @@ async def _answer(
 ) -> web.StreamResponse:
     """JSON if the answer arrives alone within the window, else the stream as SSE."""
     if http.json_window_seconds > 0:
-        try:
-            async with asyncio.timeout(http.json_window_seconds):
-                while stream.pushed == 0 and not stream.closed and not stream.sse:
-                    await stream.wait_changed()
-        except TimeoutError:
-            pass
+        await stream.first_change(http.json_window_seconds)
     # The answer is pushed and the stream closed in one step, so a closed stream holding a
     # single event holds exactly the answer.
     if stream.closed and stream.pushed == 1 and not stream.sse:

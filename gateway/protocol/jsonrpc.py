@@ -96,6 +96,9 @@ def _too_deep(obj: Any) -> bool:
     return False
 
 
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant, parse_float=_finite)
+
+
 def parse(raw: bytes | str) -> Message:
     """Parse one JSON-RPC message.
 
@@ -109,7 +112,8 @@ def parse(raw: bytes | str) -> Message:
     """
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     try:
-        obj = json.loads(data, parse_constant=_reject_constant, parse_float=_finite)
+        # As json.loads does with bytes, with a decoder made once rather than per message.
+        obj = _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
     except RecursionError:
         raise ParseError(
             f"Parse error: JSON nested deeper than {MAX_DEPTH} levels is not accepted"

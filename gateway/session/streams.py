@@ -25,6 +25,11 @@ log = logging.getLogger(__name__)
 _KEPT_STREAMS = 64  # finished POST streams kept for Last-Event-ID resumption
 
 
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class EventStream:
     def __init__(self, key: str, capacity: int) -> None:
         self.key = key
@@ -32,6 +37,7 @@ class EventStream:
         self._next = 1
         # Created only when someone waits: most streams are answered before anyone does.
         self._changed: asyncio.Event | None = None
+        self._first: asyncio.Future[None] | None = None
         self._reader = 0
         self.closed = False
         #: The last event handed to a connection: where a GET without Last-Event-ID starts.
@@ -92,10 +98,27 @@ class EventStream:
             self._changed = asyncio.Event()
         await self._changed.wait()
 
+    async def first_change(self, seconds: float) -> None:
+        """Returns at the stream's first event, its close or its turn to SSE framing, or
+        after `seconds`, whichever comes first: the window in which a POST's answer may
+        still go back as plain JSON. (One timer and one future: this runs per request.)"""
+        if self._next > 1 or self.closed or self.sse:
+            return
+        loop = asyncio.get_running_loop()
+        first = self._first = loop.create_future()
+        timer = loop.call_later(seconds, _resolve, first)
+        try:
+            await first
+        finally:
+            timer.cancel()
+
     def _wake(self) -> None:
         if self._changed is not None:
             self._changed.set()
             self._changed = None
+        if self._first is not None:
+            _resolve(self._first)
+            self._first = None
 
     def event_id(self, seq: int) -> str:
         return f"{self.key}:{seq}"
