@@ -524,3 +524,24 @@ async def test_create_task_refuses_beyond_the_owners_active_limit_atomically(
     after_one_ended = await store.create_task(make_task("late"), max_active=3)
     await store.close()
     assert created.count(True) == 3 and after_one_ended is True
+
+
+async def test_sqlite_polls_read_what_was_committed_whether_kept_in_memory_or_not(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Live tasks are kept in memory up to a bound (2 here); past it they are read from the file.
+    monkeypatch.setattr("gateway.tasks.store.sqlite._LIVE_KEPT", 2)
+    store = await open_store(tmp_path / "tasks.db")
+    for name in ("a", "b", "c"):
+        assert await store.create_task(make_task(name))
+    later = T0 + timedelta(seconds=1)
+    await store.update_task("a", TaskStatus.INPUT_REQUIRED, "waiting", later)  # "a" was evicted
+    await store.note_task("c", "3/10", later)
+    a, c = await store.find_task("a", "alice"), await store.get_task("c")
+    assert a is not None and a.status is TaskStatus.INPUT_REQUIRED and a.updated_at == later
+    assert c is not None and c.status_message == "3/10"
+    assert await store.find_task("c", "mallory") is None  # another owner's: as if unknown
+    await store.finish_task("c", TaskStatus.COMPLETED, None, Outcome(kind="result", body={}), later)
+    done = await store.find_task("c", "alice")
+    assert done is not None and done.status is TaskStatus.COMPLETED
+    await store.close()

@@ -9,6 +9,7 @@ wait in the writer's queue. `sqlite_schema` opens and locks the file and keeps i
 
 from __future__ import annotations
 
+import collections
 import json
 import sqlite3
 import time
@@ -44,6 +45,9 @@ from gateway.tasks.store.sqlite_writer import GroupCommitWriter
 
 T = TypeVar("T")
 
+#: Live tasks kept in memory (see `SqliteTaskStore._live`): a few MiB.
+_LIVE_KEPT = 4096
+
 #: The statuses of a task that is still running.
 _LIVE = tuple(s for s in TaskStatus if not s.terminal)
 _COUNT_LIVE = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND {LIVE_SQL}"
@@ -64,20 +68,22 @@ class SqliteTaskStore:
         self._reader = database.reader
         self._on_timing = on_timing
         self._writer = GroupCommitWriter(database.writer, database.thread, on_timing)
-        #: The live tasks as last committed. This process is the file's only writer (its
-        #: lock says so), so every change passes here: a poll of a running task is answered
-        #: from memory, without a read on SQLite's thread (see `find_task`).
-        self._live: dict[str, Task] = {}
+        #: The most recently written live tasks as last committed. This process is the
+        #: file's only writer (its lock says so), so every change passes here: a poll of a
+        #: running task is answered from memory, without a read on SQLite's thread (see
+        #: `find_task`). Bounded: ten thousand tasks in flight keep their memory.
+        self._live: collections.OrderedDict[str, Task] = collections.OrderedDict()
 
     def _committed(self, tasks: Iterable[Task | None]) -> None:
         """What a write committed: live tasks are kept, terminal ones dropped."""
         for task in tasks:
             if task is None:
                 continue
-            if task.status.terminal:
-                self._live.pop(task.task_id, None)
-            else:
+            self._live.pop(task.task_id, None)
+            if not task.status.terminal:
                 self._live[task.task_id] = task
+                if len(self._live) > _LIVE_KEPT:
+                    self._live.popitem(last=False)  # the next read of it goes to the file
 
     async def create_task(
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
