@@ -45,8 +45,9 @@ from gateway.tasks.store.sqlite_writer import GroupCommitWriter
 
 T = TypeVar("T")
 
-#: Live tasks kept in memory (see `SqliteTaskStore._live`): a few MiB.
-_LIVE_KEPT = 4096
+#: Live tasks kept in memory (see `SqliteTaskStore._live`): a few MiB at most, and room for
+#: every task a busy client polls.
+_LIVE_KEPT = 1024
 
 #: The statuses of a task that is still running.
 _LIVE = tuple(s for s in TaskStatus if not s.terminal)
