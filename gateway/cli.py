@@ -84,3 +84,5 @@ def main(argv: list[str] | None = None) -> None:
     except (listen.ListenError, StoreInUse, StoreUnavailable) as exc:
         print(f"mcp-task-gateway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
+    finally:
+        audit.stop()  # every event of the run is written before the process ends

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import logging
 import re
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +19,7 @@ from gateway.config import AuditConfig
 from gateway.observability import audit
 
 from .conftest import DEMO, StartGateway, free_port, mcp_client
+from .helpers import open_session, start_process, start_task, write_config
 
 
 async def scrape(url: str, **headers: str) -> str:
@@ -136,6 +139,66 @@ async def test_metrics_can_require_a_bearer_token_and_listen_on_their_own_addres
     assert "mcp_gateway_requests_total" in text
 
 
+def forget_audit_handlers() -> None:
+    audit.stop()  # writes out what is queued
+    log = logging.getLogger("gateway.audit")
+    for handler in list(log.handlers):
+        log.removeHandler(handler)
+        handler.close()
+    log.propagate = True
+
+
+class StuckDisk(logging.Handler):
+    """A handler whose writes hang until `unstick` is set: a disk that stopped answering."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.unstick = threading.Event()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.unstick.wait(10)
+        self.lines.append(record.getMessage())
+
+
+def test_a_stuck_audit_disk_holds_up_no_caller_and_a_clean_stop_writes_every_line() -> None:
+    disk = StuckDisk()
+    audit.start(disk)
+    try:
+        started = time.perf_counter()
+        for n in range(200):
+            audit.audit("task_created", task_id=f"t{n}", route="demo")
+        # 200 events while the disk hangs: each was only queued (a write would take 10 s).
+        assert time.perf_counter() - started < 1
+        assert disk.lines == []
+        disk.unstick.set()
+    finally:
+        forget_audit_handlers()
+    assert [json.loads(line)["task_id"] for line in disk.lines] == [f"t{n}" for n in range(200)]
+
+
+async def test_a_stopped_gateway_has_written_every_audit_event_of_its_run(tmp_path: Path) -> None:
+    port = free_port()
+    trail = tmp_path / "audit.log"
+    config = write_config(tmp_path, port, f"audit: {{file: {json.dumps(str(trail))}}}")
+    proc = start_process(config, port)
+    try:
+        url = f"http://127.0.0.1:{port}/demo/mcp"
+        async with aiohttp.ClientSession() as http:
+            sessions = [await open_session(http, url) for _ in range(10)]
+            for session in sessions:
+                await start_task(http, url, session, "slow", {"seconds": 60, "steps": 1})
+    finally:
+        proc.terminate()  # SIGTERM, no drain: the tasks fail as the gateway stops
+        assert proc.wait(15) == 0
+    events = [json.loads(line) for line in trail.read_text().splitlines()]
+    assert [e["event"] for e in events].count("session_created") == 10
+    assert [e["event"] for e in events].count("task_created") == 10
+    # Written on the way out, after the last request: the queue was emptied before the exit.
+    failed = [e for e in events if e["event"] == "task_status_changed" and e["status"] == "failed"]
+    assert len(failed) == 10
+
+
 def test_audit_log_is_json_lines_in_a_rotating_file(tmp_path: Path) -> None:
     path = tmp_path / "audit.log"
     audit.configure(AuditConfig(file=str(path), max_bytes=1024, backups=2))
@@ -143,11 +206,7 @@ def test_audit_log_is_json_lines_in_a_rotating_file(tmp_path: Path) -> None:
         for n in range(40):
             audit.audit("auth_failed", route="demo", reason="token expired", n=n)
     finally:
-        log = logging.getLogger("gateway.audit")
-        for handler in list(log.handlers):
-            log.removeHandler(handler)
-            handler.close()
-        log.propagate = True
+        forget_audit_handlers()
     files = sorted(tmp_path.iterdir())
     assert [f.name for f in files] == ["audit.log", "audit.log.1", "audit.log.2"]
     records = [json.loads(line) for line in path.read_text().splitlines()]

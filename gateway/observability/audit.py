@@ -3,6 +3,10 @@
 Each event is one JSON object on the `gateway.audit` logger, so an operator can route it
 to its own file and a log shipper can parse it. Events name the principal where there is
 one, never a credential; tool arguments only with `audit.include_arguments`.
+
+The lines are written by a thread of their own (`QueueHandler` to a `QueueListener`): a slow
+disk, a full pipe or a rotation never holds up the event loop, and `stop()` at a clean
+shutdown writes everything queued before it returns.
 """
 
 from __future__ import annotations
@@ -10,6 +14,7 @@ from __future__ import annotations
 import json
 import logging
 import logging.handlers
+import queue
 import sys
 from typing import Any
 
@@ -17,6 +22,8 @@ from gateway.config import AuditConfig
 from gateway.tasks.models import iso, utcnow
 
 log = logging.getLogger("gateway.audit")
+
+_listener: logging.handlers.QueueListener | None = None
 
 
 def configure(config: AuditConfig) -> None:
@@ -29,17 +36,44 @@ def configure(config: AuditConfig) -> None:
     else:
         handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
+    start(handler)
+
+
+def start(handler: logging.Handler) -> None:
+    """Audit events go to `handler`, written on a thread of their own (any earlier one is
+    stopped first, its queue written out)."""
+    global _listener
+    stop()
+    lines: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
     for old in list(log.handlers):
         log.removeHandler(old)
         old.close()
-    log.addHandler(handler)
+    log.addHandler(logging.handlers.QueueHandler(lines))
     log.setLevel(logging.INFO)
     # Not into the gateway's own log as well: one line per event, in one place.
     log.propagate = False
+    _listener = logging.handlers.QueueListener(lines, handler)
+    _listener.start()
+
+
+def stop() -> None:
+    """Write out what is queued, then stop the writing thread (and close its handler)."""
+    global _listener
+    if _listener is None:
+        return
+    listener, _listener = _listener, None
+    listener.stop()
+    for handler in listener.handlers:
+        handler.close()
 
 
 def audit(event: str, **fields: Any) -> None:
     """Record one event, e.g. audit("auth_failed", route="demo", reason="token expired")."""
+    if not log.isEnabledFor(logging.INFO):
+        return
     record = {"time": iso(utcnow()), "event": event}
     record.update({key: value for key, value in fields.items() if value is not None})
-    log.info(json.dumps(record, separators=(",", ":"), default=str))
+    line = json.dumps(record, separators=(",", ":"), default=str)
+    # A record made here rather than by log.info(): that one looks up the calling frame,
+    # which no audit line shows, on every event.
+    log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, line, (), None))
