@@ -35,13 +35,17 @@ from .conftest import DEMO, ROOT, free_port, wait_for_port
 ACCEPT_BOTH = "application/json, text/event-stream"
 #: The related-task `_meta` key (tasks spec, "Associating Task-Related Messages").
 RELATED = "io.modelcontextprotocol/related-task"
+#: What a raw test client declares it can answer: the upstream's questions of every kind (a
+#: question of an undeclared kind is refused upstream, never relayed).
+ANSWERS_ALL: dict[str, Any] = {"elicitation": {}, "sampling": {}, "roots": {}}
+
 INIT: dict[str, Any] = {
     "jsonrpc": "2.0",
     "id": 1,
     "method": "initialize",
     "params": {
         "protocolVersion": "2025-11-25",
-        "capabilities": {},
+        "capabilities": ANSWERS_ALL,
         "clientInfo": {"name": "raw-test", "version": "1"},
     },
 }

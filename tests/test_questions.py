@@ -20,15 +20,32 @@ from gateway.protocol.errors import INTERNAL_ERROR
 from gateway.route import Route
 from gateway.session.session import Session
 from gateway.session.streams import EventStream
-from gateway.tasks.models import Task, TaskStatus
+from gateway.tasks.models import SessionRecord, Task, TaskStatus
 
 from .fakes import ScriptedRoute, ScriptedUpstream
-from .helpers import RELATED, messages, pushed, take
+from .helpers import ANSWERS_ALL, RELATED, messages, pushed, take
 
 INITIALIZE = jsonrpc.Request(
-    jsonrpc="2.0", id=0, method="initialize", params={"protocolVersion": "2025-11-25"}
+    jsonrpc="2.0",
+    id=0,
+    method="initialize",
+    params={"protocolVersion": "2025-11-25", "capabilities": ANSWERS_ALL},
 )
 T0 = datetime(2025, 11, 25, 12, 0, tzinfo=UTC)
+
+
+def opened_record(session: Session) -> SessionRecord:
+    """What the registry records once the upstream took the handshake: the client's
+    initialize, whose capabilities say which of the upstream's questions may reach it."""
+    return SessionRecord(
+        session_id=session.id,
+        route=session.route.name,
+        protocol_version="2025-11-25",
+        initialize=INITIALIZE.model_dump(exclude_unset=True),
+        created_at=T0,
+    )
+
+
 ELICIT = {"message": "Your name?", "requestedSchema": {"type": "object", "properties": {}}}
 NAMED = {"action": "accept", "content": {"name": "Ada"}}
 
@@ -118,6 +135,7 @@ async def start(make_settings: Callable[..., Settings]) -> AsyncIterator[Start]:
         session = Session("s1", route, settings.http, None, "127.0.0.1")
         sessions.append(session)
         await session.upstream.initialize(INITIALIZE)
+        session.record = opened_record(session)
         return TaskCall(session, scripted.made[-1])
 
     yield start

@@ -20,12 +20,29 @@ from gateway.session.session import Session
 from gateway.tasks.models import SessionRecord, Task, TaskStatus
 
 from .fakes import ScriptedRoute, ScriptedUpstream
-from .helpers import RELATED, last_messages, messages
+from .helpers import ANSWERS_ALL, RELATED, last_messages, messages
 
 INITIALIZE = jsonrpc.Request(
-    jsonrpc="2.0", id=0, method="initialize", params={"protocolVersion": "2025-11-25"}
+    jsonrpc="2.0",
+    id=0,
+    method="initialize",
+    params={"protocolVersion": "2025-11-25", "capabilities": ANSWERS_ALL},
 )
 T0 = datetime(2025, 11, 25, 12, 0, tzinfo=UTC)
+
+
+def opened_record(session: Session) -> SessionRecord:
+    """What the registry records once the upstream took the handshake: the client's
+    initialize, whose capabilities say which of the upstream's questions may reach it."""
+    return SessionRecord(
+        session_id=session.id,
+        route=session.route.name,
+        protocol_version="2025-11-25",
+        initialize=INITIALIZE.model_dump(exclude_unset=True),
+        created_at=T0,
+    )
+
+
 UPSTREAM = {"transport": "stdio", "command": ["true"]}
 
 
@@ -76,6 +93,7 @@ async def route(make_settings: Callable[..., Settings]) -> AsyncIterator[Route]:
 async def opened(route: Route, make_settings: Callable[..., Settings]) -> AsyncIterator[Opened]:
     session = Session("s1", route, make_settings().http, None, "127.0.0.1")
     await session.upstream.initialize(INITIALIZE)
+    session.record = opened_record(session)
     assert isinstance(route.upstream, ScriptedRoute)
     yield Opened(session, route.upstream.made[-1])
     await session.close()
@@ -176,6 +194,40 @@ async def test_what_the_upstream_asks_during_a_call_goes_to_its_stream_and_the_a
     ]
     await opened.session.deliver(answer)  # answered already: dropped, not relayed twice
     assert len(opened.upstream.answers()) == 1
+
+
+@pytest.mark.parametrize(
+    ("method", "capability"),
+    [
+        ("elicitation/create", "elicitation"),
+        ("sampling/createMessage", "sampling"),
+        ("roots/list", "roots"),
+    ],
+)
+async def test_a_question_of_a_kind_the_client_never_declared_is_refused_upstream_at_once(
+    opened: Opened, method: str, capability: str
+) -> None:
+    declared = {name: {} for name in ANSWERS_ALL if name != capability}
+    initialize = INITIALIZE.model_dump(exclude_unset=True)
+    initialize["params"]["capabilities"] = declared
+    assert opened.session.record is not None
+    opened.session.record = opened.session.record.model_copy(update={"initialize": initialize})
+    stream = opened.session.forward(call("c"))
+    async with asyncio.timeout(5):
+        sent = await opened.upstream.request("tools/call")
+    opened.upstream.say(jsonrpc.Request(jsonrpc="2.0", id="up-1", method=method), sent.id)
+    opened.upstream.say(jsonrpc.Request(jsonrpc="2.0", id="up-2", method="ping"), sent.id)
+    (ping,) = await messages(stream, 1)  # a ping is for every client
+    async with asyncio.timeout(5):
+        while not opened.upstream.answers():  # noqa: ASYNC110 - the refusal is spawned
+            await asyncio.sleep(0.01)
+    # Spec (2025-11-25): a client answers a request it does not support with -32601; the
+    # gateway says it for the client that never declared the capability, instead of leaving
+    # the upstream's call waiting on a question nobody can answer.
+    (refusal,) = opened.upstream.answers()
+    assert isinstance(refusal, jsonrpc.ErrorResponse) and refusal.id == "up-1"
+    assert refusal.error.code == -32601 and capability in refusal.error.message
+    assert ping["method"] == "ping"
 
 
 async def test_what_the_upstream_says_outside_any_call_goes_to_the_get_stream(

@@ -346,6 +346,10 @@ class Questions:
                 answer = jsonrpc.error_response(up_id, INTERNAL_ERROR, _ENDED)
                 self._tasks.spawn(self._give_default(answer), "default answer")
 
+    def refuse(self, refusal: Answer) -> None:
+        """Answer one of the upstream's requests at once, without asking the client."""
+        self._tasks.spawn(self._give_default(refusal), "refused upstream request")
+
     def _answer_now(self, request: jsonrpc.Request) -> None:
         # Nobody is left to ask: the upstream gets the default answer at once.
         answer = default_answer(request.id, request.method, _ENDED)

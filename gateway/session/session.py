@@ -26,7 +26,7 @@ from typing import Any
 from gateway.aio import TaskSet
 from gateway.config import HttpConfig
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import GatewayError
+from gateway.protocol.errors import METHOD_NOT_FOUND, GatewayError
 from gateway.route import Route
 from gateway.session.calls import Calls, InFlight, Rewriter
 from gateway.session.questions import Questions, Settle, related_to_task
@@ -36,6 +36,14 @@ from gateway.tasks.models import InputRequest, SessionRecord, Task, owner_of
 from gateway.upstream import Answer, UpstreamClient
 
 log = logging.getLogger(__name__)
+
+#: The client capability each question of the upstream needs (spec: a server sends such a
+#: request only to a client that declared it).
+_CAPABILITY_OF = {
+    "elicitation/create": "elicitation",
+    "sampling/createMessage": "sampling",
+    "roots/list": "roots",
+}
 
 __all__ = ["Rewriter", "Session"]
 
@@ -253,7 +261,10 @@ class Session:
     ) -> None:
         call = self._calls.for_message(related)
         if isinstance(message, jsonrpc.Request):
-            if call is not None and call.task_id is not None:
+            refusal = self._undeclared(message)
+            if refusal is not None:
+                self._questions.refuse(refusal)
+            elif call is not None and call.task_id is not None:
                 self._questions.ask_for_task(message, call.task_id, call.on_input)
             else:
                 self._questions.ask(message, self._stream_of(call))
@@ -280,6 +291,19 @@ class Session:
             self._streams.push(self._stream_of(call), related_to_task(message, call.task_id))
         else:
             self._streams.push(self._stream_of(call), message)
+
+    def _undeclared(self, request: jsonrpc.Request) -> jsonrpc.ErrorResponse | None:
+        """The upstream's refusal for a question of a kind the client never declared it can
+        answer (elicitation, sampling, roots): relayed, it would wait on a client that cannot
+        answer, and with it the upstream's call."""
+        capability = _CAPABILITY_OF.get(request.method)
+        if capability is None or isinstance(self.client_capabilities.get(capability), dict):
+            return None
+        return jsonrpc.error_response(
+            request.id,
+            METHOD_NOT_FOUND,
+            f"{request.method} is not supported: the client declared no {capability} capability",
+        )
 
     def _stream_of(self, call: InFlight | None) -> EventStream:
         """Where the upstream's messages about `call` go now."""
