@@ -207,7 +207,7 @@ async def test_what_the_upstream_asks_during_a_call_goes_to_its_stream_and_the_a
 async def test_a_question_of_a_kind_the_client_never_declared_is_refused_upstream_at_once(
     opened: Opened, method: str, capability: str
 ) -> None:
-    declared = {name: {} for name in ANSWERS_ALL if name != capability}
+    declared: dict[str, Any] = {name: {} for name in ANSWERS_ALL if name != capability}
     initialize = INITIALIZE.model_dump(exclude_unset=True)
     initialize["params"]["capabilities"] = declared
     assert opened.session.record is not None
