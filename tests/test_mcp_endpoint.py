@@ -296,6 +296,24 @@ async def test_idle_get_stream_gets_keep_alive_comments(start_gateway: StartGate
     assert b": keep-alive\n" in lines
 
 
+async def test_a_long_plain_call_keeps_its_connection_alive_until_the_answer(
+    start_gateway: StartGateway,
+) -> None:
+    # Past the JSON window a plain call is answered as SSE, with keep-alive comments while
+    # the tool runs: proxies and clients that cut an idle connection see it is not.
+    url = f"{await start_gateway(http={'keepalive_seconds': 0.2})}/demo/mcp"
+    call = {"name": "slow", "arguments": {"seconds": 1.5, "steps": 1}}
+    message = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": call}
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, url)
+        async with http.post(url, json=message, headers=headers(session_id)) as resp:
+            assert resp.content_type == "text/event-stream"
+            lines = [line async for line in resp.content]
+    answer = next(i for i, line in enumerate(lines) if line.startswith(b"data: {"))
+    assert lines[:answer].count(b": keep-alive\n") >= 3
+    assert json.loads(lines[answer][6:])["id"] == 5
+
+
 async def test_cancelled_notification_stops_the_upstream_call_and_no_answer_is_sent(
     start_gateway: StartGateway, faulty_upstream: TestServer
 ) -> None:

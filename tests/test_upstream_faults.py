@@ -3,6 +3,8 @@ the session goes on working afterwards."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 from aiohttp.test_utils import TestServer
 from mcp.shared.exceptions import McpError
@@ -42,15 +44,24 @@ async def test_upstream_failure_mid_call_is_a_clear_error_and_the_session_surviv
         assert text(await client.call_tool("echo", {"text": "still here"})) == "still here"
 
 
-async def test_upstream_that_hangs_fails_after_the_route_timeout(
+async def test_a_plain_tool_call_that_hangs_fails_after_the_tools_time_limit(
     start_gateway: StartGateway, faulty_upstream: TestServer
 ) -> None:
-    base = await start_gateway(faulty_route(faulty_upstream, request_timeout_seconds=0.5))
+    # A client that never makes tasks gets the time a task of the tool gets, not the
+    # shorter limit of the upstream's other requests.
+    routes = faulty_route(faulty_upstream, request_timeout_seconds=0.5)
+    routes[0]["tasks"] = {"time_limit_seconds": 1.5}
+    base = await start_gateway(routes)
     async with mcp_client(f"{base}/faulty/mcp") as client:
+        started = time.monotonic()
         with pytest.raises(McpError) as raised:
             await client.call_tool("hang", {})
+        assert time.monotonic() - started >= 1.4
         assert raised.value.error.code == INTERNAL_ERROR
-        assert "did not answer within 0.5 s" in raised.value.error.message
+        assert (
+            "did not finish the tool call within 1.5 s (tasks.time_limit_seconds)"
+            in raised.value.error.message
+        )
         assert faulty_upstream.app[FAULT_HOOKS].arrived["hang"].is_set()
         assert text(await client.call_tool("echo", {"text": "after"})) == "after"
 

@@ -114,7 +114,8 @@ async def _answer(
             await upstream_call.answer(key, response)  # keys not asked for are ignored
         policy = route.policy
         window = policy.sync_window_ms / 1000 if decision.task else None
-        limit = None if decision.task else route.upstream.config.request_timeout_seconds
+        # A call that will not become a task gets the time a task of the tool would get.
+        limit = None if decision.task else policy.time_limit_seconds
         try:
             async with asyncio.timeout(limit):
                 state = await _wait(request, upstream_call, window, progress)
@@ -123,8 +124,8 @@ async def _answer(
             return jsonrpc.error_response(
                 message.id,
                 INTERNAL_ERROR,
-                f"the upstream did not answer within {limit:g} s "
-                "(upstream.request_timeout_seconds)",
+                f"the upstream did not finish the tool call within {limit or 0:g} s "
+                "(tasks.time_limit_seconds)",
             )
         if isinstance(state, Asked) and not (decision.task and app[SETTINGS].store.shared):
             ttl = policy.input_timeout_seconds or PARK_LIMIT_SECONDS

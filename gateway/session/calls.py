@@ -21,7 +21,7 @@ from gateway.aio import TaskSet
 from gateway.observability.logs import printable
 from gateway.observability.metrics import call_outcome
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, UpstreamTimeout
 from gateway.route import Route
 from gateway.session.questions import OnInput
 from gateway.session.streams import EventStream
@@ -172,7 +172,10 @@ class Calls:
         started = time.perf_counter()
         try:
             try:
-                answer = await self._upstream.call(outgoing)
+                if tool_call:
+                    answer = await self._call_tool(outgoing)
+                else:
+                    answer = await self._upstream.call(outgoing)
             except GatewayError as exc:
                 if tool_call:
                     self._observe(outgoing, None, exc, started)
@@ -195,6 +198,24 @@ class Calls:
                 del self._by_client_id[client_id]
         stream.push(jsonrpc.dump(jsonrpc.with_id(answer, client_id)))
         stream.close()
+
+    async def _call_tool(self, outgoing: jsonrpc.Request) -> Answer:
+        """A plain tools/call gets the time a task of the tool gets (tasks.time_limit_seconds):
+        a client that never makes tasks (most do not) must not have its long calls cut
+        sooner than one that does. Other requests keep upstream.request_timeout_seconds.
+
+        Raises:
+            UpstreamError: no answer could be had, or not within the limit.
+        """
+        limit = self._route.policy.time_limit_seconds
+        try:
+            async with asyncio.timeout(limit):
+                return await self._upstream.call(outgoing, bounded=False)
+        except TimeoutError as exc:
+            raise UpstreamTimeout(
+                f"the upstream did not finish the tool call within {limit or 0:g} s "
+                "(tasks.time_limit_seconds)"
+            ) from exc
 
     def _observe(
         self,
