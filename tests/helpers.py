@@ -370,12 +370,10 @@ def pids(pid_dir: Path) -> list[int]:
 def alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
+        # Gone between the two looks: as dead as not found at the first.
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
+    except (ProcessLookupError, FileNotFoundError):
         return False
-    return (
-        Path(f"/proc/{pid}").exists()
-        and "zombie" not in Path(f"/proc/{pid}/status").read_text().lower()
-    )
 
 
 async def wait_until_dead(pid: int) -> None:
