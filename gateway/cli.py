@@ -9,7 +9,7 @@ import socket
 import sys
 from functools import partial
 
-from gateway import __version__
+from gateway import __version__, store_cli
 from gateway.app import create_app, drain
 from gateway.config import ConfigError, load_settings, route_auth
 from gateway.http import listen
@@ -27,6 +27,9 @@ def _resolve(host: str) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["store"]:
+        raise SystemExit(store_cli.main(argv[1:]))
     parser = argparse.ArgumentParser(
         prog="mcp-task-gateway",
         description="Adds MCP Tasks to MCP servers that lack them.",
