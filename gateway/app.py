@@ -74,7 +74,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utcnow) -> we
     """The gateway for `settings`; `clock` is the wall clock of task times, ttls and cursor
     ages (tests pass a fake one, so nothing waits for time to pass)."""
     app = web.Application(
-        middlewares=[middleware.observe, middleware.errors, middleware.check_origin],
+        middlewares=[middleware.guard],
         # The endpoint enforces each route's limits.max_body_bytes itself, with a JSON-RPC
         # error body; aiohttp's own cap only has to stay out of its way.
         client_max_size=max(
