@@ -64,9 +64,7 @@ def _error_response(request: web.Request, exc: Exception) -> web.Response:
     else:
         # A defect of ours: the client learns only that it happened, the log gets the
         # traceback once (the client's text in it is escaped by the log formatter).
-        log.error(
-            "%s %s: internal error", request.method, printable(request.path), exc_info=exc
-        )
+        log.error("%s %s: internal error", request.method, printable(request.path), exc_info=exc)
         status, code, message, data, headers = 500, INTERNAL_ERROR, "Internal error", None, {}
     if request.get(STREAMING):
         # The answer had begun as a stream: no second response can follow; end the connection.
