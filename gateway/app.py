@@ -26,6 +26,7 @@ new sessions and tasks are refused, for up to shutdown.drain_seconds.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from functools import partial
@@ -67,6 +68,7 @@ from gateway.tasks.api_modern import ModernTaskApi
 from gateway.tasks.models import utcnow
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner
+from gateway.tasks.store import TaskStore
 from gateway.tasks.store.opening import open_configured
 
 
@@ -126,6 +128,8 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     )
     app[STORE] = store
     app[HEALTH] = Health(store, app[DRAIN])
+    metrics.sessions_max.set(settings.sessions.max_sessions)
+    metrics.last_store_write.set_function(partial(_last_write, store))
     app[RUNNER] = runner
     secret = await store.secret()
     app[MODERN_TASK_API] = ModernTaskApi(store, runner, clock=clock)
@@ -171,3 +175,10 @@ async def _metrics_listener(settings: Settings, metrics: Metrics) -> web.AppRunn
     await runner.setup()
     await web.TCPSite(runner, listen.host, listen.port).start()
     return runner
+
+
+def _last_write(store: TaskStore) -> float:
+    """The store's latest commit as Unix time (its own clock is monotonic); 0 before one."""
+    if not store.last_commit:
+        return 0.0
+    return time.time() - (time.monotonic() - store.last_commit)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +119,10 @@ class Route:
             )
         metrics.learn_tools(config.name, list(config.tasks.tools))
         metrics.children.labels(config.name).set_function(lambda: self.upstream.slots.running)
+        metrics.children_max.labels(config.name).set(config.upstream.max_children)
+        limit = config.tasks.time_limit_seconds
+        metrics.task_time_limit.labels(config.name).set(math.inf if limit is None else limit)
+        self.upstream.slots.on_exit = metrics.child_exits.labels(config.name).inc
 
     def learn_tools(self, answer: jsonrpc.Response) -> None:
         """What a tools/list answer (either generation's) teaches: tool names as metric

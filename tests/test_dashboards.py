@@ -202,8 +202,11 @@ async def workload(base: str) -> None:
 
 
 @asynccontextmanager
-async def prometheus(binary: str, gateway: str, tmp_path: Path) -> AsyncIterator[str]:
-    """A Prometheus scraping the gateway every second; yields its base URL once it is ready."""
+async def prometheus(
+    binary: str, gateway: str, tmp_path: Path, rules: Path | None = None
+) -> AsyncIterator[str]:
+    """A Prometheus scraping the gateway every second (and evaluating `rules` as often);
+    yields its base URL once it is ready."""
     config = tmp_path / "prometheus.yml"
     target = gateway.removeprefix("http://")
     scrape = {
@@ -211,7 +214,11 @@ async def prometheus(binary: str, gateway: str, tmp_path: Path) -> AsyncIterator
         "metrics_path": "/metrics",
         "static_configs": [{"targets": [target]}],
     }
-    settings = {"global": {"scrape_interval": "1s", "scrape_timeout": "1s"}}
+    settings: dict[str, Any] = {
+        "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"}
+    }
+    if rules is not None:
+        settings["rule_files"] = [str(rules)]
     config.write_text(yaml.safe_dump({**settings, "scrape_configs": [scrape]}))
     listen = f"127.0.0.1:{free_port()}"
     process = await asyncio.create_subprocess_exec(

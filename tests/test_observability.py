@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
@@ -211,6 +212,28 @@ def test_audit_log_is_json_lines_in_a_rotating_file(tmp_path: Path) -> None:
     assert [f.name for f in files] == ["audit.log", "audit.log.1", "audit.log.2"]
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert records and all(r["event"] == "auth_failed" and r["time"].endswith("Z") for r in records)
+
+
+async def test_the_gauges_the_alerts_read_follow_the_tasks_and_the_store(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(
+        [{"name": "demo", "upstream": DEMO, "tasks": {"time_limit_seconds": 120}}],
+        sessions={"max_sessions": 50},
+    )
+    url = f"{base}/demo/mcp"
+    async with aiohttp.ClientSession() as http:
+        session = await open_session(http, url)
+        await start_task(http, url, session, "slow", {"seconds": 30, "steps": 1})
+        await asyncio.sleep(1.1)
+    text = await scrape(f"{base}/metrics")
+    assert sample(text, "mcp_gateway_task_oldest_running_seconds", route="demo") >= 1
+    assert sample(text, "mcp_gateway_task_time_limit_seconds", route="demo") == 120
+    assert sample(text, "mcp_gateway_sessions_max") == 50
+    assert sample(text, "mcp_gateway_stdio_children_max", route="demo") == 32
+    assert sample(text, "mcp_gateway_upstream_up", route="demo") == 1
+    written = sample(text, "mcp_gateway_store_last_write_timestamp_seconds")
+    assert abs(written - time.time()) < 30  # the task's creation, a moment ago
 
 
 async def test_task_lifecycle_and_sessions_are_audited_without_arguments(

@@ -29,6 +29,7 @@ from .helpers import (
     text,
     wait_until_dead,
 )
+from .test_observability import sample, scrape
 
 
 def route(pid_dir: Path, **upstream: object) -> list[dict[str, object]]:
@@ -160,6 +161,9 @@ async def test_child_that_dies_mid_call_fails_the_call_and_the_next_call_gets_a_
     first, second = pids(pid_dir)
     assert not alive(first)
     await wait_until_dead(second)
+    # Counted for the alert on children that keep dying; a child the gateway stops is not.
+    exposition = await scrape(f"{base}/metrics")
+    assert sample(exposition, "mcp_gateway_stdio_child_exits_total", route="kids") == 1
 
 
 async def test_replacing_a_dead_child_while_every_child_is_busy_is_a_clear_error_not_a_hang(

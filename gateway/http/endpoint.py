@@ -204,12 +204,14 @@ async def _initialize(
     try:
         answer = await session.upstream.initialize(init)
     except UpstreamError as exc:
+        route.metrics.upstream_reached(route.name, False)
         await sessions.end(session)
         message = f"upstream unavailable: {exc.message}"
         return _error(init.id, INTERNAL_ERROR, message)
     except BaseException:
         await sessions.end(session)  # e.g. the route's child cap: no half-open session stays
         raise
+    route.metrics.upstream_reached(route.name, True)
     if isinstance(answer, jsonrpc.ErrorResponse):
         await sessions.end(session)
         return _json_response(jsonrpc.with_id(answer, init.id))

@@ -135,6 +135,43 @@ class Metrics:
             ["route", "limit"],
             registry=r,
         )
+        # What the alert rules (grafana/alerts.yml) need beside the rest.
+        self.upstream_up = Gauge(
+            f"{p}_upstream_up",
+            "1 while the route's upstream answered its latest call (any answer, an error one "
+            "too), 0 after it could not be reached.",
+            ["route"],
+            registry=r,
+        )
+        self.child_exits = Counter(
+            f"{p}_stdio_child_exits",
+            "stdio upstream processes that exited by themselves (not stopped by the gateway).",
+            ["route"],
+            registry=r,
+        )
+        self.children_max = Gauge(
+            f"{p}_stdio_children_max", "upstream.max_children of the route.", ["route"], registry=r
+        )
+        self.sessions_max = Gauge(f"{p}_sessions_max", "sessions.max_sessions.", registry=r)
+        self.task_time_limit = Gauge(
+            f"{p}_task_time_limit_seconds",
+            "tasks.time_limit_seconds of the route (+Inf without one).",
+            ["route"],
+            registry=r,
+        )
+        self.oldest_task = Gauge(
+            f"{p}_task_oldest_running_seconds",
+            "Age of the oldest task this process runs on the route (0 without one).",
+            ["route"],
+            registry=r,
+        )
+        #: The age of a route's oldest running task (the runner's telemetry sets it).
+        self.oldest_running: Callable[[str], float] = lambda route: 0.0
+        self.last_store_write = Gauge(
+            f"{p}_store_last_write_timestamp_seconds",
+            "When (Unix time) the task store last committed a write (0 before the first).",
+            registry=r,
+        )
         self.draining = Gauge(
             f"{p}_draining",
             "1 while the gateway drains before it stops (after SIGTERM or SIGINT), else 0.",
@@ -170,6 +207,8 @@ class Metrics:
         self.sessions.labels(route).set(0)
         self.children.labels(route).set(0)
         self.result_waiters.labels(route).set(0)
+        self.child_exits.labels(route)
+        self.oldest_task.labels(route).set_function(lambda: self.oldest_running(route))
         self.input_waits.labels(route)
         for status in ("working", "input_required"):
             self.tasks_active.labels(route, status).set(0)
@@ -211,6 +250,9 @@ class Metrics:
         children[0].inc()
         children[1].observe(seconds)
 
+    def upstream_reached(self, route: str, reached: bool) -> None:
+        self.upstream_up.labels(route).set(1 if reached else 0)
+
     def observe_store(self, operation: str, seconds: float) -> None:
         self.store_seconds.labels(operation).observe(seconds)
 
@@ -224,6 +266,7 @@ class Metrics:
             )
         children[0].inc()
         children[1].observe(seconds)
+        self.upstream_reached(route, outcome != "connection")
 
     def handler(self, bearer_token: str) -> Callable[[web.Request], Awaitable[web.Response]]:
         """The /metrics handler; with a token, only `Authorization: Bearer <token>` may read."""

@@ -25,6 +25,14 @@ class TaskTelemetry:
         #: Status and since-when (monotonic) of every live task this process runs: what the
         #: tasks_active gauge and the input_required wait histogram are computed from.
         self._live: dict[str, tuple[str, TaskStatus, float]] = {}
+        #: The route and creation time (Unix) of each: what the oldest-task gauge reads.
+        self._born: dict[str, tuple[str, float]] = {}
+        metrics.oldest_running = self.oldest
+
+    def oldest(self, route: str) -> float:
+        """Seconds since the oldest live task of `route` this process runs was created."""
+        births = [born for name, born in self._born.values() if name == route]
+        return max(0.0, time.time() - min(births)) if births else 0.0
 
     def refused(self, route: str, principal: str | None, cap: int | None) -> None:
         """The caller already has `cap` tasks running."""
@@ -89,6 +97,7 @@ class TaskTelemetry:
     def expired(self, task_id: str) -> None:
         """The sweeper deleted the task."""
         live = self._live.pop(task_id, None)
+        self._born.pop(task_id, None)
         if live is not None:
             self._metrics.tasks_active.labels(live[0], live[1].value).dec()
         self._metrics.tasks_expired.inc()
@@ -104,6 +113,7 @@ class TaskTelemetry:
             if status is TaskStatus.INPUT_REQUIRED:
                 metrics.input_wait_seconds.labels(route).observe(now - since)
         if task.status.terminal:
+            self._born.pop(task.task_id, None)
             if previous is not None:  # a task of this process: it ends here
                 metrics.tasks_finished.labels(task.route, task.status.value).inc()
                 lifetime = (task.updated_at - task.created_at).total_seconds()
@@ -113,3 +123,4 @@ class TaskTelemetry:
         if task.status is TaskStatus.INPUT_REQUIRED:
             metrics.input_waits.labels(task.route).inc()
         self._live[task.task_id] = (task.route, task.status, now)
+        self._born[task.task_id] = (task.route, task.created_at.timestamp())

@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import logging
 from asyncio.subprocess import PIPE, Process
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Protocol
 
 from gateway.aio import TaskSet
@@ -89,6 +89,8 @@ class ChildSlots:
     def __init__(self, route: str, limit: int) -> None:
         self.route = route
         self.limit = limit
+        #: Told of each child that exited by itself (the route's metrics count them).
+        self.on_exit: Callable[[], None] | None = None
         self._holders: set[StdioTransport] = set()
         self._freed: list[asyncio.Future[None]] = []
 
@@ -238,6 +240,8 @@ class StdioTransport(Transport):
         if self._proc is proc:  # it exited by itself, not stopped by the gateway
             self._proc = None
             self._slots.release(self)
+            if self._slots.on_exit is not None:
+                self._slots.on_exit()
             self.sink.on_lost(f"the stdio upstream process exited with code {code}")
 
     async def _read_stderr(self, proc: Process) -> None:
