@@ -55,6 +55,7 @@ from gateway.keys import (
     SETTINGS,
     STORE,
     TASK_API,
+    TRUSTED_PROXIES,
 )
 from gateway.observability.metrics import Metrics
 from gateway.reload import Reloads
@@ -87,6 +88,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utcnow) -> we
     )
     app[SETTINGS] = settings
     app[ALLOWED_HOSTS] = middleware.allowed_hosts(settings.http, settings.listen.host)
+    app[TRUSTED_PROXIES] = settings.http.proxy_networks
     metrics = app[METRICS] = Metrics([route.name for route in settings.routes])
     app[DRAIN] = Drain(settings.shutdown, metrics)
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from ipaddress import IPv4Network, IPv6Network
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -48,3 +49,5 @@ HEALTH = web.AppKey("health", Health)
 DRAIN = web.AppKey("drain", Drain)
 #: Host header names served (None: any), from http.allowed_hosts and the listen address.
 ALLOWED_HOSTS: web.AppKey[tuple[str, ...] | None] = web.AppKey("allowed_hosts")
+#: http.trusted_proxies, parsed: whose Forwarded / X-Forwarded-* headers are believed.
+TRUSTED_PROXIES: web.AppKey[tuple[IPv4Network | IPv6Network, ...]] = web.AppKey("trusted_proxies")

@@ -3,6 +3,7 @@ sessions, audit and metrics."""
 
 from __future__ import annotations
 
+import ipaddress
 from typing import Literal
 from urllib.parse import parse_qs, urlsplit
 
@@ -89,6 +90,26 @@ class HttpConfig(Section):
     #: cap, a connection still waiting for its request head is closed to make room, so
     #: /healthz and real clients get in.
     max_connections: int | None = Field(None, ge=16)
+    #: Reverse proxies (addresses or networks) whose Forwarded / X-Forwarded-For, -Proto and
+    #: -Host headers are believed: the client address, scheme and host they name are the
+    #: request's for limits, the audit log and the Host check. Nobody else's are.
+    trusted_proxies: tuple[str, ...] = ()
+
+    @model_validator(mode="after")
+    def _proxies(self) -> HttpConfig:
+        for index, value in enumerate(self.trusted_proxies):
+            try:
+                ipaddress.ip_network(value, strict=False)
+            except ValueError:
+                raise refusal(
+                    f"trusted_proxies[{index}]",
+                    f"{value!r} is not an IP address or network (e.g. 10.0.0.0/8 or 127.0.0.1)",
+                ) from None
+        return self
+
+    @property
+    def proxy_networks(self) -> tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...]:
+        return tuple(ipaddress.ip_network(v, strict=False) for v in self.trusted_proxies)
 
 
 class ShutdownConfig(Section):

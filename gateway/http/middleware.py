@@ -12,8 +12,9 @@ from collections.abc import Awaitable, Callable
 from aiohttp import web
 
 from gateway.config import HttpConfig
+from gateway.http import forwarded
 from gateway.http.sse import STARTED as STREAMING
-from gateway.keys import ALLOWED_HOSTS, METRICS, SETTINGS
+from gateway.keys import ALLOWED_HOSTS, METRICS, SETTINGS, TRUSTED_PROXIES
 from gateway.observability.logs import printable
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import (
@@ -141,6 +142,8 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
     layer costs a call and a coroutine on every request."""
     started = time.perf_counter()
     status = 500
+    proxies = request.app[TRUSTED_PROXIES]
+    request = forwarded.apply(request, proxies)
     try:
         try:
             _check_origin(request)

@@ -26,6 +26,7 @@ from aiohttp import web, web_protocol
 from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 
 from gateway.config import HttpConfig
+from gateway.http import forwarded
 from gateway.observability.logs import printable
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,8 @@ class ConnectionGuard:
         self.http = http
         self.max_connections = max_connections
         self.per_address: dict[str, int] = {}
+        #: A reverse proxy's connections carry every client behind it: not capped per address.
+        self._proxies = http.proxy_networks
         #: Connections waiting for a request head, oldest first: the ones a newcomer may evict.
         self.waiting: OrderedDict[GuardedHandler, None] = OrderedDict()
         self.open = 0
@@ -62,7 +65,11 @@ class ConnectionGuard:
     def admit(self, handler: GuardedHandler, address: str) -> bytes | None:
         """Count a new connection in; return the refusal to send instead, if it may not stay."""
         cap = self.http.max_connections_per_address
-        if cap is not None and self.per_address.get(address, 0) >= cap:
+        if (
+            cap is not None
+            and self.per_address.get(address, 0) >= cap
+            and not forwarded.trusted(address, self._proxies)
+        ):
             log.warning("connection from %s refused: it holds %d already", address, cap)
             return _TOO_MANY
         if self.open >= self.max_connections:
