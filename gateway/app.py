@@ -36,7 +36,7 @@ from aiohttp import web
 from gateway import replicas, reruns
 from gateway.aio import TaskSet
 from gateway.config import Settings
-from gateway.http import middleware
+from gateway.http import cors, middleware
 from gateway.http.drain import Drain
 from gateway.http.health import Health
 from gateway.http.urls import add_routes
@@ -89,6 +89,7 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utcnow) -> we
     app[SETTINGS] = settings
     app[ALLOWED_HOSTS] = middleware.allowed_hosts(settings.http, settings.listen.host)
     app[TRUSTED_PROXIES] = settings.http.proxy_networks
+    app.on_response_prepare.append(cors.on_prepare)
     metrics = app[METRICS] = Metrics([route.name for route in settings.routes])
     app[DRAIN] = Drain(settings.shutdown, metrics)
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.

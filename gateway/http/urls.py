@@ -24,7 +24,7 @@ from __future__ import annotations
 from aiohttp import web
 
 from gateway.config import Settings
-from gateway.http import admission
+from gateway.http import admission, cors
 from gateway.http import endpoint as mcp_endpoint
 from gateway.http.health import Health
 from gateway.http.resource_metadata import metadata_response
@@ -51,6 +51,8 @@ async def configured(request: web.Request) -> web.StreamResponse:
     in force says (404 for anything else)."""
     table = request.app[ROUTE_TABLE]
     route = table.route(request.path) or _retiring(request, table)
+    if request.method == "OPTIONS" and (route is not None or table.document(request.path)):
+        return cors.preflight(request)
     if route is not None:
         endpoint = _ENDPOINTS.get(request.method)
         if endpoint is None:
