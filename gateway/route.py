@@ -104,7 +104,11 @@ class Route:
         #: `tasks.repeatable: annotated`), at most `_MAX_TOOLS` of them.
         self.tool_annotations: dict[str, dict[str, object]] = {}
         self.upstream: UpstreamRoute
-        if previous is not None and previous.inputs.config.upstream == config.upstream:
+        if (
+            previous is not None
+            and previous.inputs.config.upstream == config.upstream
+            and previous.inputs.config.max_result_bytes == config.max_result_bytes
+        ):
             self.tool_headers, self.upstream = previous.tool_headers, previous.upstream
             self.tool_annotations = previous.tool_annotations
         else:

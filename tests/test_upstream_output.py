@@ -5,10 +5,12 @@ serving the session; SSE lines may end in CR, LF or CRLF (the parser itself: tes
 from __future__ import annotations
 
 import asyncio
+import json
 import secrets
 from collections.abc import AsyncIterator
 from typing import Any
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -17,8 +19,8 @@ from mcp.shared.exceptions import McpError
 
 from gateway.protocol.errors import INTERNAL_ERROR
 
-from .conftest import ROOT, StartGateway, mcp_client
-from .helpers import text
+from .conftest import DEMO, ROOT, StartGateway, mcp_client
+from .helpers import open_session, rpc, start_task, task_terminal, text
 from .unreadable_upstream import BROKEN, answer
 
 # Within this every failure must have arrived: far below the route's request timeout (300 s),
@@ -229,3 +231,33 @@ async def test_progress_with_a_token_that_names_no_call_is_dropped_and_the_call_
             assert result.content[0].text == "done"
     finally:
         await upstream.close()
+
+
+@pytest.mark.parametrize("transport", ["stdio", "streamable_http"])
+async def test_an_answer_over_max_result_bytes_fails_its_call_and_its_task_and_is_not_kept(
+    start_gateway: StartGateway, faulty_upstream: TestServer, transport: str
+) -> None:
+    upstream = (
+        DEMO
+        if transport == "stdio"
+        else {"transport": "streamable_http", "url": str(faulty_upstream.make_url("/mcp"))}
+    )
+    base = await start_gateway([{"name": "r", "upstream": upstream, "max_result_bytes": 4096}])
+    url = f"{base}/r/mcp"
+    big = {"name": "echo", "arguments": {"text": "x" * 5000}}
+    async with aiohttp.ClientSession() as http:
+        session = await open_session(http, url)
+        plain = await rpc(http, url, session, "tools/call", big, request_id=2)
+        small = {"name": "echo", "arguments": {"text": "fits"}}
+        after = await rpc(http, url, session, "tools/call", small, request_id=3)
+        task_id = await start_task(http, url, session, "echo", {"text": "y" * 5000})
+        task = await task_terminal(http, url, session, task_id)
+        result = await rpc(http, url, session, "tasks/result", {"taskId": task_id}, request_id=4)
+        metrics = await (await http.get(f"{base}/metrics")).text()
+    says = "larger than 4096 bytes (routes[].max_result_bytes)"
+    assert plain["error"]["code"] == INTERNAL_ERROR and says in plain["error"]["message"]
+    assert after["result"]["content"][0]["text"] == "fits"  # the session goes on
+    assert task["status"] == "failed" and says in task["statusMessage"]
+    # What the task keeps is the refusal, not the answer it refused.
+    assert says in result["error"]["message"] and "y" * 100 not in json.dumps(result)
+    assert 'outcome="too_large"' in metrics

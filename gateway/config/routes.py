@@ -202,6 +202,9 @@ class RouteConfig(Section):
     required_scopes: tuple[ScopeToken, ...] = ()
     #: Auth mode oauth: scopes a tools/call of the named tool needs, e.g. {deploy: [ops]}.
     tool_scopes: dict[str, tuple[ScopeToken, ...]] = Field(default_factory=dict)
+    #: The largest upstream message taken (an answer, or any other): a larger one fails the
+    #: call it answers (a task's too) and is neither relayed nor stored.
+    max_result_bytes: int = Field(64 * 1024 * 1024, ge=1024, le=1024 * 1024 * 1024)
 
     @field_validator("generations", mode="before")
     @classmethod

@@ -17,7 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import UpstreamProtocolError, UpstreamTimeout
+from gateway.protocol.errors import ResultTooLarge, UpstreamProtocolError, UpstreamTimeout
 from gateway.protocol.versions import GENERATIONS, LEGACY_GENERATION
 
 PREFIX = "mcp_gateway"
@@ -287,6 +287,8 @@ def call_outcome(answer: jsonrpc.Message | None, error: BaseException | None = N
     """One word for how an upstream call ended, for the `outcome` label."""
     if isinstance(error, TimeoutError | UpstreamTimeout):
         return "timeout"
+    if isinstance(error, ResultTooLarge):
+        return "too_large"
     if isinstance(error, UpstreamProtocolError):
         return "protocol"
     if error is not None:

@@ -153,6 +153,10 @@ class UpstreamProtocolError(UpstreamError):
     pass
 
 
+class ResultTooLarge(UpstreamProtocolError):
+    """The upstream's message is larger than the route's max_result_bytes."""
+
+
 class TaskError(Exception):
     """A tasks/* request the task API refuses with -32602 (Invalid params)."""
 

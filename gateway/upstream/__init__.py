@@ -34,6 +34,7 @@ class UpstreamRoute:
     def __init__(self, route: RouteConfig) -> None:
         self.config = route.upstream
         self.name = route.name
+        self.max_result_bytes = route.max_result_bytes
         self.slots = ChildSlots(route.name, route.upstream.max_children)
         self._http: aiohttp.ClientSession | None = None
         #: Built now, so an unusable signing key stops start-up.
@@ -59,15 +60,20 @@ class UpstreamRoute:
         """A transport for one session; `forwarded` gives the client headers the route copies,
         `principal` is who the session belongs to (what a signed assertion names)."""
         cfg = self.config
+        transport: Transport
         if cfg.transport == "stdio":
-            return StdioTransport(sink, cfg, self.slots)
+            transport = StdioTransport(sink, cfg, self.slots)
+        else:
 
-        async def headers() -> dict[str, str]:
-            return await self.request_headers(forwarded(), principal)
+            async def headers() -> dict[str, str]:
+                return await self.request_headers(forwarded(), principal)
 
-        if cfg.transport == "sse":
-            return SseTransport(sink, cfg, self._client(), headers)
-        return StreamableHttpTransport(sink, cfg, self._client(), headers)
+            if cfg.transport == "sse":
+                transport = SseTransport(sink, cfg, self._client(), headers)
+            else:
+                transport = StreamableHttpTransport(sink, cfg, self._client(), headers)
+        transport.max_message_bytes = self.max_result_bytes
+        return transport
 
     async def request_headers(
         self, forwarded: Mapping[str, str], principal: str | None

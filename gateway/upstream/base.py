@@ -44,6 +44,8 @@ class Transport(ABC):
     #: True when `send(request)` returns only after the answer has been handed to the sink
     #: (the answer travels on the request's own HTTP exchange).
     answers_inline = False
+    #: The largest message taken from the upstream (the route's max_result_bytes).
+    max_message_bytes = unreadable.MAX_LINE_BYTES
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink

@@ -18,7 +18,12 @@ from typing import Protocol
 
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import UpstreamProtocolError, UpstreamTimeout, UpstreamUnavailable
+from gateway.protocol.errors import (
+    ResultTooLarge,
+    UpstreamProtocolError,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from gateway.upstream.base import Transport
 from gateway.upstream.streamable_http import UpstreamSessionExpired
 from gateway.upstream.unreadable import Unreadable
@@ -134,9 +139,10 @@ class UpstreamClient:
             )
         else:
             return
+        failure = ResultTooLarge if message.too_large else UpstreamProtocolError
         for future in waiting:
             if future is not None and not future.done():
-                future.set_exception(UpstreamProtocolError(error))
+                future.set_exception(failure(error))
 
     def on_lost(self, reason: str) -> None:
         log.warning("upstream lost: %s", reason)

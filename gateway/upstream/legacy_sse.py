@@ -59,7 +59,9 @@ class SseTransport(Transport):
             ) as resp:
                 if resp.status != 200:
                     raise UpstreamUnavailable(f"the SSE upstream answered HTTP {resp.status}")
-                async for event in sse_reader.events(resp.content.iter_any()):
+                async for event in sse_reader.events(
+                    resp.content.iter_any(), self.max_message_bytes
+                ):
                     if event.event == "endpoint" and not endpoint_known.done():
                         if event.broken is not None:
                             raise UpstreamUnavailable(f"the SSE endpoint event: {event.broken}")

@@ -13,7 +13,7 @@ import re
 from collections.abc import AsyncIterable, AsyncIterator
 from dataclasses import dataclass
 
-from gateway.protocol.errors import UpstreamProtocolError
+from gateway.protocol.errors import ResultTooLarge, UpstreamProtocolError
 from gateway.upstream.unreadable import MAX_LINE_BYTES
 
 _LINE_END = re.compile(rb"\r\n?|\n")
@@ -30,8 +30,9 @@ class Event:
 
 
 def _too_long(limit: int) -> UpstreamProtocolError:
-    return UpstreamProtocolError(
-        f"the upstream sent an SSE line longer than {limit} bytes, the most the gateway takes"
+    return ResultTooLarge(
+        f"the upstream sent an SSE line longer than {limit} bytes (routes[].max_result_bytes): "
+        "it is neither relayed nor stored"
     )
 
 

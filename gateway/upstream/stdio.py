@@ -21,12 +21,12 @@ from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import CapacityExceeded, UpstreamUnavailable
 from gateway.upstream.base import Sink, Transport
-from gateway.upstream.unreadable import MAX_LINE_BYTES, Unreadable, unreadable
+from gateway.upstream.unreadable import Unreadable, unreadable
 
 log = logging.getLogger(__name__)
 
 
-async def _lines(stream: asyncio.StreamReader) -> AsyncIterator[bytes | Unreadable]:
+async def _lines(stream: asyncio.StreamReader, limit: int) -> AsyncIterator[bytes | Unreadable]:
     """The child's output, line by line; a line over the limit is skipped to its end.
 
     Skipping keeps the child usable: the next line starts a new message, as stdio framing
@@ -42,7 +42,8 @@ async def _lines(stream: asyncio.StreamReader) -> AsyncIterator[bytes | Unreadab
         except asyncio.LimitOverrunError as exc:
             head = await stream.readexactly(exc.consumed)
             size = len(head) + await _skip_line(stream)
-            yield unreadable(head, f"a line longer than {MAX_LINE_BYTES} bytes", size)
+            reason = f"a message larger than {limit} bytes (routes[].max_result_bytes)"
+            yield unreadable(head, reason, size, too_large=True)
             continue
         yield line
 
@@ -201,7 +202,7 @@ class StdioTransport(Transport):
                 stderr=PIPE,
                 env=self._config.child_env(),
                 cwd=self._config.cwd,
-                limit=MAX_LINE_BYTES,
+                limit=self.max_message_bytes,
             )
         except OSError as exc:
             self._slots.release(self)
@@ -224,7 +225,7 @@ class StdioTransport(Transport):
         assert proc.stdout is not None
         source = f"route {self._slots.route}: the stdio child"
         try:
-            async for line in _lines(proc.stdout):
+            async for line in _lines(proc.stdout, self.max_message_bytes):
                 if self._owner.busy:
                     # Answers and progress count as use; what a child says unasked while
                     # idle (logs, list changes) must not keep it from being stopped.
@@ -246,7 +247,7 @@ class StdioTransport(Transport):
 
     async def _read_stderr(self, proc: Process) -> None:
         assert proc.stderr is not None
-        async for line in _lines(proc.stderr):
+        async for line in _lines(proc.stderr, self.max_message_bytes):
             text = str(line) if isinstance(line, Unreadable) else line.decode(errors="replace")
             log.info("route %s [pid %d] %s", self._slots.route, proc.pid, text.rstrip())
 

@@ -18,6 +18,7 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.errors import (
     InvalidRequest,
     ParseError,
+    ResultTooLarge,
     UpstreamProtocolError,
     UpstreamTimeout,
     UpstreamUnavailable,
@@ -130,7 +131,7 @@ class StreamableHttpTransport(Transport):
                 self.sink.on_stream(related, interrupted=False)
             await self._read_stream(resp, related)
             return
-        body = await resp.read()
+        body = await self._read_body(resp)
         if ctype == "application/json" or resp.status >= 400:
             try:
                 message = jsonrpc.parse(body)
@@ -150,6 +151,18 @@ class StreamableHttpTransport(Transport):
             self.sink.on_message(message, related)
             return
         raise UpstreamProtocolError(f"the upstream answered with unexpected content type {ctype!r}")
+
+    async def _read_body(self, resp: aiohttp.ClientResponse) -> bytes:
+        """The answer's body, refused past the route's max_result_bytes before it is all read."""
+        limit = self.max_message_bytes
+        if resp.content_length is not None and resp.content_length > limit:
+            raise _too_large(resp.content_length, limit)
+        body = bytearray()
+        async for chunk in resp.content.iter_chunked(1 << 16):
+            body += chunk
+            if len(body) > limit:
+                raise _too_large(None, limit)
+        return bytes(body)
 
     async def _read_stream(
         self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None
@@ -177,7 +190,7 @@ class StreamableHttpTransport(Transport):
     ) -> tuple[str | None, int | None, bool]:
         last_id: str | None = None
         retry_ms: int | None = None
-        async for event in sse_reader.events(resp.content.iter_any()):
+        async for event in sse_reader.events(resp.content.iter_any(), self.max_message_bytes):
             last_id = event.id or last_id
             retry_ms = event.retry or retry_ms
             if event.event != "message" or not event.data:
@@ -213,7 +226,9 @@ class StreamableHttpTransport(Transport):
                         return  # the upstream offers no GET stream; that is allowed
                     if resp.status == 200:
                         delay = 1.0
-                        async for event in sse_reader.events(resp.content.iter_any()):
+                        async for event in sse_reader.events(
+                            resp.content.iter_any(), self.max_message_bytes
+                        ):
                             last_id = event.id or last_id
                             if event.retry:
                                 delay = event.retry / 1000
@@ -242,3 +257,11 @@ class StreamableHttpTransport(Transport):
         except (aiohttp.ClientError, TimeoutError, UpstreamUnavailable) as exc:
             log.debug("upstream DELETE failed: %s", exc)
         self._session_id = None
+
+
+def _too_large(size: int | None, limit: int) -> ResultTooLarge:
+    of = f"of {size} bytes " if size is not None else ""
+    return ResultTooLarge(
+        f"the upstream's answer {of}is larger than {limit} bytes (routes[].max_result_bytes): "
+        "it is neither relayed nor stored"
+    )

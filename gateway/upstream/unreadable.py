@@ -43,6 +43,8 @@ class Unreadable:
     size: int
     #: The first bytes, escaped, for the log: never the whole message, never a raw control char.
     excerpt: str
+    #: Unreadable for its size alone (over routes[].max_result_bytes).
+    too_large: bool = False
 
     def __str__(self) -> str:
         return f"{self.reason} ({self.size} bytes: {self.excerpt})"
@@ -61,11 +63,14 @@ def read(raw: bytes | str, broken: str | None = None) -> jsonrpc.Message | Unrea
     return unreadable(raw.encode() if isinstance(raw, str) else raw, broken)
 
 
-def unreadable(head: bytes, reason: str, size: int | None = None) -> Unreadable:
+def unreadable(
+    head: bytes, reason: str, size: int | None = None, too_large: bool = False
+) -> Unreadable:
     """What `head`, all or the start (of `size` bytes) of a message, still tells."""
     answers, is_answer = _shape(head[:_HEAD_BYTES])
     excerpt = repr(head[:_EXCERPT_BYTES]) + ("..." if len(head) > _EXCERPT_BYTES else "")
-    return Unreadable(reason, is_answer, answers, len(head) if size is None else size, excerpt)
+    size = len(head) if size is None else size
+    return Unreadable(reason, is_answer, answers, size, excerpt, too_large)
 
 
 def _shape(head: bytes) -> tuple[jsonrpc.RequestId | None, bool]:
