@@ -86,7 +86,9 @@ def classify(message: str) -> str:
     """The failure cause a failed task's statusMessage (or an error's message) names."""
     if INTERRUPTED in message:
         return "interrupted"
-    if "did not finish the task within" in message or "did not answer within" in message:
+    # A task's time limit, a plain tool call's (the same one) or another request's.
+    timed_out = ("did not finish the task within", "did not finish the tool call within")
+    if any(said in message for said in timed_out) or "did not answer within" in message:
         return "timeout"
     if "cannot reach the upstream" in message or "upstream unavailable" in message:
         return "connection"
