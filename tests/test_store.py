@@ -545,3 +545,23 @@ async def test_sqlite_polls_read_what_was_committed_whether_kept_in_memory_or_no
     done = await store.find_task("c", "alice")
     assert done is not None and done.status is TaskStatus.COMPLETED
     await store.close()
+
+
+async def test_what_an_owners_tasks_keep_is_counted_in_bytes(store: TaskStore) -> None:
+    assert await store.stored_bytes("alice") == 0
+    await store.create_task(make_task("plain"))
+    repeatable = make_task("again").model_copy(update={"repeatable": True})
+    await store.create_task(repeatable, request={"method": "tools/call", "params": {"é": 1}})
+    await store.create_task(make_task("bobs", owner="bob"))
+    body = {"content": [{"type": "text", "text": "héllo"}]}
+    later = T0 + timedelta(seconds=1)
+    await store.finish_task(
+        "plain", TaskStatus.COMPLETED, None, Outcome(kind="result", body=body), later
+    )
+    await store.finish_task(
+        "bobs", TaskStatus.COMPLETED, None, Outcome(kind="result", body=body), later
+    )
+    kept_request = len(json.dumps({"method": "tools/call", "params": {"é": 1}}).encode())
+    # Stored as JSON text; counted in bytes (é is two), whatever the backend.
+    assert await store.stored_bytes("alice") == len(json.dumps(body).encode()) + kept_request
+    assert await store.stored_bytes("nobody") == 0

@@ -131,6 +131,9 @@ class Limits(Section):
     sessions_per_principal: int | None = Field(16, ge=1)
     max_ttl_ms: int | None = Field(None, gt=0)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
+    #: What a caller's tasks may keep in the store (results, and the requests of tools safe
+    #: to repeat); past it new tasks are refused until some expire. Null: no quota.
+    stored_bytes_per_principal: int | None = Field(None, ge=1024)
 
 
 class LimitsOverride(Section):
@@ -142,6 +145,7 @@ class LimitsOverride(Section):
     sessions_per_principal: int | None = Field(None, ge=1)
     max_ttl_ms: int | None = Field(None, gt=0)
     max_body_bytes: int | None = Field(None, ge=1024)
+    stored_bytes_per_principal: int | None = Field(None, ge=1024)
 
 
 class AuditConfig(Section):

@@ -214,7 +214,7 @@ class Metrics:
             self.tasks_active.labels(route, status).set(0)
         for status in ("completed", "failed", "cancelled"):
             self.tasks_finished.labels(route, status)
-        for limit in ("requests", "sessions", "active_tasks"):
+        for limit in ("requests", "sessions", "active_tasks", "stored_bytes"):
             self.limited.labels(route, limit)
 
     @staticmethod

@@ -143,6 +143,14 @@ class TaskRunner:
             generation=generation,
             repeatable=rerun_with is not None,
         )
+        quota = limits.stored_bytes_per_principal
+        if quota is not None and (kept := await self._store.stored_bytes(host.owner)) >= quota:
+            self._telemetry.refused(route, host.principal, None, "stored_bytes")
+            raise TaskLimitReached(
+                f"Too much kept: this caller's tasks keep {kept} bytes "
+                f"(limits.stored_bytes_per_principal: {quota}); new tasks are refused until "
+                "finished ones expire"
+            )
         cap = limits.active_tasks_per_principal
         if not await self._store.create_task(task, max_active=cap, request=rerun_with):
             self._telemetry.refused(route, host.principal, cap)

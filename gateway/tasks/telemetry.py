@@ -34,10 +34,12 @@ class TaskTelemetry:
         births = [born for name, born in self._born.values() if name == route]
         return max(0.0, time.time() - min(births)) if births else 0.0
 
-    def refused(self, route: str, principal: str | None, cap: int | None) -> None:
-        """The caller already has `cap` tasks running."""
-        self._metrics.limited.labels(route, "active_tasks").inc()
-        audit("task_limit", route=route, principal=principal, limit=cap)
+    def refused(
+        self, route: str, principal: str | None, cap: int | None, limit: str = "active_tasks"
+    ) -> None:
+        """A new task refused: the caller has `cap` tasks running, or keeps too much."""
+        self._metrics.limited.labels(route, limit).inc()
+        audit("task_limit", route=route, principal=principal, limit=cap, which=limit)
 
     def created(self, task: Task, principal: str | None, request: jsonrpc.Request) -> None:
         self._metrics.tasks_created.labels(task.route).inc()

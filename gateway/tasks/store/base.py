@@ -81,6 +81,10 @@ class TaskStore(Protocol):
 
     async def get_outcome(self, task_id: str) -> Outcome | None: ...
 
+    async def stored_bytes(self, owner: str) -> int:
+        """The bytes `owner`'s tasks keep: their results, and the kept requests of tools safe
+        to repeat."""
+
     async def add_input(self, request: InputRequest) -> bool:
         """Record a pending input request of a live task; False if the task is unknown or
         terminal, or the key is taken (keys are never reused within a task)."""

@@ -58,6 +58,13 @@ _POOL_SIZE = 10
 _CLOSE_SECONDS = 10.0
 
 
+_STORED_BYTES = (
+    "SELECT coalesce(sum(octet_length(o.body)), 0) + coalesce(sum(octet_length(c.request)), 0)"
+    " FROM tasks t LEFT JOIN outcomes o USING (task_id) LEFT JOIN task_calls c USING (task_id)"
+    " WHERE t.owner = $1"
+)
+
+
 class PostgresTaskStore:
     """`TaskStore` on a PostgreSQL database, as the replica `replica`. `commits` counts the
     transactions its writes committed."""
@@ -144,6 +151,10 @@ class PostgresTaskStore:
     async def get_outcome(self, task_id: str) -> Outcome | None:
         rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = $1", task_id)
         return next((Outcome(kind=r["kind"], body=json.loads(r["body"])) for r in rows), None)
+
+    async def stored_bytes(self, owner: str) -> int:
+        rows = await self._read(_STORED_BYTES, owner)
+        return int(rows[0][0])
 
     async def add_input(self, request: InputRequest) -> bool:
         return await self._write(lambda db: inputs.add(db, request, self._replica))

@@ -54,6 +54,15 @@ _LIVE = tuple(s for s in TaskStatus if not s.terminal)
 _COUNT_LIVE = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND {LIVE_SQL}"
 
 
+# Bytes, not characters: a TEXT cast to BLOB is measured in its UTF-8 encoding.
+_STORED_BYTES = (
+    "SELECT coalesce(sum(length(CAST(o.body AS BLOB))), 0)"
+    " + coalesce(sum(length(CAST(c.request AS BLOB))), 0)"
+    " FROM tasks t LEFT JOIN outcomes o USING (task_id) LEFT JOIN task_calls c USING (task_id)"
+    " WHERE t.owner = ?"
+)
+
+
 def _marks(values: Collection[Any]) -> str:
     """One `?` placeholder per value, comma-separated."""
     return ",".join("?" * len(values))
@@ -205,6 +214,10 @@ class SqliteTaskStore:
     async def get_outcome(self, task_id: str) -> Outcome | None:
         rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = ?", task_id)
         return next((Outcome(kind=r["kind"], body=json.loads(r["body"])) for r in rows), None)
+
+    async def stored_bytes(self, owner: str) -> int:
+        (row,) = await self._read(_STORED_BYTES, owner)
+        return int(row[0])
 
     async def add_input(self, request: InputRequest) -> bool:
         return await self._write(lambda db: inputs.add(db, request))
