@@ -15,7 +15,7 @@ import subprocess
 import sys
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -25,8 +25,10 @@ import pytest
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway.protocol import jsonrpc
+from gateway.session.session import Session
 from gateway.session.streams import EventStream
-from gateway.tasks.models import utcnow
+from gateway.tasks.models import SessionRecord, utcnow
 
 from .conftest import DEMO, ROOT, free_port, wait_for_port
 
@@ -38,6 +40,27 @@ RELATED = "io.modelcontextprotocol/related-task"
 #: What a raw test client declares it can answer: the upstream's questions of every kind (a
 #: question of an undeclared kind is refused upstream, never relayed).
 ANSWERS_ALL: dict[str, Any] = {"elicitation": {}, "sampling": {}, "roots": {}}
+
+#: The same handshake as a typed message, for tests that drive a `Session` in-process.
+INITIALIZE = jsonrpc.Request(
+    jsonrpc="2.0",
+    id=0,
+    method="initialize",
+    params={"protocolVersion": "2025-11-25", "capabilities": ANSWERS_ALL},
+)
+
+
+def opened_record(session: Session) -> SessionRecord:
+    """What the registry records once the upstream took the handshake: the client's
+    initialize, whose capabilities say which of the upstream's questions may reach it."""
+    return SessionRecord(
+        session_id=session.id,
+        route=session.route.name,
+        protocol_version="2025-11-25",
+        initialize=INITIALIZE.model_dump(exclude_unset=True),
+        created_at=datetime(2025, 11, 25, 12, 0, tzinfo=UTC),
+    )
+
 
 INIT: dict[str, Any] = {
     "jsonrpc": "2.0",

@@ -20,30 +20,12 @@ from gateway.protocol.errors import INTERNAL_ERROR
 from gateway.route import Route
 from gateway.session.session import Session
 from gateway.session.streams import EventStream
-from gateway.tasks.models import SessionRecord, Task, TaskStatus
+from gateway.tasks.models import Task, TaskStatus
 
 from .fakes import ScriptedRoute, ScriptedUpstream
-from .helpers import ANSWERS_ALL, RELATED, messages, pushed, take
+from .helpers import INITIALIZE, RELATED, messages, opened_record, pushed, take
 
-INITIALIZE = jsonrpc.Request(
-    jsonrpc="2.0",
-    id=0,
-    method="initialize",
-    params={"protocolVersion": "2025-11-25", "capabilities": ANSWERS_ALL},
-)
 T0 = datetime(2025, 11, 25, 12, 0, tzinfo=UTC)
-
-
-def opened_record(session: Session) -> SessionRecord:
-    """What the registry records once the upstream took the handshake: the client's
-    initialize, whose capabilities say which of the upstream's questions may reach it."""
-    return SessionRecord(
-        session_id=session.id,
-        route=session.route.name,
-        protocol_version="2025-11-25",
-        initialize=INITIALIZE.model_dump(exclude_unset=True),
-        created_at=T0,
-    )
 
 
 ELICIT = {"message": "Your name?", "requestedSchema": {"type": "object", "properties": {}}}

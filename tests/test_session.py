@@ -20,27 +20,9 @@ from gateway.session.session import Session
 from gateway.tasks.models import SessionRecord, Task, TaskStatus
 
 from .fakes import ScriptedRoute, ScriptedUpstream
-from .helpers import ANSWERS_ALL, RELATED, last_messages, messages
+from .helpers import ANSWERS_ALL, INITIALIZE, RELATED, last_messages, messages, opened_record
 
-INITIALIZE = jsonrpc.Request(
-    jsonrpc="2.0",
-    id=0,
-    method="initialize",
-    params={"protocolVersion": "2025-11-25", "capabilities": ANSWERS_ALL},
-)
 T0 = datetime(2025, 11, 25, 12, 0, tzinfo=UTC)
-
-
-def opened_record(session: Session) -> SessionRecord:
-    """What the registry records once the upstream took the handshake: the client's
-    initialize, whose capabilities say which of the upstream's questions may reach it."""
-    return SessionRecord(
-        session_id=session.id,
-        route=session.route.name,
-        protocol_version="2025-11-25",
-        initialize=INITIALIZE.model_dump(exclude_unset=True),
-        created_at=T0,
-    )
 
 
 UPSTREAM = {"transport": "stdio", "command": ["true"]}
