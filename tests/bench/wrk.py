@@ -83,11 +83,13 @@ def run(
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(_SCRIPT)
     try:
+        # wrk takes whole seconds only: a shorter run (the smoke form's warm-up) takes one.
+        whole = max(1, round(seconds))
         argv = [
             "wrk",
             f"-t{min(2, concurrency)}",
             f"-c{concurrency}",
-            f"-d{seconds:g}s",
+            f"-d{whole}s",
             "--latency",
             "-s",
             script.name,
@@ -96,7 +98,7 @@ def run(
             session_id or "",
             authorization or "",
         ]
-        done = subprocess.run(argv, capture_output=True, text=True, timeout=seconds + 60)
+        done = subprocess.run(argv, capture_output=True, text=True, timeout=whole + 60)
     finally:
         os.unlink(script.name)
     out = done.stdout
