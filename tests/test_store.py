@@ -13,7 +13,7 @@ import pytest
 
 from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import SessionRecord, Task, TaskStatus, epoch_us
+from gateway.tasks.models import SessionRecord, Task, TaskStatus, epoch_us, owner_of
 from gateway.tasks.store import StoreInUse, TaskStore, open_store
 from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
 from gateway.tasks.store.sqlite import _COUNT_LIVE, SqliteTaskStore
@@ -565,3 +565,45 @@ async def test_what_an_owners_tasks_keep_is_counted_in_bytes(store: TaskStore) -
     # Stored as JSON text; counted in bytes (é is two), whatever the backend.
     assert await store.stored_bytes("alice") == len(json.dumps(body).encode()) + kept_request
     assert await store.stored_bytes("nobody") == 0
+
+
+def record_of(session_id: str, principal: str | None) -> SessionRecord:
+    return SessionRecord(
+        session_id=session_id,
+        route="files",
+        principal=principal,
+        protocol_version="2025-11-25",
+        initialize={},
+        created_at=T0,
+    )
+
+
+async def fill(store: TaskStore) -> None:
+    """alice on two routes, bob, and a principal whose name ends in alice's."""
+    for task_id, route, principal in [
+        ("a1", "files", "alice"),
+        ("a2", "mail", "alice"),
+        ("b1", "files", "bob"),
+        ("x1", "files", "x:alice"),
+    ]:
+        owner = owner_of(route, principal)
+        assert owner is not None
+        task = make_task(task_id, owner=owner).model_copy(update={"route": route})
+        await store.create_task(task)
+    body = Outcome(kind="result", body={"content": []})
+    await store.finish_task("a1", TaskStatus.COMPLETED, None, body, T0)
+    for session_id, holder in [("sa", "alice"), ("sb", "bob"), ("sn", None)]:
+        await store.save_session(record_of(session_id, holder))
+
+
+async def test_a_principal_is_erased_from_every_route_and_nobody_else_is(
+    store: TaskStore,
+) -> None:
+    await fill(store)
+    assert await store.erase_principal("alice") == (2, 1)
+    assert await store.get_task("a1") is None and await store.get_task("a2") is None
+    assert await store.get_outcome("a1") is None
+    assert await store.get_task("b1") is not None and await store.get_task("x1") is not None
+    assert await store.get_session("sa") is None
+    assert await store.get_session("sb") is not None and await store.get_session("sn") is not None
+    assert await store.erase_principal("alice") == (0, 0)

@@ -81,6 +81,10 @@ class TaskStore(Protocol):
 
     async def get_outcome(self, task_id: str) -> Outcome | None: ...
 
+    async def erase_principal(self, principal: str) -> tuple[int, int]:
+        """Delete every task of `principal` on any route (their results, questions and kept
+        requests go with them) and every session record of theirs; the counts of both."""
+
     async def stored_bytes(self, owner: str) -> int:
         """The bytes `owner`'s tasks keep: their results, and the kept requests of tools safe
         to repeat."""

@@ -58,6 +58,10 @@ _POOL_SIZE = 10
 _CLOSE_SECONDS = 10.0
 
 
+_ERASE_TASKS = (
+    "DELETE FROM tasks WHERE owner = 'principal:' || route || ':' || $1 RETURNING task_id"
+)
+
 _STORED_BYTES = (
     "SELECT coalesce(sum(octet_length(o.body)), 0) + coalesce(sum(octet_length(c.request)), 0)"
     " FROM tasks t LEFT JOIN outcomes o USING (task_id) LEFT JOIN task_calls c USING (task_id)"
@@ -151,6 +155,14 @@ class PostgresTaskStore:
     async def get_outcome(self, task_id: str) -> Outcome | None:
         rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = $1", task_id)
         return next((Outcome(kind=r["kind"], body=json.loads(r["body"])) for r in rows), None)
+
+    async def erase_principal(self, principal: str) -> tuple[int, int]:
+        async def erase(db: Connection) -> tuple[int, int]:
+            tasks = await db.fetch(_ERASE_TASKS, principal)
+            status: str = await db.execute("DELETE FROM sessions WHERE principal = $1", principal)
+            return len(tasks), int(status.split()[-1])
+
+        return await self._write(erase)
 
     async def stored_bytes(self, owner: str) -> int:
         rows = await self._read(_STORED_BYTES, owner)

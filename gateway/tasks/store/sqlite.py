@@ -54,6 +54,10 @@ _LIVE = tuple(s for s in TaskStatus if not s.terminal)
 _COUNT_LIVE = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND {LIVE_SQL}"
 
 
+# The owner of a principal's task names its route (`owner_of`): matched whole, so that one
+# principal's name never matches the end of another's.
+_ERASE_TASKS = "DELETE FROM tasks WHERE owner = 'principal:' || route || ':' || ? RETURNING task_id"
+
 # Bytes, not characters: a TEXT cast to BLOB is measured in its UTF-8 encoding.
 _STORED_BYTES = (
     "SELECT coalesce(sum(length(CAST(o.body AS BLOB))), 0)"
@@ -214,6 +218,17 @@ class SqliteTaskStore:
     async def get_outcome(self, task_id: str) -> Outcome | None:
         rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = ?", task_id)
         return next((Outcome(kind=r["kind"], body=json.loads(r["body"])) for r in rows), None)
+
+    async def erase_principal(self, principal: str) -> tuple[int, int]:
+        def erase(db: sqlite3.Connection) -> tuple[list[str], int]:
+            tasks = [row[0] for row in db.execute(_ERASE_TASKS, (principal,)).fetchall()]
+            sessions = db.execute("DELETE FROM sessions WHERE principal = ?", (principal,))
+            return tasks, sessions.rowcount
+
+        tasks, sessions = await self._write(erase)
+        for task_id in tasks:
+            self._live.pop(task_id, None)
+        return len(tasks), sessions
 
     async def stored_bytes(self, owner: str) -> int:
         (row,) = await self._read(_STORED_BYTES, owner)
