@@ -314,6 +314,27 @@ async def test_a_long_plain_call_keeps_its_connection_alive_until_the_answer(
     assert json.loads(lines[answer][6:])["id"] == 5
 
 
+async def test_a_client_that_declared_no_elicitation_is_never_asked_and_its_call_ends(
+    start_gateway: StartGateway,
+) -> None:
+    # The demo's `ask` elicits; this client's initialize declared no capability at all, so
+    # the upstream hears -32601 at once and its tool ends, instead of waiting on a question
+    # the client could not answer.
+    url = f"{await start_gateway()}/demo/mcp"
+    message = {"jsonrpc": "2.0", "id": 8, "method": "tools/call", "params": {"name": "ask"}}
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, url)
+        async with asyncio.timeout(10):
+            async with http.post(url, json=message, headers=headers(session_id)) as resp:
+                body = await resp.text()
+    said = [json.loads(line[6:]) for line in body.splitlines() if line.startswith("data: {")] or [
+        json.loads(body)
+    ]
+    assert not [m for m in said if m.get("method") == "elicitation/create"]
+    (answer,) = [m for m in said if m.get("id") == 8]
+    assert "error" in answer or answer["result"].get("isError")
+
+
 async def test_cancelled_notification_stops_the_upstream_call_and_no_answer_is_sent(
     start_gateway: StartGateway, faulty_upstream: TestServer
 ) -> None:
