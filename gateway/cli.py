@@ -8,15 +8,32 @@ import logging
 import socket
 import sys
 from functools import partial
+from urllib.parse import urlsplit
 
 from gateway import __version__, store_cli
 from gateway.app import create_app, drain
-from gateway.config import ConfigError, load_settings, route_auth
+from gateway.config import ConfigError, RouteConfig, load_settings, route_auth
 from gateway.http import listen
 from gateway.observability import audit, logs
 from gateway.reload import on_sighup
 from gateway.tasks.store import StoreInUse
 from gateway.tasks.store.opening import StoreUnavailable
+
+
+def _url_host(host: str) -> str:
+    return f"[{host}]" if ":" in host else host
+
+
+def _upstream(route: RouteConfig) -> str:
+    """The route's upstream for the log: an HTTP URL without credentials or query, or a stdio
+    command's program (its arguments may hold secrets)."""
+    upstream = route.upstream
+    if upstream.transport == "stdio":
+        return f"stdio {upstream.argv()[0]}"
+    parts = urlsplit(upstream.url or "")
+    host = parts.hostname or ""
+    netloc = f"{_url_host(host)}:{parts.port}" if parts.port else _url_host(host)
+    return f"{upstream.transport} {parts.scheme}://{netloc}{parts.path}"
 
 
 def _resolve(host: str) -> str:
@@ -78,12 +95,25 @@ def main(argv: list[str] | None = None) -> None:
             settings.listen.host,
             ", ".join(open_routes),
         )
-    for route in settings.routes:
-        logging.getLogger("gateway").info(
-            "route %s at %s -> %s upstream", route.name, route.http_path, route.upstream.transport
-        )
+    log = logging.getLogger("gateway")
+    log.info("configuration: %s", args.config or "built in (the same as config/gateway.yaml)")
+
+    def started() -> None:
+        """Where everything is, once the port is bound: full URLs an operator can copy."""
+        base = f"http://{_url_host(settings.listen.host)}:{settings.listen.port}"
+        log.info("listening on %s", base)
+        for route in settings.routes:
+            log.info("route %s: %s%s -> %s", route.name, base, route.http_path, _upstream(route))
+        log.info("health: %s/healthz (and /livez, /readyz)", base)
+        if settings.metrics.enabled:
+            where = settings.metrics.listen
+            metrics = base if where is None else f"http://{_url_host(where.host)}:{where.port}"
+            log.info("metrics: %s/metrics", metrics)
+
     try:
-        listen.run(app, settings.listen, settings.http, drain=partial(drain, app))
+        listen.run(
+            app, settings.listen, settings.http, drain=partial(drain, app), on_started=started
+        )
     except (listen.ListenError, StoreInUse, StoreUnavailable) as exc:
         print(f"mcp-task-gateway: {exc}", file=sys.stderr)
         raise SystemExit(2) from None

@@ -218,6 +218,7 @@ def run(
     listen: ListenConfig,
     http: HttpConfig,
     drain: Callable[[], Awaitable[None]] | None = None,
+    on_started: Callable[[], None] | None = None,
 ) -> None:
     """Run `serve()` on a new event loop until signals stop it.
 
@@ -227,7 +228,7 @@ def run(
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
     main = loop.create_task(
-        serve(app, listen, http, on_started=lambda: _started(listen), drain=drain)
+        serve(app, listen, http, on_started=on_started or (lambda: _started(listen)), drain=drain)
     )
     try:
         loop.run_until_complete(main)
