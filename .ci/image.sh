@@ -360,7 +360,7 @@ PORT=$(start "$B" -v "$VOLUME:/app/data" -v "$WORK/gateway.yaml:/app/config/gate
 sid=$(open_session "$PORT" /orphans/mcp) # only this config has the route
 curl -sS -m 10 -o /dev/null -X DELETE -H "Mcp-Session-Id: $sid" "http://127.0.0.1:$PORT/orphans/mcp"
 logs=$(pm logs "$B" 2>&1)
-grep -q 'route orphans at /orphans/mcp' <<<"$logs" || fail "no orphans route in the log"
+grep -q 'route orphans: http://[^ ]*/orphans/mcp -> stdio sh' <<<"$logs" || fail "no orphans route in the log"
 done_step
 
 step "a new container on the same volume reads back the session, the finished task, the drained one"
