@@ -218,7 +218,7 @@ def run(
     listen: ListenConfig,
     http: HttpConfig,
     drain: Callable[[], Awaitable[None]] | None = None,
-    on_started: Callable[[], None] | None = None,
+    on_started: Callable[[], None] = lambda: None,
 ) -> None:
     """Run `serve()` on a new event loop until signals stop it.
 
@@ -227,9 +227,7 @@ def run(
     """
     loop = asyncio.new_event_loop()
     asyncio.set_event_loop(loop)
-    main = loop.create_task(
-        serve(app, listen, http, on_started=on_started or (lambda: _started(listen)), drain=drain)
-    )
+    main = loop.create_task(serve(app, listen, http, on_started=on_started, drain=drain))
     try:
         loop.run_until_complete(main)
     except (web.GracefulExit, KeyboardInterrupt):
@@ -244,10 +242,6 @@ def run(
         _cancel_rest(loop)
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
-
-
-def _started(listen: ListenConfig) -> None:
-    log.info("listening on http://%s:%d", listen.host, listen.port)
 
 
 def _cancel_rest(loop: asyncio.AbstractEventLoop) -> None:
