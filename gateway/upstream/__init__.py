@@ -5,10 +5,11 @@ connection is lost, maps ids, and turns every failure into `UpstreamUnavailable`
 `UpstreamTimeout` or `UpstreamProtocolError`. Below it one `Transport` (base) per kind:
 `streamable_http` (POST, JSON or SSE answers, a GET stream), `legacy_sse` (the 2024-11-05
 HTTP+SSE transport) and `stdio` (a child process per session, under the route's cap, idle
-children stopped). `sse_reader` parses upstream event streams, `unreadable` is what a
-message that cannot be parsed becomes. `UpstreamRoute` is what a route's sessions share: an
-HTTP connection pool or the stdio child cap, and the `identity` that tells an HTTP upstream
-who calls. This package knows nothing of sessions, tasks or the client side.
+children stopped). `http1` is the lean client of the POSTs to a Streamable HTTP upstream,
+`sse_reader` parses upstream event streams, `unreadable` is what a message that cannot be
+parsed becomes. `UpstreamRoute` is what a route's sessions share: HTTP connection pools or
+the stdio child cap, and the `identity` that tells an HTTP upstream who calls.
+This package knows nothing of sessions, tasks or the client side.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ import aiohttp
 from gateway.config import RouteConfig
 from gateway.upstream.base import Transport
 from gateway.upstream.client import Answer, UpstreamClient
+from gateway.upstream.http1 import Http1Pool
 from gateway.upstream.identity import identity_for
 from gateway.upstream.legacy_sse import SseTransport
 from gateway.upstream.stdio import ChildOwner, ChildSlots, StdioTransport
@@ -37,6 +39,7 @@ class UpstreamRoute:
         self.max_result_bytes = route.max_result_bytes
         self.slots = ChildSlots(route.name, route.upstream.max_children)
         self._http: aiohttp.ClientSession | None = None
+        self._pool: Http1Pool | None = None
         #: Built now, so an unusable signing key stops start-up.
         self.identity = identity_for(route.name, route.upstream, self._client)
 
@@ -71,7 +74,10 @@ class UpstreamRoute:
             if cfg.transport == "sse":
                 transport = SseTransport(sink, cfg, self._client(), headers)
             else:
-                transport = StreamableHttpTransport(sink, cfg, self._client(), headers)
+                if self._pool is None:
+                    assert cfg.url is not None
+                    self._pool = Http1Pool(cfg.url, cfg.connect_timeout_seconds)
+                transport = StreamableHttpTransport(sink, cfg, self._client(), headers, self._pool)
         transport.max_message_bytes = self.max_result_bytes
         return transport
 
@@ -88,5 +94,7 @@ class UpstreamRoute:
         return self._client()
 
     async def close(self) -> None:
+        if self._pool is not None:
+            self._pool.close()
         if self._http is not None:
             await self._http.close()

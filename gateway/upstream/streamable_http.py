@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
 
 import aiohttp
 
@@ -25,6 +27,7 @@ from gateway.protocol.errors import (
 )
 from gateway.upstream import sse_reader, unreadable
 from gateway.upstream.base import Headers, Sink, Transport
+from gateway.upstream.http1 import Http1Error, Http1Pool, Http1Response
 
 log = logging.getLogger(__name__)
 
@@ -33,6 +36,27 @@ _RESUME_ATTEMPTS = 3
 
 class UpstreamSessionExpired(UpstreamUnavailable):
     """The upstream answered 404 for our session id: it no longer knows the session."""
+
+
+@dataclass(slots=True)
+class _Answer:
+    """An HTTP answer as `_consume` reads it, from either client."""
+
+    status: int
+    content_type: str
+    content_length: int | None
+    chunks: AsyncIterator[bytes]
+    close: Callable[[], None]
+
+    @classmethod
+    def of_aiohttp(cls, resp: aiohttp.ClientResponse) -> _Answer:
+        ctype = resp.headers.get("Content-Type", "")
+        return cls(resp.status, ctype, resp.content_length, resp.content.iter_any(), resp.close)
+
+    @classmethod
+    def of_http1(cls, resp: Http1Response) -> _Answer:
+        ctype = resp.headers.get("Content-Type", "")
+        return cls(resp.status, ctype, resp.content_length, resp.iter_chunks(), resp.close)
 
 
 class StreamableHttpTransport(Transport):
@@ -44,12 +68,15 @@ class StreamableHttpTransport(Transport):
         config: UpstreamConfig,
         http: aiohttp.ClientSession,
         headers: Headers,
+        pool: Http1Pool | None = None,
     ) -> None:
         super().__init__(sink)
         assert config.url is not None
         self._url = config.url
         self._base_headers = headers
         self._http = http
+        #: The POSTs' own client (`http1`); aiohttp's sends everything else.
+        self._pool = pool
         self._session_id: str | None = None
         self._version: str | None = None
         self._tasks = TaskSet("streamable_http")
@@ -97,20 +124,32 @@ class StreamableHttpTransport(Transport):
         headers = await self._headers("application/json, text/event-stream")
         headers["Content-Type"] = "application/json"
         related = message.id if isinstance(message, jsonrpc.Request) else None
+        answer = isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
+        initialize = isinstance(message, jsonrpc.Request) and message.method == "initialize"
+        body = jsonrpc.dump(message).encode()
         try:
-            body = jsonrpc.dump(message).encode()
-            async with self._http.post(self._url, data=body, headers=headers) as resp:
-                if isinstance(message, jsonrpc.Request) and message.method == "initialize":
-                    self._session_id = resp.headers.get("Mcp-Session-Id", self._session_id)
-                answer = isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
-                await self._consume(resp, related, answer)
+            if self._pool is not None:
+                resp = await self._pool.post(headers, body)
+                try:
+                    if not 300 <= resp.status < 400:
+                        if initialize:
+                            self._session_id = resp.headers.get("Mcp-Session-Id", self._session_id)
+                        await self._consume(_Answer.of_http1(resp), related, answer)
+                        return
+                finally:
+                    resp.close()
+            # A redirect (or no pool of our own): aiohttp's client follows it.
+            async with self._http.post(self._url, data=body, headers=headers) as redirected:
+                if initialize:
+                    self._session_id = redirected.headers.get("Mcp-Session-Id", self._session_id)
+                await self._consume(_Answer.of_aiohttp(redirected), related, answer)
         except TimeoutError as exc:
             raise UpstreamTimeout("the upstream did not accept the connection in time") from exc
-        except aiohttp.ClientError as exc:
+        except (aiohttp.ClientError, Http1Error) as exc:
             raise UpstreamUnavailable(f"cannot reach the upstream: {exc}") from exc
 
     async def _consume(
-        self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None, answer: bool = False
+        self, resp: _Answer, related: jsonrpc.RequestId | None, answer: bool = False
     ) -> None:
         if resp.status == 404 and self._session_id is not None:
             raise UpstreamSessionExpired("the upstream no longer knows this session (HTTP 404)")
@@ -125,7 +164,7 @@ class StreamableHttpTransport(Transport):
             return
         if resp.status == 202:
             return
-        ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
+        ctype = resp.content_type.split(";")[0].strip().lower()
         if ctype == "text/event-stream":
             if related is not None:
                 self.sink.on_stream(related, interrupted=False)
@@ -152,21 +191,19 @@ class StreamableHttpTransport(Transport):
             return
         raise UpstreamProtocolError(f"the upstream answered with unexpected content type {ctype!r}")
 
-    async def _read_body(self, resp: aiohttp.ClientResponse) -> bytes:
+    async def _read_body(self, resp: _Answer) -> bytes:
         """The answer's body, refused past the route's max_result_bytes before it is all read."""
         limit = self.max_message_bytes
         if resp.content_length is not None and resp.content_length > limit:
             raise _too_large(resp.content_length, limit)
         body = bytearray()
-        async for chunk in resp.content.iter_chunked(1 << 16):
+        async for chunk in resp.chunks:
             body += chunk
             if len(body) > limit:
                 raise _too_large(None, limit)
         return bytes(body)
 
-    async def _read_stream(
-        self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None
-    ) -> None:
+    async def _read_stream(self, resp: _Answer, related: jsonrpc.RequestId | None) -> None:
         last_id, retry_ms, answered = await self._relay_events(resp, related)
         attempts = 0
         while not answered and last_id is not None and attempts < _RESUME_ATTEMPTS:
@@ -179,18 +216,20 @@ class StreamableHttpTransport(Transport):
             async with self._http.get(self._url, headers=headers) as again:
                 if again.status != 200:
                     break
-                new_last, new_retry, answered = await self._relay_events(again, related)
+                new_last, new_retry, answered = await self._relay_events(
+                    _Answer.of_aiohttp(again), related
+                )
                 if new_last is not None and new_last != last_id:
                     attempts = 0
                 last_id = new_last or last_id
                 retry_ms = new_retry or retry_ms
 
     async def _relay_events(
-        self, resp: aiohttp.ClientResponse, related: jsonrpc.RequestId | None
+        self, resp: _Answer, related: jsonrpc.RequestId | None
     ) -> tuple[str | None, int | None, bool]:
         last_id: str | None = None
         retry_ms: int | None = None
-        async for event in sse_reader.events(resp.content.iter_any(), self.max_message_bytes):
+        async for event in sse_reader.events(resp.chunks, self.max_message_bytes):
             last_id = event.id or last_id
             retry_ms = event.retry or retry_ms
             if event.event != "message" or not event.data:

@@ -1,0 +1,364 @@
+"""A lean HTTP/1.1 client for the busiest exchange upstream: the POST of one message.
+
+Every relayed call and every task's call is one POST to a Streamable HTTP upstream. aiohttp's
+client spends about 155 µs of CPU on such a request on the development machine (its request
+and response objects, signals, timers, URL handling, cookie and redirect logic), where a plain
+HTTP/1.1 exchange over a kept-alive connection takes about 57 µs (`docs/performance.md`). This
+client does only what those POSTs need: kept-alive connections to one origin, a request with a
+Content-Length, and a response read by llhttp (`httptools`) with a Content-Length, chunked or
+until the connection closes, streamed to the caller (an SSE answer may last as long as the
+call). It sends `Accept-Encoding: identity`, so no body comes compressed, and follows no
+redirect: the transport hands a 3xx to aiohttp's client, which does. The GET stream, its
+resumption and the DELETE stay on aiohttp: they are rare.
+
+A connection goes back to the pool only after a whole response was read from it; a response
+abandoned midway (cancelled, too large, answered early on an SSE stream) closes its connection.
+Like aiohttp, a POST is never sent twice: a kept-alive connection that the upstream closed at
+the moment it was reused fails the call (`Http1Error`), as it would there.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ssl
+from collections.abc import AsyncIterator, Mapping
+from types import TracebackType
+
+import httptools
+from multidict import CIMultiDict, CIMultiDictProxy
+from yarl import URL
+
+#: An idle connection is closed after this long (aiohttp's default keep-alive time).
+KEEPALIVE_SECONDS = 15.0
+#: Reading pauses while this much of a response's body waits for its reader.
+_HIGH_WATER = 256 * 1024
+_KEPT_IDLE = 64
+#: A response head larger than this is refused (aiohttp's own limits come to about as much).
+MAX_HEAD_BYTES = 64 * 1024
+
+
+class Http1Error(ConnectionError):
+    """The exchange failed: no connection, the connection lost, or an unreadable response."""
+
+
+class Http1Response:
+    """One response: its status and headers at once, its body as it arrives."""
+
+    def __init__(self, connection: _Connection, status: int, headers: CIMultiDict[str]) -> None:
+        self._connection: _Connection | None = connection
+        self.status = status
+        self.headers = CIMultiDictProxy(headers)
+        length = headers.get("Content-Length")
+        self.content_length = int(length) if length is not None and length.isdigit() else None
+        self._chunks: collections.deque[bytes] = collections.deque()
+        self._buffered = 0
+        self._waiter: asyncio.Future[None] | None = None
+        self._complete = False
+        self._error: Http1Error | None = None
+
+    async def iter_chunks(self) -> AsyncIterator[bytes]:
+        """The body, chunk by chunk as it arrives. Raises Http1Error if it is cut short."""
+        while True:
+            while self._chunks:
+                chunk = self._chunks.popleft()
+                self._buffered -= len(chunk)
+                if self._connection is not None and self._buffered < _HIGH_WATER:
+                    self._connection.resume()
+                yield chunk
+            if self._error is not None:
+                raise self._error
+            if self._complete:
+                return
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+
+    async def read(self) -> bytes:
+        return b"".join([chunk async for chunk in self.iter_chunks()])
+
+    def close(self) -> None:
+        """Done with it, read whole or not: an unfinished response takes its connection."""
+        connection, self._connection = self._connection, None
+        if connection is not None and not self._complete:
+            connection.abandon()
+
+    # -- fed by the connection
+
+    def _feed(self, chunk: bytes) -> None:
+        self._chunks.append(chunk)
+        self._buffered += len(chunk)
+        if self._buffered >= _HIGH_WATER and self._connection is not None:
+            self._connection.pause()
+        self._wake()
+
+    def _finish(self, error: Http1Error | None = None) -> None:
+        if error is None:
+            self._complete = True
+        else:
+            self._error = error
+        self._connection = None  # given back to the pool, or being closed
+        self._wake()
+
+    def _wake(self) -> None:
+        if self._waiter is not None and not self._waiter.done():
+            self._waiter.set_result(None)
+
+    async def __aenter__(self) -> Http1Response:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+
+class _Connection(asyncio.Protocol):
+    """One kept-alive connection: a request at a time, its response parsed as it comes."""
+
+    def __init__(self, pool: Http1Pool) -> None:
+        self._pool = pool
+        self._parser = httptools.HttpResponseParser(self)
+        self.transport: asyncio.Transport | None = None
+        self._head: asyncio.Future[Http1Response] | None = None
+        self._response: Http1Response | None = None
+        self._headers: CIMultiDict[str] = CIMultiDict()
+        self._head_bytes = 0
+        self._until_close = False
+        self._paused = False
+        self.idle_since = 0.0
+        self.open = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        self.open = True
+
+    def send(self, data: bytes) -> asyncio.Future[Http1Response]:
+        assert self.transport is not None
+        self._head = asyncio.get_running_loop().create_future()
+        self._headers = CIMultiDict()
+        self._head_bytes = 0
+        self.transport.write(data)
+        return self._head
+
+    # -- httptools' callbacks
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        self._head_bytes += len(name) + len(value)
+        if self._head_bytes > MAX_HEAD_BYTES:
+            raise Http1Error(f"the upstream's response head is over {MAX_HEAD_BYTES} bytes")
+        self._headers.add(name.decode("latin-1"), value.decode("latin-1"))
+
+    def on_headers_complete(self) -> None:
+        status = self._parser.get_status_code()
+        if status < 200:
+            self._headers = CIMultiDict()  # an interim answer (103): the real one follows
+            return
+        response = self._response = Http1Response(self, status, self._headers)
+        # Without a length or chunks a body runs until the connection closes, except where
+        # a status has none (RFC 9112 6.3).
+        self._until_close = (
+            response.content_length is None
+            and "Transfer-Encoding" not in self._headers
+            and status not in (204, 304)
+        )
+        if self._head is not None and not self._head.done():
+            self._head.set_result(response)
+
+    def on_body(self, body: bytes) -> None:
+        if self._response is not None:
+            self._response._feed(body)
+
+    def on_message_complete(self) -> None:
+        response, self._response = self._response, None
+        if response is None:
+            return  # an interim answer's end
+        keep = self._parser.should_keep_alive() and not self._until_close
+        response._finish()
+        if keep and self.open:
+            self._pool.release(self)
+        else:
+            self.abandon()
+
+    # -- asyncio's callbacks
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._parser.feed_data(data)
+        except httptools.HttpParserError as exc:
+            # A callback's own error arrives wrapped in the parser's.
+            cause = exc.__context__
+            error = (
+                cause
+                if isinstance(cause, Http1Error)
+                else Http1Error(f"the upstream sent an invalid HTTP response: {exc}")
+            )
+            self._fail(error)
+            self.abandon()
+
+    def eof_received(self) -> bool:
+        return False  # close: no request can follow on a connection the peer has ended
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.open = False
+        self._pool.forget(self)
+        if self._response is not None and self._until_close and exc is None:
+            response, self._response = self._response, None
+            response._finish()  # a body without a length ends with its connection
+            return
+        self._fail(Http1Error("the upstream closed the connection before its answer ended"))
+
+    # -- flow control and ending
+
+    def pause(self) -> None:
+        if not self._paused and self.transport is not None:
+            self._paused = True
+            self.transport.pause_reading()
+
+    def resume(self) -> None:
+        if self._paused and self.transport is not None and self.open:
+            self._paused = False
+            self.transport.resume_reading()
+
+    def abandon(self) -> None:
+        self.open = False
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, error: Http1Error) -> None:
+        if self._head is not None and not self._head.done():
+            self._head.set_exception(error)
+        response, self._response = self._response, None
+        if response is not None:
+            response._finish(error)
+
+
+class Http1Pool:
+    """Kept-alive connections to the origin of one URL, for POSTs to that URL."""
+
+    def __init__(self, url: str, connect_timeout: float | None) -> None:
+        parsed = URL(url)
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ValueError(f"not an http(s) URL: {url}")
+        self._host = parsed.host
+        self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
+        self._ssl: ssl.SSLContext | None = (
+            ssl.create_default_context() if parsed.scheme == "https" else None
+        )
+        host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
+        default = parsed.port is None or parsed.is_default_port()
+        self._host_header = host if default else f"{host}:{parsed.port}"
+        self._target = parsed.raw_path_qs or "/"
+        self._connect_timeout = connect_timeout
+        self._idle: list[_Connection] = []
+        self._all: set[_Connection] = set()
+        self._sweeper: asyncio.TimerHandle | None = None
+
+    def head(self, headers: Mapping[str, str], length: int) -> bytes:
+        """The request head of a POST of `length` bytes with `headers`.
+
+        Raises:
+            Http1Error: a header name or value could end the head early (CR, LF or NUL).
+        """
+        lines = [
+            f"POST {self._target} HTTP/1.1",
+            f"Host: {self._host_header}",
+            "Accept-Encoding: identity",
+            f"Content-Length: {length}",
+        ]
+        for name, value in headers.items():
+            if _unsafe(name) or _unsafe(value):
+                raise Http1Error(f"header {name[:40]!r} holds a line break, which HTTP forbids")
+            lines.append(f"{name}: {value}")
+        lines.append("\r\n")
+        return "\r\n".join(lines).encode("latin-1", "strict")
+
+    async def post(self, headers: Mapping[str, str], body: bytes) -> Http1Response:
+        """Send a POST and return its response once its head arrived; `async with` it, or
+        close() it, so that its connection is given back or closed.
+
+        Raises:
+            Http1Error: no connection could be made, or it failed before the response head.
+            TimeoutError: the connection was not made within the connect timeout.
+        """
+        try:
+            data = self.head(headers, len(body)) + body
+        except UnicodeEncodeError as exc:
+            raise Http1Error("a header holds a character HTTP/1.1 cannot carry") from exc
+        connection = self._reuse() or await self._connect()
+        head = connection.send(data)
+        try:
+            return await head
+        except BaseException:
+            connection.abandon()  # cancelled or failed midway: nothing else may follow on it
+            raise
+
+    def _reuse(self) -> _Connection | None:
+        while self._idle:
+            connection = self._idle.pop()
+            if connection.open and connection.transport and not connection.transport.is_closing():
+                return connection
+        return None
+
+    async def _connect(self) -> _Connection:
+        loop = asyncio.get_running_loop()
+        try:
+            async with asyncio.timeout(self._connect_timeout):
+                _, connection = await loop.create_connection(
+                    lambda: _Connection(self),
+                    self._host,
+                    self._port,
+                    ssl=self._ssl,
+                    server_hostname=self._host if self._ssl is not None else None,
+                )
+        except OSError as exc:
+            raise Http1Error(f"cannot connect to {self._host_header}: {exc}") from exc
+        self._all.add(connection)
+        return connection
+
+    def release(self, connection: _Connection) -> None:
+        """A connection whose response was read whole: kept for the next request."""
+        if len(self._idle) >= _KEPT_IDLE:
+            connection.abandon()
+            return
+        loop = asyncio.get_running_loop()
+        connection.idle_since = loop.time()
+        self._idle.append(connection)
+        if self._sweeper is None:
+            self._sweeper = loop.call_later(KEEPALIVE_SECONDS, self._sweep)
+
+    def forget(self, connection: _Connection) -> None:
+        self._all.discard(connection)
+        if connection in self._idle:
+            self._idle.remove(connection)
+
+    def _sweep(self) -> None:
+        """Close connections idle for the keep-alive time; one timer for all of them."""
+        self._sweeper = None
+        loop = asyncio.get_running_loop()
+        cutoff = loop.time() - KEEPALIVE_SECONDS
+        for connection in [c for c in self._idle if c.idle_since <= cutoff]:
+            self._idle.remove(connection)
+            connection.abandon()
+        if self._idle:
+            oldest = min(c.idle_since for c in self._idle)
+            self._sweeper = loop.call_later(oldest + KEEPALIVE_SECONDS - loop.time(), self._sweep)
+
+    def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            self._sweeper = None
+        for connection in list(self._all):
+            connection.abandon()
+        self._idle.clear()
+        self._all.clear()
+
+
+def _unsafe(text: str) -> bool:
+    return "\r" in text or "\n" in text or "\0" in text
