@@ -4,7 +4,7 @@
 * `faulty_streamable_app()`: Streamable HTTP (POST /mcp, JSON answers only) whose tools break the
   transport on purpose; `app[FAULT_HOOKS]` holds events tests await instead of sleeping.
 * `recording_upstream()`: Streamable HTTP answering everything with an empty result, and
-  keeping the headers of every request it got in `app[SEEN]`.
+  keeping the headers of every request it got in `app[SEEN]`, its body in `app[RECEIVED]`.
 * `ScriptedUpstream`: no server at all but the upstream seam itself, a `Transport` the test
   drives: it answers `initialize` and keeps the rest for the test to answer or speak to;
   `ScriptedRoute` gives a route's sessions one each.
@@ -248,12 +248,14 @@ async def _close_json_sessions(app: web.Application) -> None:
 
 
 SEEN = web.AppKey("seen", list[CIMultiDictProxy[str]])
+RECEIVED = web.AppKey("received", list[dict[str, Any]])
 
 
 def recording_upstream() -> web.Application:
     async def post(request: web.Request) -> web.Response:
         request.app[SEEN].append(request.headers)
         message: dict[str, Any] = await request.json()
+        request.app[RECEIVED].append(message)
         if "id" not in message:
             return web.Response(status=202)
         result: dict[str, Any] = {"tools": []} if message["method"] == "tools/list" else {}
@@ -267,6 +269,7 @@ def recording_upstream() -> web.Application:
 
     app = web.Application()
     app[SEEN] = []
+    app[RECEIVED] = []
     app.router.add_post("/mcp", post)
     return app
 
