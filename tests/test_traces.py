@@ -378,6 +378,28 @@ async def test_a_2026_07_28_request_continues_the_trace_over_a_held_session(
     assert not any(s.name == "initialize rec" for s in spans)
 
 
+async def test_a_native_2026_07_28_upstream_gets_the_trace_context_in_header_and_meta(
+    start_traced: StartTraced, recorder: TestServer
+) -> None:
+    upstream = {
+        "transport": "streamable_http",
+        "url": str(recorder.make_url("/mcp")),
+        "modern": "native",
+    }
+    base, exporter = await start_traced([{"name": "nat", "upstream": upstream}])
+    async with aiohttp.ClientSession() as http:
+        status, _ = await modern_rpc(
+            http, f"{base}/nat/mcp", "tools/list", extra={"traceparent": TRACEPARENT}
+        )
+    assert status == 200
+
+    listed = named(exporter.get_finished_spans(), "upstream tools/list nat")
+    assert ids(listed)[0] == TRACE_ID
+    sent = f"00-{TRACE_ID}-{ids(listed)[1]}-01"
+    assert recorder.app[RECEIVED][-1]["params"]["_meta"]["traceparent"] == sent
+    assert recorder.app[SEEN][-1]["traceparent"] == sent
+
+
 async def test_without_tracing_nothing_is_added_and_the_client_meta_passes_untouched(
     make_settings: Callable[..., Settings], recorder: TestServer
 ) -> None:

@@ -77,6 +77,9 @@ class Tracing:
         self._provider = TracerProvider(
             resource=Resource.create({"service.name": config.service_name}),
             sampler=ParentBased(TraceIdRatioBased(config.sample_ratio)),
+            # `close()` flushes when the app stops; an atexit hook would keep every test
+            # app's provider alive until the interpreter ends.
+            shutdown_on_exit=False,
         )
         if processor is None:
             processor = BatchSpanProcessor(OTLPSpanExporter(endpoint=config.traces_url))
