@@ -358,6 +358,26 @@ async def test_hostile_traceparents_are_ignored_for_a_new_trace(
             assert "tracestate" not in meta
 
 
+@pytest.mark.parametrize("state", ["bad state\n evil", "a=1,b=\x7f", "A=1", "k=" + "v" * 600])
+async def test_a_hostile_tracestate_is_dropped_unlogged_and_the_trace_still_continued(
+    start_traced: StartTraced,
+    recorder: TestServer,
+    state: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    base, exporter = await start_traced(http_route(recorder))
+    url = f"{base}/rec/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, url)
+        await post(http, url, session_id, call("echo", traceparent=TRACEPARENT, tracestate=state))
+
+    server = named(exporter.get_finished_spans(), "tools/call rec")
+    assert ids(server)[0] == TRACE_ID and parent_id(server) == SPAN_ID
+    tool_call = next(m for m in recorder.app[RECEIVED] if m.get("method") == "tools/call")
+    assert "tracestate" not in tool_call["params"]["_meta"]
+    assert not [r for r in caplog.records if r.name.startswith("opentelemetry")]
+
+
 async def test_a_2026_07_28_request_continues_the_trace_over_a_held_session(
     start_traced: StartTraced, recorder: TestServer
 ) -> None:

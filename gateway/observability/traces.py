@@ -21,6 +21,7 @@ gateway imports it only then (`app.py`).
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable, Mapping
 from contextvars import Token
 from typing import Any
@@ -56,6 +57,12 @@ OUTCOME = "mcp.outcome"
 HTTP_STATUS = "http.response.status_code"
 TASK_STATUS = "mcp.task.status"
 TASK_ID = "mcp.task.id"
+
+#: One W3C tracestate list-member (https://www.w3.org/TR/trace-context/#tracestate-header).
+_MEMBER = re.compile(
+    r"(?:[a-z][_0-9a-z\-*/]{0,255}|[a-z0-9][_0-9a-z\-*/]{0,240}@[a-z][_0-9a-z\-*/]{0,13})"
+    r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]"
+)
 
 #: When a request arrived (ns since the epoch), its span, and the context token to detach.
 STARTED = web.RequestKey("trace_started", int)
@@ -100,7 +107,7 @@ class Tracing:
                 continue
             fields = {TRACEPARENT: value}
             state = carrier.get(TRACESTATE)
-            if isinstance(state, str) and len(state) <= _MAX_FIELD:
+            if isinstance(state, str) and _valid_state(state):
                 fields[TRACESTATE] = state
             found = self._propagator.extract(fields)
             if trace.get_current_span(found).get_span_context().is_valid:
@@ -250,6 +257,14 @@ def _method(message: jsonrpc.Message) -> str:
     if isinstance(message, jsonrpc.Request):
         return message.method
     return "notification" if isinstance(message, jsonrpc.Notification) else "response"
+
+
+def _valid_state(value: str) -> bool:
+    """W3C tracestate, checked here: the SDK logs what it refuses (client text, each time)."""
+    if len(value) > _MAX_FIELD:
+        return False
+    members = [m.strip(" \t") for m in value.split(",")]
+    return all(_MEMBER.fullmatch(m) for m in members if m)
 
 
 def _meta(message: jsonrpc.Message) -> Mapping[str, Any]:
