@@ -1,6 +1,7 @@
 """Upstream MCP servers for tests: real aiohttp apps around `LegacyServer`.
 
-* `legacy_sse_app()`: the 2024-11-05 HTTP+SSE transport (GET /sse, POST /messages).
+* `legacy_sse_app()`: the 2024-11-05 HTTP+SSE transport (GET /sse, POST /messages), keeping
+  the headers of every POST in `app[SEEN]`.
 * `faulty_streamable_app()`: Streamable HTTP (POST /mcp, JSON answers only) whose tools break the
   transport on purpose; `app[FAULT_HOOKS]` holds events tests await instead of sleeping.
 * `recording_upstream()`: Streamable HTTP answering everything with an empty result, and
@@ -50,6 +51,8 @@ class _SseSession:
 
 
 SSE_SESSIONS = web.AppKey("sse_sessions", dict[str, _SseSession])
+#: The headers of every request a recording fake got (the legacy SSE one: of its POSTs).
+SEEN = web.AppKey("seen", list[CIMultiDictProxy[str]])
 SSE_TOOLS = web.AppKey("sse_tools", tuple[Tool[Any], ...])
 
 
@@ -57,6 +60,7 @@ def legacy_sse_app(tools: Sequence[Tool[Any]] = DEMO_TOOLS) -> web.Application:
     """An old-style MCP server: one LegacyServer per open GET /sse stream."""
     app = web.Application()
     app[SSE_SESSIONS] = {}
+    app[SEEN] = []
     app.router.add_get("/sse", _open_sse_stream)
     app.router.add_post("/messages", _post_sse_message)
     app.on_shutdown.append(_end_sse_streams)
@@ -93,6 +97,7 @@ async def _post_sse_message(request: web.Request) -> web.Response:
     session = request.app[SSE_SESSIONS].get(request.query.get("session_id", ""))
     if session is None:
         raise web.HTTPNotFound(text="unknown session")
+    request.app[SEEN].append(request.headers)
     try:
         message = await request.json()
     except json.JSONDecodeError as exc:
@@ -247,7 +252,6 @@ async def _close_json_sessions(app: web.Application) -> None:
         await sessions.popitem()[1].server.close()
 
 
-SEEN = web.AppKey("seen", list[CIMultiDictProxy[str]])
 RECEIVED = web.AppKey("received", list[dict[str, Any]])
 
 

@@ -26,7 +26,7 @@ from gateway.http import listen
 from gateway.keys import TRACING
 
 from .conftest import DEMO
-from .fakes import RECEIVED, SEEN, recording_upstream
+from .fakes import RECEIVED, SEEN, legacy_sse_app, recording_upstream
 from .helpers import (
     headers,
     modern_rpc,
@@ -247,6 +247,26 @@ async def test_a_stdio_upstream_gets_the_trace_context_in_meta(
     lines = [json.loads(line) for line in seen.read_text().splitlines()]
     tool_call = next(m for m in lines if m.get("method") == "tools/call")
     assert tool_call["params"]["_meta"]["traceparent"] == f"00-{TRACE_ID}-{ids(upstream)[1]}-01"
+
+
+async def test_an_http_sse_upstream_gets_the_trace_context_in_the_header(
+    start_traced: StartTraced,
+) -> None:
+    server = TestServer(legacy_sse_app(), host="127.0.0.1")
+    await server.start_server()
+    try:
+        upstream = {"transport": "sse", "url": str(server.make_url("/sse"))}
+        base, exporter = await start_traced([{"name": "old", "upstream": upstream}])
+        url = f"{base}/old/mcp"
+        async with aiohttp.ClientSession() as http:
+            session_id = await open_session(http, url)
+            await post(http, url, session_id, call("echo"), traceparent=TRACEPARENT)
+    finally:
+        await server.close()
+
+    upstream_span = named(exporter.get_finished_spans(), "upstream tools/call old")
+    sent = f"00-{TRACE_ID}-{ids(upstream_span)[1]}-01"
+    assert sent in [seen.get("traceparent") for seen in server.app[SEEN]]
 
 
 async def test_a_task_span_runs_from_creation_to_the_terminal_write_without_its_id(
