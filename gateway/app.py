@@ -21,7 +21,8 @@ children) is created in one cleanup context here and released in reverse order w
 stops: runs first (their tasks are failed as interrupted at the next start), then sessions
 (their records stay, so clients carry on after a restart), then connections and the store.
 Before that, `drain` (the first SIGTERM or SIGINT) lets running tasks end by themselves while
-new sessions and tasks are refused, for up to shutdown.drain_seconds.
+new sessions and tasks are refused, for up to shutdown.drain_seconds. Traces, when configured,
+are flushed last, so the spans of everything above reach the collector.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from functools import partial
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 
@@ -55,6 +57,7 @@ from gateway.keys import (
     SETTINGS,
     STORE,
     TASK_API,
+    TRACING,
     TRUSTED_PROXIES,
 )
 from gateway.observability.metrics import Metrics
@@ -72,10 +75,32 @@ from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner
 from gateway.tasks.store import TaskStore
 from gateway.tasks.store.opening import open_configured
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor
 
-def create_app(settings: Settings, clock: Callable[[], datetime] = utcnow) -> web.Application:
+    from gateway.observability.traces import Tracing
+
+#: What start-up says when the `tracing` section is set and the extra is not installed.
+TRACING_MISSING = (
+    "tracing: OpenTelemetry is not installed; install the extra: "
+    "pip install 'mcp-task-gateway[otel]'"
+)
+
+
+def create_app(
+    settings: Settings,
+    clock: Callable[[], datetime] = utcnow,
+    *,
+    span_processor: SpanProcessor | None = None,
+) -> web.Application:
     """The gateway for `settings`; `clock` is the wall clock of task times, ttls and cursor
-    ages (tests pass a fake one, so nothing waits for time to pass)."""
+    ages (tests pass a fake one, so nothing waits for time to pass). With a `tracing`
+    section, spans go to `span_processor` when given (tests), else over OTLP.
+
+    Raises:
+        ValueError: a key file the settings name is unusable, or the `tracing` section is
+            set without the OpenTelemetry packages.
+    """
     app = web.Application(
         middlewares=[middleware.guard],
         # The endpoint enforces each route's limits.max_body_bytes itself, with a JSON-RPC
@@ -91,11 +116,16 @@ def create_app(settings: Settings, clock: Callable[[], datetime] = utcnow) -> we
     app[TRUSTED_PROXIES] = settings.http.proxy_networks
     app.on_response_prepare.append(cors.on_prepare)
     metrics = app[METRICS] = Metrics([route.name for route in settings.routes])
+    tracing = app[TRACING] = _tracing(app, metrics, span_processor)
     app[DRAIN] = Drain(settings.shutdown, metrics)
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.
-    app[ROUTES] = {route.name: Route(settings, route, metrics) for route in settings.routes}
+    app[ROUTES] = {
+        route.name: Route(settings, route, metrics, tracing=tracing) for route in settings.routes
+    }
     app[RELOADS] = Reloads(settings)
     add_routes(app, settings)
+    if tracing is not None:
+        app.cleanup_ctx.append(partial(_traces, tracing=tracing))  # its cleanup runs last
     app.cleanup_ctx.append(partial(_components, clock=clock))
     app.on_shutdown.append(_interrupt)
     return app
@@ -127,7 +157,12 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
     notifier = Notifier()
     replica_tasks = TaskSet("replica")
     runner = TaskRunner(
-        store, notifier, metrics, clock=clock, audit_arguments=settings.audit.include_arguments
+        store,
+        notifier,
+        metrics,
+        clock=clock,
+        audit_arguments=settings.audit.include_arguments,
+        tracing=app[TRACING],
     )
     app[STORE] = store
     app[HEALTH] = Health(store, app[DRAIN])
@@ -165,6 +200,31 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
             await route.close()
         await app[RELOADS].close()
         await store.close()
+
+
+def _tracing(
+    app: web.Application, metrics: Metrics, processor: SpanProcessor | None
+) -> Tracing | None:
+    """The tracer when `tracing` is configured, its middleware installed after `guard`
+    (imported only then: OpenTelemetry is an optional extra)."""
+    config = app[SETTINGS].tracing
+    if config is None:
+        return None
+    try:
+        from gateway.http import traced
+        from gateway.observability.traces import Tracing
+    except ImportError as exc:
+        raise ValueError(TRACING_MISSING) from exc
+    tracing = Tracing(config, metrics, processor)
+    app.middlewares.append(traced.middleware(tracing))
+    return tracing
+
+
+async def _traces(app: web.Application, tracing: Tracing) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        await tracing.close()
 
 
 async def _metrics_listener(settings: Settings, metrics: Metrics) -> web.AppRunner | None:

@@ -21,7 +21,8 @@ from gateway.tasks.api_modern import ModernTaskApi
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 
-if TYPE_CHECKING:  # gateway.reload reads these keys
+if TYPE_CHECKING:  # gateway.reload reads these keys; traces import an optional extra
+    from gateway.observability.traces import Tracing
     from gateway.reload import Reloads
 
 #: The settings the gateway started with; the routes, auth and limits in force since the last
@@ -51,3 +52,5 @@ DRAIN = web.AppKey("drain", Drain)
 ALLOWED_HOSTS: web.AppKey[tuple[str, ...] | None] = web.AppKey("allowed_hosts")
 #: http.trusted_proxies, parsed: whose Forwarded / X-Forwarded-* headers are believed.
 TRUSTED_PROXIES: web.AppKey[tuple[IPv4Network | IPv6Network, ...]] = web.AppKey("trusted_proxies")
+#: The tracer (None: the `tracing` section is absent, and nothing traces).
+TRACING: web.AppKey[Tracing | None] = web.AppKey("tracing")

@@ -18,10 +18,10 @@ Routes are compared by what they are built from (`RouteInputs`: loaded secrets a
 contents too), so an unchanged route is kept as it is and a rotated secret rebuilds its route;
 a rebuilt route whose upstream section is the same shares the old one's upstream (connection
 pool, stdio child cap, learned tool headers). The other sections (listen, store, http,
-shutdown, sessions, audit, metrics) are read once at start: a reload that changes them applies
-the rest and logs a WARNING naming the keys that wait for a restart. Every reload is logged,
-audited (`config_reloaded`, `config_reload_failed`: key and route names, never values) and
-counted (`mcp_gateway_config_reloads_total{outcome}`).
+shutdown, sessions, audit, metrics, tracing) are read once at start: a reload that changes
+them applies the rest and logs a WARNING naming the keys that wait for a restart. Every
+reload is logged, audited (`config_reloaded`, `config_reload_failed`: key and route names,
+never values) and counted (`mcp_gateway_config_reloads_total{outcome}`).
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ from pydantic import BaseModel
 
 from gateway.aio import TaskSet
 from gateway.config import ConfigError, Settings, load_settings
-from gateway.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS
+from gateway.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, TRACING
 from gateway.observability.audit import audit
 from gateway.route import Route, RouteInputs
 from gateway.upstream import UpstreamRoute
@@ -167,7 +167,7 @@ async def _build(app: web.Application, path: str, settings: Settings) -> dict[st
         for config in settings.routes:
             old = current.get(config.name)
             if old is None or old.inputs != RouteInputs.of(settings, config):
-                built[config.name] = Route(settings, config, app[METRICS], old)
+                built[config.name] = Route(settings, config, app[METRICS], old, app[TRACING])
     except ValueError as exc:
         for name, route in built.items():
             if current.get(name) is None or current[name].upstream is not route.upstream:

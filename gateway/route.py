@@ -13,6 +13,7 @@ import logging
 import math
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from gateway.config import AuthConfig, Limits, RouteConfig, Settings, route_auth, route_limits
 from gateway.observability.metrics import Metrics
@@ -22,6 +23,9 @@ from gateway.security.auth import Authenticator
 from gateway.security.limits import RateLimiter
 from gateway.security.oauth import ProtectedResource
 from gateway.upstream import UpstreamRoute
+
+if TYPE_CHECKING:
+    from gateway.observability.traces import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -63,11 +67,13 @@ class Route:
         config: RouteConfig,
         metrics: Metrics,
         previous: Route | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         """The route `config` describes, under the gateway-wide `settings` it inherits.
         `previous` is the route of that name a reload replaces: when the upstream section is
         the same, its upstream (connection pool, child cap) and what it learned of the
         upstream's tools are shared, so rotating a client key costs no upstream state.
+        `tracing` is the gateway's tracer, None when traces are off.
 
         Raises:
             ValueError: a key file the auth section names, or an upstream signing key, is
@@ -78,6 +84,7 @@ class Route:
         self.path = config.http_path
         self.inputs = RouteInputs.of(settings, config)
         self.metrics = metrics
+        self.tracing = tracing
         self.policy = config.tasks
         #: The protocol generations this route serves (2025-11-25, 2026-07-28).
         self.generations = config.generations
@@ -113,6 +120,8 @@ class Route:
             self.tool_annotations = previous.tool_annotations
         else:
             self.upstream = UpstreamRoute(config)
+            if tracing is not None:
+                self.upstream.spans = tracing.upstream(config.name)
         if any(name.lower() == "authorization" for name in config.upstream.copied_headers):
             log.warning(
                 "route %s passes each client's Authorization header to its upstream "

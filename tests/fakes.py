@@ -1,10 +1,11 @@
 """Upstream MCP servers for tests: real aiohttp apps around `LegacyServer`.
 
-* `legacy_sse_app()`: the 2024-11-05 HTTP+SSE transport (GET /sse, POST /messages).
+* `legacy_sse_app()`: the 2024-11-05 HTTP+SSE transport (GET /sse, POST /messages), keeping
+  the headers of every POST in `app[SEEN]`.
 * `faulty_streamable_app()`: Streamable HTTP (POST /mcp, JSON answers only) whose tools break the
   transport on purpose; `app[FAULT_HOOKS]` holds events tests await instead of sleeping.
 * `recording_upstream()`: Streamable HTTP answering everything with an empty result, and
-  keeping the headers of every request it got in `app[SEEN]`.
+  keeping the headers of every request it got in `app[SEEN]`, its body in `app[RECEIVED]`.
 * `ScriptedUpstream`: no server at all but the upstream seam itself, a `Transport` the test
   drives: it answers `initialize` and keeps the rest for the test to answer or speak to;
   `ScriptedRoute` gives a route's sessions one each.
@@ -50,6 +51,8 @@ class _SseSession:
 
 
 SSE_SESSIONS = web.AppKey("sse_sessions", dict[str, _SseSession])
+#: The headers of every request a recording fake got (the legacy SSE one: of its POSTs).
+SEEN = web.AppKey("seen", list[CIMultiDictProxy[str]])
 SSE_TOOLS = web.AppKey("sse_tools", tuple[Tool[Any], ...])
 
 
@@ -57,6 +60,7 @@ def legacy_sse_app(tools: Sequence[Tool[Any]] = DEMO_TOOLS) -> web.Application:
     """An old-style MCP server: one LegacyServer per open GET /sse stream."""
     app = web.Application()
     app[SSE_SESSIONS] = {}
+    app[SEEN] = []
     app.router.add_get("/sse", _open_sse_stream)
     app.router.add_post("/messages", _post_sse_message)
     app.on_shutdown.append(_end_sse_streams)
@@ -93,6 +97,7 @@ async def _post_sse_message(request: web.Request) -> web.Response:
     session = request.app[SSE_SESSIONS].get(request.query.get("session_id", ""))
     if session is None:
         raise web.HTTPNotFound(text="unknown session")
+    request.app[SEEN].append(request.headers)
     try:
         message = await request.json()
     except json.JSONDecodeError as exc:
@@ -247,13 +252,14 @@ async def _close_json_sessions(app: web.Application) -> None:
         await sessions.popitem()[1].server.close()
 
 
-SEEN = web.AppKey("seen", list[CIMultiDictProxy[str]])
+RECEIVED = web.AppKey("received", list[dict[str, Any]])
 
 
 def recording_upstream() -> web.Application:
     async def post(request: web.Request) -> web.Response:
         request.app[SEEN].append(request.headers)
         message: dict[str, Any] = await request.json()
+        request.app[RECEIVED].append(message)
         if "id" not in message:
             return web.Response(status=202)
         result: dict[str, Any] = {"tools": []} if message["method"] == "tools/list" else {}
@@ -267,6 +273,7 @@ def recording_upstream() -> web.Application:
 
     app = web.Application()
     app[SEEN] = []
+    app[RECEIVED] = []
     app.router.add_post("/mcp", post)
     return app
 

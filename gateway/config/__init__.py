@@ -26,6 +26,7 @@ from gateway.config.sections import (
     SessionsConfig,
     ShutdownConfig,
     StoreConfig,
+    TracingConfig,
 )
 from gateway.config.settings import Settings, route_auth, route_limits
 
@@ -49,6 +50,7 @@ __all__ = [
     "StoreConfig",
     "TaskPolicy",
     "TaskSupport",
+    "TracingConfig",
     "UpstreamConfig",
     "UpstreamIdentity",
     "load_settings",

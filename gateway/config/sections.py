@@ -1,5 +1,5 @@
 """The gateway-wide sections: where it listens, its store, HTTP behaviour, how it stops, limits,
-sessions, audit and metrics."""
+sessions, audit, metrics and traces."""
 
 from __future__ import annotations
 
@@ -180,3 +180,43 @@ class MetricsConfig(Section):
 class SessionsConfig(Section):
     max_sessions: int = Field(1000, ge=1)
     idle_timeout_seconds: float = Field(3600.0, gt=0)
+
+
+class TracingConfig(Section):
+    """OpenTelemetry traces, sent over OTLP/HTTP (the optional extra `otel`); off when the
+    section is absent."""
+
+    #: The collector's base URL (e.g. http://otel-collector:4318); spans go to
+    #: ENDPOINT/v1/traces. Credentials the collector wants go in OTEL_EXPORTER_OTLP_HEADERS.
+    otlp_endpoint: str
+    service_name: str = Field("mcp-task-gateway", min_length=1, max_length=200)
+    #: Task ids on task spans: off, as a task id is a bearer handle on its result.
+    include_task_ids: bool = False
+    #: Share of new traces recorded (those a client continues follow its sampled flag).
+    sample_ratio: float = Field(1.0, ge=0, le=1)
+
+    @model_validator(mode="after")
+    def _endpoint(self) -> TracingConfig:
+        try:
+            parts = urlsplit(self.otlp_endpoint)
+            parts.port  # noqa: B018 - raises ValueError for a port out of range
+        except ValueError:
+            parts = None
+        if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+            raise refusal(
+                "otlp_endpoint", "must be an http:// or https:// URL, e.g. http://collector:4318"
+            )
+        if parts.username is not None or parts.password is not None:
+            raise refusal(
+                "otlp_endpoint",
+                "must not hold credentials: set them in OTEL_EXPORTER_OTLP_HEADERS",
+            )
+        if parts.query or parts.fragment:
+            raise refusal("otlp_endpoint", "takes no query or fragment")
+        if parts.path.rstrip("/").endswith("/v1/traces"):
+            raise refusal("otlp_endpoint", "is the collector's base URL: /v1/traces is added to it")
+        return self
+
+    @property
+    def traces_url(self) -> str:
+        return self.otlp_endpoint.rstrip("/") + "/v1/traces"

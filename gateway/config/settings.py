@@ -23,6 +23,7 @@ from gateway.config.sections import (
     SessionsConfig,
     ShutdownConfig,
     StoreConfig,
+    TracingConfig,
 )
 
 
@@ -36,6 +37,8 @@ class Settings(Section):
     limits: Limits = Limits()
     audit: AuditConfig = AuditConfig()
     metrics: MetricsConfig = MetricsConfig()
+    #: Off (None) unless configured; needs the optional extra `otel`.
+    tracing: TracingConfig | None = None
     #: Required in a file: only a run without --config serves the demo (see load_settings).
     routes: tuple[RouteConfig, ...] = Field(min_length=1)
 

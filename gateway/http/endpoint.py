@@ -81,6 +81,8 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
     )
     message = jsonrpc.parse(body)
     request[METHOD_KEY] = _method_label(message)
+    if route.tracing is not None:
+        route.tracing.begin_request(request, route.name, message)
     request[GENERATION_KEY] = admission.generation(request, message)
     if route.resource is not None and route.resource.tool_scopes:
         # a tool's own scopes (403)

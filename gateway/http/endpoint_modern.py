@@ -107,7 +107,12 @@ async def _native(
     headers = await native_headers(request, route, caller)
     try:
         answer = await native.exchange(
-            route.upstream.http(), url, modern.native_request(message), headers, lambda _: None
+            route.upstream.http(),
+            url,
+            modern.native_request(message),
+            headers,
+            lambda _: None,
+            route.upstream.spans,
         )
     except UpstreamError as exc:
         return reply(upstream_failed(message.id, exc))

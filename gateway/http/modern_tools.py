@@ -87,6 +87,7 @@ async def _answer(
         upstream_call = NativeCall(
             route.upstream.http(), url, modern.native_request(message), headers
         )
+        upstream_call.spans = route.upstream.spans
         upstream_call.start()
     elif decision.retry:
         try:

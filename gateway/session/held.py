@@ -98,6 +98,7 @@ class HeldSession:
             lambda sink: route.upstream.transport(sink, lambda: self.forwarded, principal),
             route.upstream.config,
             self,
+            route.upstream.spans,
         )
 
     # Listener: what the upstream sends on its own.

@@ -15,12 +15,16 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import aiohttp
 
 from gateway.protocol import jsonrpc
 from gateway.session.modern_call import Ask, Asked, Finished, Running, TaskHooks
 from gateway.upstream import Answer, native
+
+if TYPE_CHECKING:
+    from gateway.observability.traces import UpstreamSpans
 
 _ids = itertools.count(1)
 
@@ -54,6 +58,8 @@ class NativeCall:
         self._answers: dict[str, jsonrpc.JsonObject] = {}
         self._all_answered = asyncio.Event()
         self._answer: asyncio.Task[Answer] | None = None
+        #: With tracing on: the span each exchange (a retry too) gets.
+        self.spans: UpstreamSpans | None = None
 
     @property
     def upstream_session_id(self) -> str | None:
@@ -65,7 +71,9 @@ class NativeCall:
         )
 
     async def _exchange(self, request: jsonrpc.Request) -> Answer:
-        return await native.exchange(self._http, self._url, request, self._headers, self._note)
+        return await native.exchange(
+            self._http, self._url, request, self._headers, self._note, self.spans
+        )
 
     def _note(self, note: jsonrpc.Notification) -> None:
         if note.params is None:

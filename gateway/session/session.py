@@ -88,6 +88,7 @@ class Session:
             lambda sink: route.upstream.transport(sink, lambda: self.forwarded, principal),
             route.upstream.config,
             self,
+            route.upstream.spans,
         )
         self.upstream.on_reestablished = self._upstream_reestablished
         self._calls = Calls(route, self.upstream, self._tasks, self.tag)

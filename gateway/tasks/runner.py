@@ -28,6 +28,7 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from gateway.aio import TaskSet
 from gateway.config import Limits, TaskPolicy
@@ -49,6 +50,9 @@ from gateway.tasks.recovery import INTERRUPTED_MESSAGE, Bounds, Fail, Rerun, aft
 from gateway.tasks.store import TaskStore
 from gateway.tasks.sweeper import sweep_forever
 from gateway.tasks.telemetry import TaskTelemetry
+
+if TYPE_CHECKING:
+    from gateway.observability.traces import Tracing
 
 log = logging.getLogger(__name__)
 
@@ -84,8 +88,11 @@ class TaskRunner:
         new_id: Callable[[], str] = new_task_id,
         audit_arguments: bool = False,
         progress_interval: float = 1.0,
+        tracing: Tracing | None = None,
     ) -> None:
         self._store = store
+        #: With tracing on: a span per task, from its creation to its terminal write.
+        self._tracing = tracing
         self._notifier = notifier
         self._telemetry = TaskTelemetry(metrics, audit_arguments)
         self._clock = clock
@@ -184,6 +191,8 @@ class TaskRunner:
         limit: float | None,
     ) -> None:
         """Hand the host the call (it returns it under the upstream's id), then run it."""
+        if self._tracing is not None:
+            self._tracing.task_begun(task.task_id, task.route, task.tool)
         outgoing = host.start_task_call(
             task,
             request,
@@ -218,6 +227,8 @@ class TaskRunner:
     ) -> None:
         outcome: Outcome | None = None
         started = time.perf_counter()
+        if self._tracing is not None:
+            self._tracing.task_running(task.task_id)
         try:
             try:
                 if task.repeatable:
@@ -258,6 +269,8 @@ class TaskRunner:
                     if done is not None:
                         self._changed(done, host)
             finally:
+                if self._tracing is not None:  # no terminal write here: it was stopped
+                    self._tracing.task_ended(task.task_id, "stopped")
                 await host.end_task_call(outgoing.id)
 
     async def _finish(
@@ -291,6 +304,8 @@ class TaskRunner:
 
     def _changed(self, task: Task, host: TaskHost | None) -> None:
         self._telemetry.changed(task, host.principal if host else None)
+        if self._tracing is not None and task.status.terminal:
+            self._tracing.task_ended(task.task_id, task.status.value)
         self._notifier.task_changed(task.task_id)
         if host is not None:
             host.task_status(task)

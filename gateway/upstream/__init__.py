@@ -15,6 +15,7 @@ This package knows nothing of sessions, tasks or the client side.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING
 
 import aiohttp
 
@@ -26,6 +27,9 @@ from gateway.upstream.identity import identity_for
 from gateway.upstream.legacy_sse import SseTransport
 from gateway.upstream.stdio import ChildOwner, ChildSlots, StdioTransport
 from gateway.upstream.streamable_http import StreamableHttpTransport
+
+if TYPE_CHECKING:
+    from gateway.observability.traces import UpstreamSpans
 
 __all__ = ["Answer", "UpstreamClient", "UpstreamRoute"]
 
@@ -42,6 +46,8 @@ class UpstreamRoute:
         self._pool: Http1Pool | None = None
         #: Built now, so an unusable signing key stops start-up.
         self.identity = identity_for(route.name, route.upstream, self._client)
+        #: With tracing on: the span each call gets (its context goes in `_meta` and headers).
+        self.spans: UpstreamSpans | None = None
 
     def _client(self) -> aiohttp.ClientSession:
         if self._http is None:
@@ -79,6 +85,7 @@ class UpstreamRoute:
                     self._pool = Http1Pool(cfg.url, cfg.connect_timeout_seconds)
                 transport = StreamableHttpTransport(sink, cfg, self._client(), headers, self._pool)
         transport.max_message_bytes = self.max_result_bytes
+        transport.trace_headers = self.spans is not None
         return transport
 
     async def request_headers(

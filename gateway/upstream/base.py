@@ -13,7 +13,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Protocol
 
-from gateway.protocol.jsonrpc import Message, RequestId
+from gateway.protocol.jsonrpc import Message, Request, RequestId
 from gateway.upstream import unreadable
 from gateway.upstream.unreadable import Unreadable
 
@@ -40,12 +40,26 @@ class Sink(Protocol):
         """
 
 
+_TRACE_FIELDS = ("traceparent", "tracestate")
+
+
+def trace_context(message: Message) -> dict[str, str]:
+    """The W3C trace context headers a request carries in `_meta` (none for other messages)."""
+    if not isinstance(message, Request):
+        return {}
+    meta = message.meta
+    return {k: meta[k] for k in _TRACE_FIELDS if isinstance(meta.get(k), str)}
+
+
 class Transport(ABC):
     #: True when `send(request)` returns only after the answer has been handed to the sink
     #: (the answer travels on the request's own HTTP exchange).
     answers_inline = False
     #: The largest message taken from the upstream (the route's max_result_bytes).
     max_message_bytes = unreadable.MAX_LINE_BYTES
+    #: With tracing on, HTTP transports send a request's `_meta` trace context (put there by
+    #: the call's span) as the W3C headers too.
+    trace_headers = False
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink

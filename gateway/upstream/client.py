@@ -13,8 +13,9 @@ import asyncio
 import contextlib
 import itertools
 import logging
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from functools import partial
+from typing import TYPE_CHECKING, Any, Protocol
 
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
@@ -27,6 +28,9 @@ from gateway.protocol.errors import (
 from gateway.upstream.base import Transport
 from gateway.upstream.streamable_http import UpstreamSessionExpired
 from gateway.upstream.unreadable import Unreadable
+
+if TYPE_CHECKING:
+    from gateway.observability.traces import UpstreamSpans
 
 log = logging.getLogger(__name__)
 
@@ -62,8 +66,11 @@ class UpstreamClient:
         make_transport: Callable[[UpstreamClient], Transport],
         config: UpstreamConfig,
         listener: Listener,
+        spans: UpstreamSpans | None = None,
     ) -> None:
         self._transport = make_transport(self)
+        #: With tracing on: each call's span (None: no tracing, and no cost).
+        self.spans = spans
         self._config = config
         self._listener = listener
         self._ids = itertools.count(1)
@@ -240,9 +247,9 @@ class UpstreamClient:
             if self.on_reestablished is not None:
                 self.on_reestablished()
 
-    async def call(
+    def call(
         self, request: jsonrpc.Request, *, ready: bool = True, bounded: bool = True
-    ) -> Answer:
+    ) -> Coroutine[Any, Any, Answer]:
         """Send a request that already carries an id from `next_id()` and await the answer.
 
         A bounded call fails after the route's request_timeout_seconds; task runs pass
@@ -251,6 +258,12 @@ class UpstreamClient:
         Raises:
             UpstreamError: no answer could be had (not a JSON-RPC error: that is returned).
         """
+        # Not a coroutine itself: an untraced call costs this one check, no extra frame.
+        if self.spans is not None:
+            return self.spans.call(partial(self._call, ready=ready, bounded=bounded), request)
+        return self._call(request, ready=ready, bounded=bounded)
+
+    async def _call(self, request: jsonrpc.Request, *, ready: bool, bounded: bool) -> Answer:
         limit = self._config.request_timeout_seconds if bounded else None
         if ready and not self._alive:
             await self._reconnect()

@@ -17,7 +17,7 @@ from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
 from gateway.upstream import sse_reader
-from gateway.upstream.base import Headers, Sink, Transport
+from gateway.upstream.base import Headers, Sink, Transport, trace_context
 
 log = logging.getLogger(__name__)
 
@@ -88,11 +88,12 @@ class SseTransport(Transport):
     async def send(self, message: jsonrpc.Message) -> None:
         if self._endpoint is None:
             raise UpstreamUnavailable("the SSE upstream is not connected")
+        headers = {**await self._headers(), "Content-Type": "application/json"}
+        if self.trace_headers:
+            headers.update(trace_context(message))
         try:
             async with self._http.post(
-                self._endpoint,
-                data=jsonrpc.dump(message),
-                headers={**await self._headers(), "Content-Type": "application/json"},
+                self._endpoint, data=jsonrpc.dump(message), headers=headers
             ) as resp:
                 if resp.status >= 300:
                     raise UpstreamUnavailable(

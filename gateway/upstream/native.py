@@ -9,7 +9,9 @@ stopping a call is closing its connection.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Coroutine, Mapping
+from functools import partial
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 
@@ -21,7 +23,11 @@ from gateway.protocol.errors import (
     UpstreamUnavailable,
 )
 from gateway.upstream import sse_reader, unreadable
+from gateway.upstream.base import trace_context
 from gateway.upstream.client import Answer
+
+if TYPE_CHECKING:
+    from gateway.observability.traces import UpstreamSpans
 
 log = logging.getLogger(__name__)
 
@@ -41,19 +47,43 @@ def request_headers(client: Mapping[str, str]) -> dict[str, str]:
     }
 
 
-async def exchange(
+def exchange(
+    http: aiohttp.ClientSession,
+    url: str,
+    request: jsonrpc.Request,
+    headers: Mapping[str, str],
+    on_note: Callable[[jsonrpc.Notification], None],
+    spans: UpstreamSpans | None = None,
+) -> Coroutine[Any, Any, Answer]:
+    """POST `request`; its notifications go to `on_note`, its answer is returned. With
+    `spans` (tracing on), under a span whose context goes in `_meta` and the headers.
+
+    Raises:
+        UpstreamUnavailable: the upstream could not be reached, or refused without an answer.
+        UpstreamProtocolError: it answered with something that is not MCP.
+    """
+    if spans is not None:
+        return spans.call(partial(_traced, http, url, headers=headers, on_note=on_note), request)
+    return _exchange(http, url, request, headers, on_note)
+
+
+def _traced(
+    http: aiohttp.ClientSession,
+    url: str,
+    request: jsonrpc.Request,
+    headers: Mapping[str, str],
+    on_note: Callable[[jsonrpc.Notification], None],
+) -> Coroutine[Any, Any, Answer]:
+    return _exchange(http, url, request, {**headers, **trace_context(request)}, on_note)
+
+
+async def _exchange(
     http: aiohttp.ClientSession,
     url: str,
     request: jsonrpc.Request,
     headers: Mapping[str, str],
     on_note: Callable[[jsonrpc.Notification], None],
 ) -> Answer:
-    """POST `request`; its notifications go to `on_note`, its answer is returned.
-
-    Raises:
-        UpstreamUnavailable: the upstream could not be reached, or refused without an answer.
-        UpstreamProtocolError: it answered with something that is not MCP.
-    """
     sent = {**headers, **POST_HEADERS}
     try:
         async with http.post(url, data=jsonrpc.dump(request).encode(), headers=sent) as resp:

@@ -26,7 +26,7 @@ from gateway.protocol.errors import (
     UpstreamUnavailable,
 )
 from gateway.upstream import sse_reader, unreadable
-from gateway.upstream.base import Headers, Sink, Transport
+from gateway.upstream.base import Headers, Sink, Transport, trace_context
 from gateway.upstream.http1 import Http1Error, Http1Pool, Http1Response
 
 log = logging.getLogger(__name__)
@@ -123,6 +123,8 @@ class StreamableHttpTransport(Transport):
     async def send(self, message: jsonrpc.Message) -> None:
         headers = await self._headers("application/json, text/event-stream")
         headers["Content-Type"] = "application/json"
+        if self.trace_headers:
+            headers.update(trace_context(message))
         related = message.id if isinstance(message, jsonrpc.Request) else None
         answer = isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
         initialize = isinstance(message, jsonrpc.Request) and message.method == "initialize"
