@@ -150,8 +150,14 @@ async def serve(
     Raises:
         ListenError: the address is in use or cannot be bound.
     """
-    runner = await start(app, listen, http)
+    # The signals are ours before the port is: a SIGTERM sent the moment the port answers
+    # (as an orchestrator or a test may) must start the stop, not kill the process outright.
     signals = Signals(asyncio.get_running_loop())
+    try:
+        runner = await start(app, listen, http)
+    except BaseException:
+        signals.remove()
+        raise
     try:
         on_started()
         await signals.stop.wait()
