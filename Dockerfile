@@ -12,9 +12,10 @@ ENV PATH=/opt/venv/bin:$PATH
 WORKDIR /src
 # The dependencies first, in a layer of their own that only a change to pyproject.toml
 # rebuilds: an empty package with the project's metadata pulls them in, and then goes.
+# The `otel` extra is in: a `tracing` section must work without a rebuild of the image.
 COPY pyproject.toml ./
 RUN mkdir gateway && touch gateway/__init__.py README.md \
- && pip install --no-cache-dir . \
+ && pip install --no-cache-dir ".[otel]" \
  && pip uninstall --yes mcp-task-gateway \
  && rm -r gateway build mcp_task_gateway.egg-info README.md
 COPY README.md ./
