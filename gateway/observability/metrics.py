@@ -45,6 +45,7 @@ class Metrics:
         # Label values are bounded, so these caches are too.
         self._request_children: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
         self._upstream_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
+        self._up_children: dict[str, Gauge] = {}
         r = self.registry
         p = PREFIX
         self.requests = Counter(
@@ -251,7 +252,10 @@ class Metrics:
         children[1].observe(seconds)
 
     def upstream_reached(self, route: str, reached: bool) -> None:
-        self.upstream_up.labels(route).set(1 if reached else 0)
+        child = self._up_children.get(route)
+        if child is None:
+            child = self._up_children[route] = self.upstream_up.labels(route)
+        child.set(1 if reached else 0)
 
     def observe_store(self, operation: str, seconds: float) -> None:
         self.store_seconds.labels(operation).observe(seconds)
