@@ -28,9 +28,9 @@ gateway on its file), ``postgres1`` (one replica on a fresh PostgreSQL database)
 ports); the PostgreSQL server is the one ``.ci/postgres.sh`` runs. Part 3 runs on SQLite.
 
 Every measurement of parts 1 and 2 opens its own MCP sessions (one per worker) and ends them
-with DELETE afterwards; rounds are interleaved (every store and measurement in each round) and
-the median round is reported. Every server runs in its own subprocess; the load generator is
-this process. A script, not a test::
+with DELETE afterwards; rounds are interleaved (each round runs each measurement on every
+reference and store in turn, back to back) and the median round is reported. Every server runs
+in its own subprocess; the load generator is this process. A script, not a test::
 
     .venv/bin/python -m tests.bench.tasks
     .venv/bin/python -m tests.bench.tasks --seconds 3 --rounds 1 --skip-memory --json
@@ -300,11 +300,12 @@ async def run_throughput(
 ) -> dict[str, list[Summary]]:
     """Every store's measurements (THROUGHPUT_PLAN order); `targets`: a store's gateway URLs."""
     runs: dict[tuple[str, str, int], list[Measurement]] = {}
-    # Interleave (round -> store -> measurement) so a noisy spell hits every one alike.
+    # Interleave (round -> measurement -> store): a noisy spell hits every one alike, and the
+    # figures that make a ratio are measured back to back.
     for rnd in range(1, args.rounds + 1):
-        for store, urls in targets.items():
-            on = "" if store == "sqlite" else f" on {store}"
-            for kind, c in THROUGHPUT_PLAN:
+        for kind, c in THROUGHPUT_PLAN:
+            for store, urls in targets.items():
+                on = "" if store == "sqlite" else f" on {store}"
                 m = await measure(kind, urls, c, args.seconds, args.warmup)
                 runs.setdefault((store, kind, c), []).append(m)
                 print(
