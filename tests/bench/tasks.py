@@ -12,10 +12,15 @@ Three measurements of ``python -m gateway --config FILE`` serving MCP Tasks (202
    ``slow`` tasks (600 s) in flight on the ``demo`` stdio route, 1,000 tasks per session (each
    session has its own stdio child, which is not counted). Target: 10,000 under 600 MiB.
 
-Parts 1 and 2 also run, in the same rounds, against a reference that is no gateway: the Python
-SDK 1.30's own in-memory task server (``tests/bench/native_tasks.py``), with the same ``echo``
-tool; the gateway's figures are printed as ratios of its (target: a lifecycle at c=32 at least
-0.5x the reference's rate, with every state change durable). ``--reference none`` skips it.
+Parts 1 and 2 also run, in the same rounds, against references that are no gateway: in-memory
+task servers with the same ``echo`` tool (``tests/bench/task_refs.py``): the Python SDK 1.30's
+(``tests/bench/native_tasks.py``) and the TypeScript SDK 1.32.2's
+(``tests/bench/ts-tasks/server.mjs``, installed by ``.ci/ts-tasks.sh``; without it the default
+``--reference both`` says so and measures the Python one alone). The gateway's figures are
+printed as ratios of each reference's, of the medians and round by round (target: a lifecycle
+at c=32 at least 0.5x the reference's rate, with every state change durable; goal: 1.0x).
+``--reference python`` or ``ts`` measures one, ``none`` neither. Every answer of a reference
+is checked as the gateway's are, and its errors make the run invalid too.
 
 Parts 1 and 2 run on each store of ``--stores`` (``tests/bench/replicas.py``): ``sqlite`` (one
 gateway on its file), ``postgres1`` (one replica on a fresh PostgreSQL database) and
@@ -23,13 +28,14 @@ gateway on its file), ``postgres1`` (one replica on a fresh PostgreSQL database)
 ports); the PostgreSQL server is the one ``.ci/postgres.sh`` runs. Part 3 runs on SQLite.
 
 Every measurement of parts 1 and 2 opens its own MCP sessions (one per worker) and ends them
-with DELETE afterwards; rounds are interleaved (every store and measurement in each round) and
-the median round is reported. Every server runs in its own subprocess; the load generator is
-this process. A script, not a test::
+with DELETE afterwards; rounds are interleaved (each round runs each measurement on every
+reference and store in turn, back to back) and the median round is reported. Every server runs
+in its own subprocess; the load generator is this process. A script, not a test::
 
     .venv/bin/python -m tests.bench.tasks
     .venv/bin/python -m tests.bench.tasks --seconds 3 --rounds 1 --skip-memory --json
     .venv/bin/python -m tests.bench.tasks --stores sqlite      # without PostgreSQL
+    .venv/bin/python -m tests.bench.tasks --stores sqlite --rounds 3 --seconds 5 --skip-memory
 """
 
 from __future__ import annotations
@@ -78,11 +84,10 @@ from tests.bench.replicas import (
     postgres_store,
     report_stores,
 )
+from tests.bench.task_refs import CHOICES, chosen, report_reference
 
 KEY_CONCURRENCY = 32
 CREATE_TARGET_PER_S = 1000.0
-LIFECYCLE_VS_NATIVE_TARGET = 0.5
-NATIVE_FILE = Path(__file__).with_name("native_tasks.py")
 MEMORY_TARGET_TASKS = 10_000
 MEMORY_TARGET_MIB = 600.0
 RELATED_TASK = "io.modelcontextprotocol/related-task"
@@ -295,11 +300,12 @@ async def run_throughput(
 ) -> dict[str, list[Summary]]:
     """Every store's measurements (THROUGHPUT_PLAN order); `targets`: a store's gateway URLs."""
     runs: dict[tuple[str, str, int], list[Measurement]] = {}
-    # Interleave (round -> store -> measurement) so a noisy spell hits every one alike.
+    # Interleave (round -> measurement -> store): a noisy spell hits every one alike, and the
+    # figures that make a ratio are measured back to back.
     for rnd in range(1, args.rounds + 1):
-        for store, urls in targets.items():
-            on = "" if store == "sqlite" else f" on {store}"
-            for kind, c in THROUGHPUT_PLAN:
+        for kind, c in THROUGHPUT_PLAN:
+            for store, urls in targets.items():
+                on = "" if store == "sqlite" else f" on {store}"
                 m = await measure(kind, urls, c, args.seconds, args.warmup)
                 runs.setdefault((store, kind, c), []).append(m)
                 print(
@@ -590,6 +596,11 @@ def gateway(
                     pass
 
 
+def ref_log(name: str) -> str:
+    """A reference's name among the targets of a round, and of its log file."""
+    return f"{name}-reference"
+
+
 def log_tail(logdir: Path, name: str, lines: int = 15) -> str:
     try:
         text = (logdir / f"{name}.log").read_text(errors="replace")
@@ -786,46 +797,6 @@ def report(
     }
 
 
-def report_native(stores: dict[str, list[Summary]], native: list[Summary]) -> JsonObj:
-    """The reference's rows, and every store's rate as a ratio of it (same rounds)."""
-    print(
-        "\nagainst the in-memory reference: the Python SDK 1.30's own task server "
-        "(InMemoryTaskStore, nothing durable, nothing relayed), same tool, same rounds"
-    )
-    header = f"{'measurement':<10} {'conc':>4} {'native/s':>9} {'http/op':>7}  " + " ".join(
-        f"{store + ' vs':>13}" for store in stores
-    )
-    print(header)
-    print("-" * len(header))
-    out: JsonObj = {"results": [], "lifecycle_c32_vs_native": None}
-    for i, ref in enumerate(native):
-        row = summary_row(ref)
-        ratios: dict[str, float | None] = {}
-        for store, summaries in stores.items():
-            mine = summaries[i]
-            ok = ref.valid and mine.valid and ref.chosen.rps > 0
-            ratios[store] = mine.chosen.rps / ref.chosen.rps if ok else None
-        shown = " ".join(f"{'n/a' if r is None else f'{r:.2f}x':>13}" for r in ratios.values())
-        per_op = row["http_requests_per_op"]
-        print(
-            f"{ref.target:<10} {ref.concurrency:>4} {ref.chosen.rps:>9.1f} "
-            f"{'-' if per_op is None else f'{per_op:.1f}':>7}  {shown}"
-        )
-        out["results"].append({**row, "vs": ratios})
-        if (ref.target, ref.concurrency) == ("lifecycle", KEY_CONCURRENCY):
-            out["lifecycle_c32_vs_native"] = ratios.get("sqlite")
-    key = out["lifecycle_c32_vs_native"]
-    verdict = (
-        "n/a" if key is None else ("PASS" if key >= LIFECYCLE_VS_NATIVE_TARGET else "BELOW TARGET")
-    )
-    shown = "n/a" if key is None else f"{key:.2f}x"
-    print(
-        f"KEY lifecycle @ c={KEY_CONCURRENCY}, gateway (sqlite) / in-memory native: {shown} "
-        f"(target >= {LIFECYCLE_VS_NATIVE_TARGET}) {verdict}"
-    )
-    return out
-
-
 # --------------------------------------------------------------------------------------------
 # Entry point
 # --------------------------------------------------------------------------------------------
@@ -862,9 +833,10 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     p.add_argument(
         "--reference",
-        choices=("native", "none"),
-        default="native",
-        help="measure parts 1-2 against the SDK's in-memory task server too (native)",
+        choices=CHOICES,
+        default="both",
+        help="measure parts 1-2 against in-memory task servers too: the Python SDK's, the "
+        "TypeScript SDK's (needs .ci/ts-tasks.sh), both (if installed) or none (both)",
     )
     p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
     args = p.parse_args(argv)
@@ -882,6 +854,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     memory: MemoryResult | None = None
     throughput_rss: int | None = None
     stops: dict[str, Stopped] = {}
+    refs, missing = chosen(args.reference)
+    for name, why in missing.items():
+        print(f"the {name} reference is not measured: {why}", file=sys.stderr)
+    if args.reference == "ts" and missing:
+        print("--reference ts: nothing to measure it against; stopping", file=sys.stderr)
+        return 2
+    ref_runs: dict[str, list[Summary]] = {}
     with tempfile.TemporaryDirectory(prefix="bench-tasks-") as tmp:
         tmpdir = Path(tmp)
         try:
@@ -897,11 +876,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 ]
                 stack.enter_context(server("upstream", upstream_argv, up_port, tmpdir, 15))
                 targets: dict[str, list[str]] = {}
-                if args.reference == "native":
+                for ref in refs:
                     port = free_port()
-                    argv = [sys.executable, str(NATIVE_FILE), str(port)]
-                    stack.enter_context(server("native", argv, port, tmpdir, 15))
-                    targets["native"] = [f"http://{HOST}:{port}/mcp"]
+                    argv = [*ref.argv, str(port)]
+                    stack.enter_context(server(ref_log(ref.name), argv, port, tmpdir, 15))
+                    targets[ref_log(ref.name)] = [f"http://{HOST}:{port}/mcp"]
                 proc: subprocess.Popen[bytes] | None = None
                 if "sqlite" in args.stores:
                     port = free_port()
@@ -927,7 +906,11 @@ def main(argv: Sequence[str] | None = None) -> int:
                 stores = asyncio.run(run_throughput(args, targets))
                 if proc is not None and proc.poll() is None:
                     throughput_rss = rss_bytes(proc.pid)
-            native = stores.pop("native", None)
+            for ref in refs:
+                ref_runs[ref.name] = stores.pop(ref_log(ref.name))
+                if not all(s.valid for s in ref_runs[ref.name]):
+                    tail = log_tail(tmpdir, ref_log(ref.name))
+                    print(f"{ref.name} reference log tail:\n{tail}", file=sys.stderr)
             for name, summaries in stores.items():
                 if not all(s.valid for s in summaries):
                     for i in range(1, REPLICAS[name] + 1):
@@ -955,7 +938,16 @@ def main(argv: Sequence[str] | None = None) -> int:
             return 2
 
     summary = report(args, stores, memory, throughput_rss, stops)
-    summary["native"] = None if native is None else report_native(stores, native)
+    summary["references"] = {
+        ref.name: report_reference(
+            ref, stores, ref_runs[ref.name], [summary_row(s) for s in ref_runs[ref.name]]
+        )
+        for ref in refs
+    }
+    summary["references_missing"] = missing
+    for name, why in missing.items():
+        print(f"\nthe {name} reference was not measured: {why}")
+    summary["valid"] = summary["valid"] and all(s.valid for runs in ref_runs.values() for s in runs)
     if args.json:
         print(json.dumps(summary, separators=(",", ":")))
     return 0 if summary["valid"] else 1
