@@ -150,8 +150,14 @@ async def serve(
     Raises:
         ListenError: the address is in use or cannot be bound.
     """
-    runner = await start(app, listen, http)
+    # Before the port is bound: from then on a supervisor may see the gateway up and stop it,
+    # and a SIGTERM while the app starts must stop it cleanly, not by the default action.
     signals = Signals(asyncio.get_running_loop())
+    try:
+        runner = await start(app, listen, http)
+    except BaseException:
+        signals.remove()
+        raise
     try:
         on_started()
         await signals.stop.wait()
