@@ -109,6 +109,7 @@ def main(argv: list[str] | None = None) -> None:
             where = settings.metrics.listen
             metrics = base if where is None else f"http://{_url_host(where.host)}:{where.port}"
             log.info("metrics: %s/metrics", metrics)
+        log.info("audit log: %s (JSON lines)", audit.where(settings.audit))
 
     try:
         listen.run(

@@ -118,6 +118,10 @@ def test_env_references_are_resolved(tmp_path: Path) -> None:
             {"routes": [{"name": "a", "upstream": {"transport": "sse", "url": "http://x:y/s"}}]},
             "f.yaml: routes[0].upstream.url: has a port that is not a number",
         ),
+        (
+            {"audit": {"file": "a.log", "stream": "stderr"}, "routes": ROUTES},
+            "f.yaml: audit.stream: is where the lines go without `file`",
+        ),
     ],
 )
 def test_bad_config_names_the_file_and_the_key(data: object, expected: str) -> None:

@@ -62,13 +62,14 @@ class Replicas:
         port = self.ports.setdefault(name, free_port())
         limits = "limits: {active_tasks_per_principal: 5000, requests_per_second: null}"
         config = write_config(home, port, limits, self._routes, store=self._store)
-        self.procs[name] = start_process(config, port, log=home / "gateway.log")
+        log, audit = home / "gateway.log", home / "gateway.audit"
+        self.procs[name] = start_process(config, port, log=log, audit=audit)
 
     def url(self, name: str, route: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}/{route}/mcp"
 
-    def log(self, name: str) -> str:
-        return (self._tmp / name / "gateway.log").read_text()
+    def audit(self, name: str) -> str:
+        return (self._tmp / name / "gateway.audit").read_text()
 
     def kill(self, name: str) -> None:
         proc = self.procs.pop(name)
@@ -184,7 +185,7 @@ async def test_a_killed_replicas_tasks_are_settled_by_the_survivors_within_the_l
     # Within the lease, plus one lease round of the survivors, plus polling.
     assert settled < LEASE_SECONDS + LEASE_SECONDS / 3 + 3
     assert rerun["status"] == "completed"
-    took_over = group.log("b") + group.log("c")
+    took_over = group.audit("b") + group.audit("c")
     assert '"event":"task_rerun"' in took_over
 
 

@@ -1,15 +1,20 @@
 """What the command says as it starts and stops, for a person reading the log: the
 configuration file, every route's full URL and upstream, where health and metrics are, and the
-beginning and end of the shutdown; never an upstream's credentials."""
+beginning and end of the shutdown; never an upstream's credentials. The audit lines are on a
+stream of their own."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
-from .conftest import free_port
-from .helpers import start_process, write_config
+import aiohttp
+import pytest
+
+from .conftest import ROOT, free_port, wait_for_port
+from .helpers import open_session, start_process, write_config
 
 
 def test_the_log_says_where_everything_is_and_when_the_stop_begins_and_ends(
@@ -40,3 +45,54 @@ def test_the_log_says_where_everything_is_and_when_the_stop_begins_and_ends(
     assert f"metrics: {base}/metrics" in said
     assert said.index("shutting down") < said.index("stopped")
     assert "s3cret" not in said  # neither the URL's credentials nor the command's arguments
+
+
+def _gateway(tmp_path: Path, extra: str) -> tuple[subprocess.Popen[bytes], int, Path, Path]:
+    """The command with its stdout and stderr in files of their own, once it listens."""
+    port = free_port()
+    config = write_config(tmp_path, port, extra)
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--config", str(config)],
+            cwd=ROOT,
+            stdout=stdout,
+            stderr=stderr,
+        )
+    wait_for_port(port, proc)
+    return proc, port, out, err
+
+
+def _json_lines(text: str) -> list[dict[str, object]]:
+    found = []
+    for line in text.splitlines():
+        try:
+            found.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+async def test_audit_lines_go_to_stdout_apart_from_the_log_unless_stderr_is_asked_for(
+    tmp_path: Path, stream: str
+) -> None:
+    extra = "" if stream == "stdout" else "audit: {stream: stderr}"
+    proc, port, out, err = _gateway(tmp_path, extra)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await open_session(http, f"http://127.0.0.1:{port}/demo/mcp")
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
+    stdout, stderr = out.read_text(), err.read_text()
+    assert f"audit log: {stream} (JSON lines)" in stderr
+    if stream == "stdout":
+        # Every stdout line is an audit event; no stderr line is one.
+        events = [json.loads(line) for line in stdout.splitlines()]
+        assert [e["event"] for e in events] == ["session_created"]
+        assert _json_lines(stderr) == []
+        assert "shutting down" in stderr and "shutting down" not in stdout
+    else:
+        assert stdout == ""
+        assert [e["event"] for e in _json_lines(stderr)] == ["session_created"]
