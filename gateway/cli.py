@@ -8,11 +8,10 @@ import logging
 import socket
 import sys
 from functools import partial
-from urllib.parse import urlsplit
 
-from gateway import __version__, store_cli
+from gateway import __version__, config_check, reachability, store_cli
 from gateway.app import create_app, drain
-from gateway.config import ConfigError, RouteConfig, load_settings, route_auth
+from gateway.config import ConfigError, load_settings, route_auth
 from gateway.http import listen
 from gateway.observability import audit, logs
 from gateway.reload import on_sighup
@@ -22,18 +21,6 @@ from gateway.tasks.store.opening import StoreUnavailable
 
 def _url_host(host: str) -> str:
     return f"[{host}]" if ":" in host else host
-
-
-def _upstream(route: RouteConfig) -> str:
-    """The route's upstream for the log: an HTTP URL without credentials or query, or a stdio
-    command's program (its arguments may hold secrets)."""
-    upstream = route.upstream
-    if upstream.transport == "stdio":
-        return f"stdio {upstream.argv()[0]}"
-    parts = urlsplit(upstream.url or "")
-    host = parts.hostname or ""
-    netloc = f"{_url_host(host)}:{parts.port}" if parts.port else _url_host(host)
-    return f"{upstream.transport} {parts.scheme}://{netloc}{parts.path}"
 
 
 def _resolve(host: str) -> str:
@@ -47,6 +34,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["store"]:
         raise SystemExit(store_cli.main(argv[1:]))
+    if argv[:1] == ["config"]:
+        raise SystemExit(config_check.main(argv[1:]))
     parser = argparse.ArgumentParser(
         prog="mcp-task-gateway",
         description="Adds MCP Tasks to MCP servers that lack them.",
@@ -97,18 +86,22 @@ def main(argv: list[str] | None = None) -> None:
         )
     log = logging.getLogger("gateway")
     log.info("configuration: %s", args.config or "built in (the same as config/gateway.yaml)")
+    check_upstreams = reachability.at_start_up(app, settings.routes)
 
     def started() -> None:
         """Where everything is, once the port is bound: full URLs an operator can copy."""
         base = f"http://{_url_host(settings.listen.host)}:{settings.listen.port}"
         log.info("listening on %s", base)
         for route in settings.routes:
-            log.info("route %s: %s%s -> %s", route.name, base, route.http_path, _upstream(route))
+            upstream = f"{route.upstream.transport} {route.upstream.location}"
+            log.info("route %s: %s%s -> %s", route.name, base, route.http_path, upstream)
         log.info("health: %s/healthz (and /livez, /readyz)", base)
         if settings.metrics.enabled:
             where = settings.metrics.listen
             metrics = base if where is None else f"http://{_url_host(where.host)}:{where.port}"
             log.info("metrics: %s/metrics", metrics)
+        log.info("audit log: %s (JSON lines)", audit.where(settings.audit))
+        check_upstreams()  # in the background: a WARNING for each upstream that does not answer
 
     try:
         listen.run(

@@ -319,14 +319,16 @@ DEMO_ROUTE = (
 )
 
 
-def start_process(config: Path, port: int, log: Path | None = None) -> subprocess.Popen[bytes]:
-    """`python -m gateway --config <config>`, once it listens on `port`; its stderr goes to
-    `log` when given."""
-    with open(log or os.devnull, "ab") as err:
+def start_process(
+    config: Path, port: int, log: Path | None = None, audit: Path | None = None
+) -> subprocess.Popen[bytes]:
+    """`python -m gateway --config <config>`, once it listens on `port`; its stderr (the log)
+    goes to `log` and its stdout (the audit lines, without `audit.file`) to `audit` when given."""
+    with open(log or os.devnull, "ab") as err, open(audit or os.devnull, "ab") as out:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "--config", str(config)],
             cwd=ROOT,
-            stdout=subprocess.DEVNULL,
+            stdout=out,
             stderr=err,
         )
     wait_for_port(port, proc)

@@ -110,6 +110,18 @@ def test_env_references_are_resolved(tmp_path: Path) -> None:
         ),
         ({"routes": []}, "f.yaml: routes:"),
         (["not", "a", "mapping"], "f.yaml: the top level must be a mapping"),
+        (
+            {"routes": [{"name": "a", "upstream": {"transport": "sse", "url": "x:8/sse"}}]},
+            "f.yaml: routes[0].upstream.url: must be an http:// or https:// URL with a host",
+        ),
+        (
+            {"routes": [{"name": "a", "upstream": {"transport": "sse", "url": "http://x:y/s"}}]},
+            "f.yaml: routes[0].upstream.url: has a port that is not a number",
+        ),
+        (
+            {"audit": {"file": "a.log", "stream": "stderr"}, "routes": ROUTES},
+            "f.yaml: audit.stream: is where the lines go without `file`",
+        ),
     ],
 )
 def test_bad_config_names_the_file_and_the_key(data: object, expected: str) -> None:
@@ -168,6 +180,37 @@ def test_secrets_named_by_env_are_resolved_at_load_and_a_missing_one_names_the_k
         ConfigError, match=r"f.yaml: auth.api_keys\[0\]: environment variable BOB_KEY"
     ):
         parse_settings({"auth": keys, "routes": ROUTES}, "f.yaml", env={})
+
+
+def test_every_unset_variable_is_named_at_once_never_a_value() -> None:
+    upstream = {
+        "transport": "streamable_http",
+        "url": "http://${HOST}:${PORT}/mcp",
+        "headers": {"Authorization": "Bearer ${TOKEN}"},
+    }
+    data = {
+        "auth": {"api_keys": [{"principal": "bob", "key_env": "BOB_KEY"}]},
+        "metrics": {"bearer_token_env": "SCRAPE_TOKEN"},
+        "routes": [{"name": "r", "upstream": upstream}],
+    }
+    with pytest.raises(ConfigError) as raised:
+        parse_settings(data, "f.yaml", env={"PORT": "8", "SCRAPE_TOKEN": "hunter2"})
+    assert str(raised.value).splitlines() == [
+        "f.yaml: routes[0].upstream.url: environment variable HOST is not set",
+        "f.yaml: routes[0].upstream.headers.Authorization: environment variable TOKEN is not set",
+        "f.yaml: auth.api_keys[0].key_env: environment variable BOB_KEY is not set (or empty)",
+    ]
+
+
+def test_an_upstream_is_shown_without_credentials_query_or_arguments() -> None:
+    def location(upstream: dict[str, object]) -> str:
+        settings = parse_settings({"routes": [{"name": "r", "upstream": upstream}]}, "f", env={})
+        return settings.routes[0].upstream.location
+
+    url = "https://user:pw@[::1]:8443/a/mcp?token=t#f"
+    assert location({"transport": "streamable_http", "url": url}) == "https://[::1]:8443/a/mcp"
+    assert location({"transport": "sse", "url": "http://h/sse"}) == "http://h/sse"
+    assert location({"transport": "stdio", "command": ["server", "--key", "k"]}) == "server"
 
 
 def test_cli_names_a_missing_key_file_and_exits_before_listening(tmp_path: Path) -> None:

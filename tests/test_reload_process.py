@@ -49,11 +49,13 @@ def _config(
 
 @contextmanager
 def _gateway(config: Path, port: int, log: Path) -> Iterator[subprocess.Popen[bytes]]:
-    with log.open("ab") as err:
+    """The command, its log (stderr) in `log` and its audit lines (stdout) beside it in
+    `log` + ".audit"."""
+    with log.open("ab") as err, log.with_suffix(".audit").open("ab") as audit:
         proc = subprocess.Popen(
             [sys.executable, "-m", "gateway", "--config", str(config)],
             cwd=ROOT,
-            stdout=subprocess.DEVNULL,
+            stdout=audit,
             stderr=err,
         )
     try:
@@ -217,7 +219,8 @@ async def test_sighup_applies_a_rotated_key_a_route_a_limit_and_a_header_while_1
     assert (
         f"{refused}: {config}: limits.burst: Input should be greater than or equal to 1" in stderr
     )
-    events = [json.loads(line) for line in stderr.splitlines() if line.startswith('{"time"')]
+    audit = log.with_suffix(".audit").read_text()
+    events = [json.loads(line) for line in audit.splitlines()]
     reloads = [e["event"] for e in events if e["event"].startswith("config_reload")]
     assert reloads == ["config_reloaded", "config_reloaded", "config_reload_failed"]
-    assert OLD_KEY not in stderr and NEW_KEY not in stderr
+    assert OLD_KEY not in stderr + audit and NEW_KEY not in stderr + audit

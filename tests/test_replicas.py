@@ -21,6 +21,8 @@ from urllib.parse import urlsplit
 import aiohttp
 import pytest
 
+from gateway.upstream.probe import CLIENT_INFO
+
 from .conftest import free_port
 from .fakes import FAULT_HOOKS, JSON_SESSIONS
 from .helpers import (
@@ -62,13 +64,21 @@ class Replicas:
         port = self.ports.setdefault(name, free_port())
         limits = "limits: {active_tasks_per_principal: 5000, requests_per_second: null}"
         config = write_config(home, port, limits, self._routes, store=self._store)
-        self.procs[name] = start_process(config, port, log=home / "gateway.log")
+        log, audit = home / "gateway.log", home / "gateway.audit"
+        self.procs[name] = start_process(config, port, log=log, audit=audit)
 
     def url(self, name: str, route: str) -> str:
         return f"http://127.0.0.1:{self.ports[name]}/{route}/mcp"
 
-    def log(self, name: str) -> str:
-        return (self._tmp / name / "gateway.log").read_text()
+    def audit(self, name: str) -> str:
+        return (self._tmp / name / "gateway.audit").read_text()
+
+    async def checked(self, name: str, route: str) -> None:
+        """Returns once replica `name` has logged its start-up check of `route`'s upstream."""
+        log = self._tmp / name / "gateway.log"
+        async with asyncio.timeout(20):
+            while f"gateway: route {route}: upstream " not in log.read_text():  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
 
     def kill(self, name: str) -> None:
         proc = self.procs.pop(name)
@@ -184,7 +194,7 @@ async def test_a_killed_replicas_tasks_are_settled_by_the_survivors_within_the_l
     # Within the lease, plus one lease round of the survivors, plus polling.
     assert settled < LEASE_SECONDS + LEASE_SECONDS / 3 + 3
     assert rerun["status"] == "completed"
-    took_over = group.log("b") + group.log("c")
+    took_over = group.audit("b") + group.audit("c")
     assert '"event":"task_rerun"' in took_over
 
 
@@ -309,6 +319,8 @@ async def test_a_replica_that_stops_leaves_the_upstream_session_to_the_others(
 ) -> None:
     url = str(faulty_upstream.make_url("/mcp"))
     group = replicas_of("routes:\n" + http_route("h", url), names="ab", lease=60)
+    for name in "ab":  # each replica's start-up check has come and gone upstream
+        await group.checked(name, "h")
     upstream_sessions = faulty_upstream.app[JSON_SESSIONS]
     session = await open_session(http, group.url("a", "h"))
     echo = {"name": "echo", "arguments": {"text": "on b"}}
@@ -322,8 +334,13 @@ async def test_a_replica_that_stops_leaves_the_upstream_session_to_the_others(
     assert on_a["result"]["content"][0]["text"] == "on a"
     # The upstream session A opened, B carried on, and A still uses: never ended, never new.
     assert list(upstream_sessions) == [upstream_id]
-    initializes = faulty_upstream.app[FAULT_HOOKS].received
-    assert sum(1 for m in initializes if m.get("method") == "initialize") == 1
+    initializes = [
+        m["params"]["clientInfo"]
+        for m in faulty_upstream.app[FAULT_HOOKS].received
+        if m.get("method") == "initialize"
+    ]
+    assert initializes.count(CLIENT_INFO) == 2  # the start-up checks, one per replica
+    assert len(initializes) == 3
 
 
 async def test_a_stdio_session_asked_of_another_replica_fails_clearly_not_wrongly(

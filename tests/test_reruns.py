@@ -81,7 +81,7 @@ async def test_a_kill_reruns_repeatable_tasks_and_fails_the_others(
     finally:
         proc.kill()  # kill -9: nothing is written on the way out
         proc.wait(10)
-    proc = start_process(config, port, log=tmp_path / "restarted.log")
+    proc = start_process(config, port, audit=tmp_path / "restarted.audit")
     try:
         async with aiohttp.ClientSession() as http:
             outcomes: dict[str, dict[str, Any]] = {}
@@ -105,9 +105,9 @@ async def test_a_kill_reruns_repeatable_tasks_and_fails_the_others(
     assert outcomes["once"]["statusMessage"] == (
         "interrupted: gateway restarted; not run again after 1 attempts"
     )
-    log = (tmp_path / "restarted.log").read_text()
-    assert '"event":"task_rerun"' in log
-    assert '"event":"task_rerun_refused"' in log
+    audit = (tmp_path / "restarted.audit").read_text()
+    assert '"event":"task_rerun"' in audit
+    assert '"event":"task_rerun_refused"' in audit
 
 
 async def test_annotated_follows_the_upstreams_annotations_as_the_task_found_them(
@@ -287,20 +287,20 @@ async def test_a_task_cut_short_on_every_attempt_fails_after_max_attempts(
     finally:
         proc.kill()
         proc.wait(10)
-    second_log = tmp_path / "second.log"
-    proc = start_process(config, port, log=second_log)
+    second_audit = tmp_path / "second.audit"
+    proc = start_process(config, port, audit=second_audit)
     try:
         async with aiohttp.ClientSession() as http:
             second = await status_of(http, url, session, task_id, "working")
         async with asyncio.timeout(10):
-            while '"event":"task_rerun"' not in second_log.read_text():  # noqa: ASYNC110 - a file
+            while '"event":"task_rerun"' not in second_audit.read_text():  # noqa: ASYNC110 - a file
                 await asyncio.sleep(0.1)
         await asyncio.sleep(0.5)  # the second attempt's call is under way upstream
     finally:
         proc.kill()  # the second attempt is cut short too
         proc.wait(10)
-    third_log = tmp_path / "third.log"
-    proc = start_process(config, port, log=third_log)
+    third_audit = tmp_path / "third.audit"
+    proc = start_process(config, port, audit=third_audit)
     try:
         async with aiohttp.ClientSession() as http:
             seen: list[str] = []
@@ -309,8 +309,8 @@ async def test_a_task_cut_short_on_every_attempt_fails_after_max_attempts(
         proc.terminate()
         proc.wait(15)
     assert second["status"] == "working"
-    assert '"attempt":2' in second_log.read_text()
-    assert '"event":"task_rerun_refused"' in third_log.read_text()
+    assert '"attempt":2' in second_audit.read_text()
+    assert '"event":"task_rerun_refused"' in third_audit.read_text()
     assert final["status"] == "failed"
     assert final["statusMessage"] == (
         "interrupted: gateway restarted; not run again after 2 attempts"

@@ -1,15 +1,23 @@
 """What the command says as it starts and stops, for a person reading the log: the
-configuration file, every route's full URL and upstream, where health and metrics are, and the
-beginning and end of the shutdown; never an upstream's credentials."""
+configuration file, every route's full URL and upstream, where health and metrics are, each
+upstream that does not answer, and the beginning and end of the shutdown; never an upstream's
+credentials. The audit lines are on a stream of their own."""
 
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
+import time
 from pathlib import Path
 
-from .conftest import free_port
-from .helpers import start_process, write_config
+import aiohttp
+import pytest
+
+from gateway.demo.tools import DEMO_TOOLS
+
+from .conftest import ROOT, free_port, wait_for_port
+from .helpers import open_session, start_process, write_config
 
 
 def test_the_log_says_where_everything_is_and_when_the_stop_begins_and_ends(
@@ -18,7 +26,10 @@ def test_the_log_says_where_everything_is_and_when_the_stop_begins_and_ends(
     port = free_port()
     secret_url = "http://user:s3cret@127.0.0.1:9/mcp?token=s3cret"
     upstream = f"{{transport: streamable_http, url: {json.dumps(secret_url)}}}"
-    command = "[python, -m, gateway.demo, --key, s3cret]"
+    # The demo with a secret among its arguments, which it never sees (it would refuse
+    # them, and its refusal, on its stderr, quotes them: the gateway logs a child's stderr).
+    run_demo = "import sys; sys.argv[1:] = []; from gateway.demo.stdio import main; main()"
+    command = json.dumps(["python", "-c", run_demo, "--key", "s3cret"])
     routes = (
         "routes:\n"
         f"  - {{name: demo, upstream: {{transport: stdio, command: {command}}}}}\n"
@@ -40,3 +51,99 @@ def test_the_log_says_where_everything_is_and_when_the_stop_begins_and_ends(
     assert f"metrics: {base}/metrics" in said
     assert said.index("shutting down") < said.index("stopped")
     assert "s3cret" not in said  # neither the URL's credentials nor the command's arguments
+
+
+def _log_until(log: Path, *lines: str) -> str:
+    """The log once every one of `lines` is in it (within 20 s)."""
+    deadline = time.monotonic() + 20
+    while not all(line in (said := log.read_text()) for line in lines):
+        assert time.monotonic() < deadline, f"not logged: {lines}\n{said}"
+        time.sleep(0.05)
+    return said
+
+
+async def test_an_upstream_that_does_not_answer_is_a_warning_naming_its_route_yet_it_serves(
+    tmp_path: Path,
+) -> None:
+    port = free_port()
+    remote = json.dumps("http://user:s3cret@127.0.0.1:9/mcp?token=s3cret")
+    routes = (
+        "routes:\n"
+        "  - {name: demo, upstream: {transport: stdio, command: [python, -m, gateway.demo]}}\n"
+        f"  - {{name: remote, upstream: {{transport: streamable_http, url: {remote}}}}}\n"
+        "  - {name: gone, upstream: {transport: stdio, command: [no-such-mcp-server, s3cret]}}\n"
+    )
+    log = tmp_path / "gateway.log"
+    proc = start_process(write_config(tmp_path, port, routes=routes), port, log=log)
+    try:
+        said = _log_until(
+            log,
+            "WARNING gateway: route remote: upstream streamable_http http://127.0.0.1:9/mcp "
+            "failed its check (initialize, tools/list): cannot reach the upstream",
+            "WARNING gateway: route gone: upstream stdio no-such-mcp-server failed its check "
+            "(initialize, tools/list): cannot start stdio upstream 'no-such-mcp-server'",
+            f"INFO gateway: route demo: upstream stdio {sys.executable} answered: protocol "
+            f"2025-11-25, {len(DEMO_TOOLS)} tools",
+        )
+        # Logged after the lines that say where everything is, and the gateway serves on.
+        assert said.index("metrics: ") < said.index("route remote: upstream")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(f"http://127.0.0.1:{port}/healthz") as resp:
+                assert resp.status == 200
+            url = f"http://127.0.0.1:{port}/demo/mcp"
+            assert await open_session(http, url)
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
+    assert "s3cret" not in log.read_text()
+
+
+def _gateway(tmp_path: Path, extra: str) -> tuple[subprocess.Popen[bytes], int, Path, Path]:
+    """The command with its stdout and stderr in files of their own, once it listens."""
+    port = free_port()
+    config = write_config(tmp_path, port, extra)
+    out, err = tmp_path / "stdout", tmp_path / "stderr"
+    with out.open("wb") as stdout, err.open("wb") as stderr:
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "gateway", "--config", str(config)],
+            cwd=ROOT,
+            stdout=stdout,
+            stderr=stderr,
+        )
+    wait_for_port(port, proc)
+    return proc, port, out, err
+
+
+def _json_lines(text: str) -> list[dict[str, object]]:
+    found = []
+    for line in text.splitlines():
+        try:
+            found.append(json.loads(line))
+        except json.JSONDecodeError:
+            continue
+    return found
+
+
+@pytest.mark.parametrize("stream", ["stdout", "stderr"])
+async def test_audit_lines_go_to_stdout_apart_from_the_log_unless_stderr_is_asked_for(
+    tmp_path: Path, stream: str
+) -> None:
+    extra = "" if stream == "stdout" else "audit: {stream: stderr}"
+    proc, port, out, err = _gateway(tmp_path, extra)
+    try:
+        async with aiohttp.ClientSession() as http:
+            await open_session(http, f"http://127.0.0.1:{port}/demo/mcp")
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
+    stdout, stderr = out.read_text(), err.read_text()
+    assert f"audit log: {stream} (JSON lines)" in stderr
+    if stream == "stdout":
+        # Every stdout line is an audit event; no stderr line is one.
+        events = [json.loads(line) for line in stdout.splitlines()]
+        assert [e["event"] for e in events] == ["session_created"]
+        assert _json_lines(stderr) == []
+        assert "shutting down" in stderr and "shutting down" not in stdout
+    else:
+        assert stdout == ""
+        assert [e["event"] for e in _json_lines(stderr)] == ["session_created"]

@@ -23,26 +23,49 @@ from gateway.config.routes import demo_route
 from gateway.config.settings import Settings
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+#: No configuration is this large; a bigger file (or /dev/zero) is refused before it is read.
+_MAX_FILE_BYTES = 16 * 1024 * 1024
 
 
-def _substitute_env(value: Any, where: str, env: dict[str, str]) -> Any:
+def _substitute_env(value: Any, where: str, env: dict[str, str], unset: list[str]) -> Any:
+    """`value` with its `${VAR}`s replaced; each one not in `env` is added to `unset` (as
+    "KEY PATH: ..."), so that one run names them all."""
     if isinstance(value, dict):
         return {
-            k: _substitute_env(v, f"{where}.{k}" if where else str(k), env)
+            k: _substitute_env(v, f"{where}.{k}" if where else str(k), env, unset)
             for k, v in value.items()
         }
     if isinstance(value, list):
-        return [_substitute_env(v, f"{where}[{i}]", env) for i, v in enumerate(value)]
+        return [_substitute_env(v, f"{where}[{i}]", env, unset) for i, v in enumerate(value)]
     if isinstance(value, str):
 
         def lookup(match: re.Match[str]) -> str:
             name = match.group(1)
             if name not in env:
-                raise ConfigError(f"{where}: environment variable {name} is not set")
+                unset.append(f"{where}: environment variable {name} is not set")
+                return ""
             return env[name]
 
         return _ENV_REF.sub(lookup, value)
     return value
+
+
+def _unset_secrets(value: Any, where: str, env: dict[str, str], unset: list[str]) -> None:
+    """Adds to `unset` every `*_env` key (key_env, secret_env, client_secret_env,
+    bearer_token_env: each names the variable holding a secret) whose variable is unset or
+    empty. Validation names these too, but only once every `${VAR}` could be replaced."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            path = f"{where}.{key}" if where else str(key)
+            if isinstance(key, str) and key.endswith("_env") and isinstance(item, str):
+                if _ENV_NAME.fullmatch(item) and not env.get(item):
+                    unset.append(f"{path}: environment variable {item} is not set (or empty)")
+            else:
+                _unset_secrets(item, path, env, unset)
+    elif isinstance(value, list):
+        for i, item in enumerate(value):
+            _unset_secrets(item, f"{where}[{i}]", env, unset)
 
 
 def _key_path(loc: tuple[int | str, ...]) -> str:
@@ -62,12 +85,14 @@ def parse_settings(data: Any, source: str, env: dict[str, str] | None = None) ->
         data = {}
     if not isinstance(data, dict):
         raise ConfigError(f"{source}: the top level must be a mapping of keys")
+    env = dict(os.environ) if env is None else env
+    unset: list[str] = []
+    substituted = _substitute_env(data, "", env, unset)
+    if unset:
+        _unset_secrets(data, "", env, unset)
+        raise ConfigError("\n".join(f"{source}: {line}" for line in unset))
     try:
-        env = dict(os.environ) if env is None else env
-        data = _substitute_env(data, "", env)
-        return Settings.model_validate(data, context={"env": env})
-    except ConfigError as exc:
-        raise ConfigError(f"{source}: {exc}") from None
+        return Settings.model_validate(substituted, context={"env": env})
     except ValidationError as exc:
         errors = exc.errors()
         # A route that fails validation also makes `routes` look empty; report only the cause.
@@ -109,14 +134,23 @@ def load_settings(path: str | Path | None) -> Settings:
     if path is None:
         return Settings(routes=(demo_route(),))
     try:
-        text = Path(path).read_text(encoding="utf-8")
+        with Path(path).open("rb") as file:
+            raw = file.read(_MAX_FILE_BYTES + 1)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from None
+    if len(raw) > _MAX_FILE_BYTES:
+        raise ConfigError(f"{path}: larger than {_MAX_FILE_BYTES} bytes: not a configuration")
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
         data = yaml.safe_load(text)
+        return parse_settings(data, str(path))
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
-    return parse_settings(data, str(path))
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a configuration") from None
 
 
 def _yaml_problem(exc: yaml.YAMLError) -> str:

@@ -8,6 +8,7 @@ import sys
 from collections.abc import Mapping
 from datetime import date
 from typing import Annotated, Literal
+from urllib.parse import urlsplit
 
 from pydantic import (
     Field,
@@ -79,6 +80,7 @@ class UpstreamConfig(Section):
         else:
             if not self.url:
                 raise ValueError(f"transport {self.transport} needs `url`")
+            _check_url(self.url)
             ident = self.identity
             if ident.mode not in ("static", "passthrough") and any(
                 name.lower() == ident.header.lower() for name in self.headers
@@ -104,12 +106,36 @@ class UpstreamConfig(Section):
         """A stdio child's whole environment: the allowed part of the gateway's, then `env`."""
         return {**self._inherited, **self.env}
 
+    @property
+    def location(self) -> str:
+        """Where the upstream is, fit to print: an HTTP URL without credentials, query or
+        fragment, or a stdio command's program (its arguments may hold secrets)."""
+        if self.transport == "stdio":
+            return self.argv()[0]
+        parts = urlsplit(self.url or "")
+        host = parts.hostname or ""
+        host = f"[{host}]" if ":" in host else host
+        netloc = f"{host}:{parts.port}" if parts.port else host  # a valid port: see _check_url
+        return f"{parts.scheme}://{netloc}{parts.path}"
+
     def argv(self) -> list[str]:
         """The child's command line; a bare `python` means the interpreter running us."""
         argv = list(self.command or ())
         if argv and argv[0] in ("python", "python3"):
             argv[0] = sys.executable
         return argv
+
+
+def _check_url(url: str) -> None:
+    """Refuses what no HTTP client could connect to; the message never quotes the URL,
+    which may hold credentials."""
+    parts = urlsplit(url)
+    try:
+        parts.port  # noqa: B018 - parsed for its refusal
+    except ValueError:
+        raise refusal("url", "has a port that is not a number from 0 to 65535") from None
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise refusal("url", "must be an http:// or https:// URL with a host")
 
 
 TaskSupport = Literal["optional", "required", "forbidden"]

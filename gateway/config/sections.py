@@ -149,12 +149,22 @@ class LimitsOverride(Section):
 
 
 class AuditConfig(Section):
-    #: JSON lines go to this file (rotated), or to stderr when null.
+    #: JSON lines go to this file (rotated), or when null to `stream`.
     file: str | None = None
+    #: Without a file: stdout, apart from the human log on stderr; `stderr` puts both on
+    #: one stream, which must be asked for.
+    stream: Literal["stdout", "stderr"] = "stdout"
     max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
     backups: int = Field(5, ge=0)
     #: Tool arguments in task_created events: off, as they may hold personal data.
     include_arguments: bool = False
+
+    @model_validator(mode="after")
+    def _one_place(self) -> AuditConfig:
+        # `stdout` written out beside a file (as config/gateway.yaml has it) is harmless.
+        if self.file is not None and self.stream != "stdout":
+            raise refusal("stream", "is where the lines go without `file`; remove one of them")
+        return self
 
 
 class MetricsConfig(Section):

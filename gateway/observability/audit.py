@@ -27,16 +27,22 @@ _listener: logging.handlers.QueueListener | None = None
 
 
 def configure(config: AuditConfig) -> None:
-    """Send audit events, as bare JSON lines, to the configured file or to stderr."""
+    """Send audit events, as bare JSON lines, to the configured file or stream (stdout
+    unless asked: the human log is on stderr, and the two are not mixed unless asked)."""
     handler: logging.Handler
     if config.file is not None:
         handler = logging.handlers.RotatingFileHandler(
             config.file, maxBytes=config.max_bytes, backupCount=config.backups, encoding="utf-8"
         )
     else:
-        handler = logging.StreamHandler(sys.stderr)
+        handler = logging.StreamHandler(sys.stdout if config.stream == "stdout" else sys.stderr)
     handler.setFormatter(logging.Formatter("%(message)s"))
     start(handler)
+
+
+def where(config: AuditConfig) -> str:
+    """Where `configure` sends the lines, for the start-up log."""
+    return config.file if config.file is not None else config.stream
 
 
 def start(handler: logging.Handler) -> None:

@@ -21,6 +21,7 @@
     ├── security.errors.InsufficientScope (-32600, 403) a token lacks a scope the route or tool asks
     └── UpstreamError                 the upstream could not give an answer (plane a)
         ├── UpstreamUnavailable       connection refused/reset, child died, stream ended early
+        │   └── UpstreamRefused       it answered, but with an HTTP error status (401, 403, ...)
         ├── UpstreamTimeout           no answer within the route's timeout
         └── UpstreamProtocolError     the upstream answered with something that is not MCP
 
@@ -143,6 +144,11 @@ class UpstreamError(GatewayError):
 
 class UpstreamUnavailable(UpstreamError):
     pass
+
+
+class UpstreamRefused(UpstreamUnavailable):
+    """The upstream is there, but refused the request (an HTTP error status): a reachability
+    check tells it from one that cannot be reached."""
 
 
 class UpstreamTimeout(UpstreamError):

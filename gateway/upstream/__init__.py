@@ -8,8 +8,9 @@ HTTP+SSE transport) and `stdio` (a child process per session, under the route's 
 children stopped). `http1` is the lean client of the POSTs to a Streamable HTTP upstream,
 `sse_reader` parses upstream event streams, `unreadable` is what a message that cannot be
 parsed becomes. `UpstreamRoute` is what a route's sessions share: HTTP connection pools or
-the stdio child cap, and the `identity` that tells an HTTP upstream who calls.
-This package knows nothing of sessions, tasks or the client side.
+the stdio child cap, and the `identity` that tells an HTTP upstream who calls. `probe` opens
+one short session to ask whether an upstream answers (`config check`, and the gateway once it
+listens). This package knows nothing of sessions, tasks or the client side.
 """
 
 from __future__ import annotations

@@ -15,7 +15,12 @@ import aiohttp
 from gateway.aio import TaskSet
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import UpstreamError, UpstreamTimeout, UpstreamUnavailable
+from gateway.protocol.errors import (
+    UpstreamError,
+    UpstreamRefused,
+    UpstreamTimeout,
+    UpstreamUnavailable,
+)
 from gateway.upstream import sse_reader
 from gateway.upstream.base import Headers, Sink, Transport, trace_context
 
@@ -53,10 +58,13 @@ class SseTransport(Transport):
 
     async def _run(self, endpoint_known: asyncio.Future[str]) -> None:
         reason = "the upstream closed its SSE stream"
+        refused = False
         try:
             async with self._http.get(
                 self._url, headers={**await self._headers(), "Accept": "text/event-stream"}
             ) as resp:
+                if resp.status >= 400:
+                    raise UpstreamRefused(f"the SSE upstream answered HTTP {resp.status}")
                 if resp.status != 200:
                     raise UpstreamUnavailable(f"the SSE upstream answered HTTP {resp.status}")
                 async for event in sse_reader.events(
@@ -71,10 +79,12 @@ class SseTransport(Transport):
         except UpstreamError as exc:
             # Unavailable, or a line beyond the cap: the stream cannot go on past either.
             reason = exc.message
+            refused = isinstance(exc, UpstreamRefused)
         except (aiohttp.ClientError, TimeoutError) as exc:
             reason = f"cannot reach the SSE upstream: {exc}"
         if not endpoint_known.done():
-            endpoint_known.set_exception(UpstreamUnavailable(reason))
+            failure = UpstreamRefused if refused else UpstreamUnavailable
+            endpoint_known.set_exception(failure(reason))
         elif not self._closing:
             self.sink.on_lost(reason)
 
@@ -96,9 +106,8 @@ class SseTransport(Transport):
                 self._endpoint, data=jsonrpc.dump(message), headers=headers
             ) as resp:
                 if resp.status >= 300:
-                    raise UpstreamUnavailable(
-                        f"the SSE upstream refused a message: HTTP {resp.status}"
-                    )
+                    failure = UpstreamRefused if resp.status >= 400 else UpstreamUnavailable
+                    raise failure(f"the SSE upstream refused a message: HTTP {resp.status}")
         except aiohttp.ClientError as exc:
             raise UpstreamUnavailable(f"cannot reach the SSE upstream: {exc}") from exc
 

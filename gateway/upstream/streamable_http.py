@@ -22,6 +22,7 @@ from gateway.protocol.errors import (
     ParseError,
     ResultTooLarge,
     UpstreamProtocolError,
+    UpstreamRefused,
     UpstreamTimeout,
     UpstreamUnavailable,
 )
@@ -178,7 +179,7 @@ class StreamableHttpTransport(Transport):
                 message = jsonrpc.parse(body)
             except (ParseError, InvalidRequest) as exc:
                 if resp.status >= 400:
-                    raise UpstreamUnavailable(f"the upstream answered HTTP {resp.status}") from exc
+                    raise UpstreamRefused(f"the upstream answered HTTP {resp.status}") from exc
                 raise UpstreamProtocolError(
                     f"the upstream sent an invalid answer: {exc.message}"
                 ) from exc

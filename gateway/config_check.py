@@ -1,0 +1,146 @@
+"""`mcp-task-gateway config check [--config FILE]`: can the gateway serve this configuration?
+
+The file is loaded as the gateway loads it (an error names the file and the key path; every
+unset variable a `${VAR}` or a `*_env` key names is listed, never a value), the app is built
+as the gateway builds it (key files, signing keys), then every route's upstream is probed at
+once (`reachability.check`). The table goes to stdout, one row per route:
+
+    ROUTE  TRANSPORT  UPSTREAM  TOOLS  TASKS
+
+and what went wrong to stderr. Exit 0 when every upstream answered, 2 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from collections.abc import Sequence
+
+from gateway.app import create_app
+from gateway.config import ConfigError, RouteConfig, TaskPolicy, load_settings
+from gateway.observability import logs
+from gateway.reachability import DEFAULT_TIMEOUT, Outcome, check
+
+HEADER = ("ROUTE", "TRANSPORT", "UPSTREAM", "TOOLS", "TASKS")
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(
+        prog="mcp-task-gateway config",
+        description="Checks a configuration before the gateway uses it.",
+    )
+    commands = parser.add_subparsers(dest="command", required=True)
+    checking = commands.add_parser(
+        "check",
+        help="validate the file, resolve its variables, and reach every upstream once",
+    )
+    checking.add_argument("--config", help="YAML settings (default: the built-in demo settings)")
+    checking.add_argument(
+        "--timeout",
+        type=_seconds,
+        default=DEFAULT_TIMEOUT,
+        help=f"seconds each upstream gets for initialize and tools/list ({DEFAULT_TIMEOUT:g})",
+    )
+    checking.add_argument(
+        "--log-level",
+        default="WARNING",
+        help="the gateway's own log on stderr while it checks; INFO shows stdio children's "
+        "stderr (WARNING)",
+    )
+    args = parser.parse_args(argv)
+    source = args.config or "built-in settings"
+    try:
+        settings = load_settings(args.config)
+    except ConfigError as exc:
+        print(f"mcp-task-gateway: configuration error:\n{exc}", file=sys.stderr)
+        return 2
+    try:
+        logs.configure(args.log_level)
+    except ValueError as exc:
+        checking.error(str(exc))
+    try:
+        create_app(settings)  # what else stops a gateway before it listens: key files, keys
+    except ValueError as exc:
+        print(f"mcp-task-gateway: configuration error:\n{source}: {exc}", file=sys.stderr)
+        return 2
+    outcomes = asyncio.run(_check_all(settings.routes, args.timeout))
+    print(table(outcomes), flush=True)
+    failed = 0
+    for outcome in outcomes:
+        name = outcome.route.name
+        if outcome.refused is not None:
+            print(
+                f"{source}: route {name}: its upstream answered, but refuses a request without "
+                f"a caller ({_shown(outcome.refused)}); the route sends the caller's identity, "
+                "so its tools are seen by callers only",
+                file=sys.stderr,
+            )
+        elif outcome.failure is not None:
+            failed += 1
+            print(
+                f"{source}: route {name}: upstream check (initialize, tools/list) failed: "
+                f"{_shown(outcome.failure)}",
+                file=sys.stderr,
+            )
+    if failed:
+        print(f"mcp-task-gateway: {failed} of {len(outcomes)} upstream(s) failed", file=sys.stderr)
+        return 2
+    print(f"{source}: valid, and every upstream answered", file=sys.stderr)
+    return 0
+
+
+async def _check_all(routes: Sequence[RouteConfig], seconds: float) -> list[Outcome]:
+    return list(await asyncio.gather(*(check(route, seconds) for route in routes)))
+
+
+def table(outcomes: Sequence[Outcome]) -> str:
+    """The header and one row per route, in columns; TASKS, the last, is not padded."""
+    rows = [HEADER, *(_row(outcome) for outcome in outcomes)]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
+    return "\n".join(
+        "  ".join([*(cell.ljust(width) for cell, width in zip(row, widths, strict=False)), row[-1]])
+        for row in rows
+    )
+
+
+def _row(outcome: Outcome) -> tuple[str, str, str, str, str]:
+    route = outcome.route
+    if outcome.reached is not None:
+        tools = str(outcome.reached.tools)
+    else:
+        tools = "?" if outcome.refused is not None else "-"
+    upstream = route.upstream
+    return (route.name, upstream.transport, _shown(upstream.location), tools, tasks(route.tasks))
+
+
+def tasks(policy: TaskPolicy) -> str:
+    """A route's task policy in a few words: `off`, or the default support, the tools that
+    differ from it, and the tools run again after a restart, e.g. `optional; required:
+    build_report; repeatable: annotated`."""
+    if not policy.enabled:
+        return "off"
+    parts: list[str] = [policy.default]
+    for support in ("required", "optional", "forbidden"):
+        tools = sorted(tool for tool, said in policy.tools.items() if said == support)
+        if tools and support != policy.default:
+            parts.append(f"{support}: {', '.join(tools)}")
+    if policy.repeatable == "annotated":
+        parts.append("repeatable: annotated")
+    elif policy.repeatable:
+        parts.append(f"repeatable: {', '.join(policy.repeatable)}")
+    return _shown("; ".join(parts))
+
+
+def _shown(text: str) -> str:
+    return logs.printable(text, limit=500)
+
+
+def _seconds(value: str) -> float:
+    try:
+        seconds = float(value)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a number of seconds: {value!r}") from None
+    if not 0 < seconds <= 3600:
+        raise argparse.ArgumentTypeError("must be more than 0 and at most 3600 seconds")
+    return seconds
