@@ -10,7 +10,7 @@ import sys
 from functools import partial
 from urllib.parse import urlsplit
 
-from gateway import __version__, store_cli
+from gateway import __version__, admin_cli, store_cli
 from gateway.app import create_app, drain
 from gateway.config import ConfigError, RouteConfig, load_settings, route_auth
 from gateway.http import listen
@@ -47,6 +47,8 @@ def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["store"]:
         raise SystemExit(store_cli.main(argv[1:]))
+    if argv[:1] in (["tasks"], ["sessions"]):
+        raise SystemExit(admin_cli.main(argv))
     parser = argparse.ArgumentParser(
         prog="mcp-task-gateway",
         description="Adds MCP Tasks to MCP servers that lack them.",
@@ -96,6 +98,14 @@ def main(argv: list[str] | None = None) -> None:
             ", ".join(open_routes),
         )
     log = logging.getLogger("gateway")
+    admin = settings.admin
+    if admin is not None and not ipaddress.ip_address(_resolve(admin.listen.host)).is_loopback:
+        log.warning(
+            "the admin API listens on %s, beyond this machine: whoever reaches it with the "
+            "token can cancel and purge every principal's tasks; keep it to a management "
+            "network (see README, Operations)",
+            admin.listen.host,
+        )
     log.info("configuration: %s", args.config or "built in (the same as config/gateway.yaml)")
 
     def started() -> None:
@@ -109,6 +119,14 @@ def main(argv: list[str] | None = None) -> None:
             where = settings.metrics.listen
             metrics = base if where is None else f"http://{_url_host(where.host)}:{where.port}"
             log.info("metrics: %s/metrics", metrics)
+        if admin is not None:
+            where = admin.listen
+            log.info(
+                "admin API: http://%s:%d/admin/ (its token in %s)",
+                _url_host(where.host),
+                where.port,
+                admin.token_env,
+            )
 
     try:
         listen.run(

@@ -115,7 +115,9 @@ async def test_a_purge_takes_at_most_its_limit_oldest_first(store: TaskStore) ->
 
 async def test_session_records_are_chosen_by_route_and_principal(store: TaskStore) -> None:
     records: list[SessionRecord] = []
-    for n, (route, principal) in enumerate([("files", "alice"), ("mail", "alice"), ("files", None)]):
+    for n, (route, principal) in enumerate(
+        [("files", "alice"), ("mail", "alice"), ("files", None)]
+    ):
         record = record_of(f"s{n}", principal)
         record = record.model_copy(update={"route": route, "created_at": T0 + n * HOUR})
         records.append(record)

@@ -82,8 +82,7 @@ def _refused(source: str, errors: list[ErrorDetails], within: tuple[str, ...] = 
     """One line per error: the file, the key path (inside the section `within`), the message."""
     return ConfigError(
         "\n".join(
-            f"{source}: {_key_path((*within, *loc))}: {msg}"
-            for loc, msg in map(_explained, errors)
+            f"{source}: {_key_path((*within, *loc))}: {msg}" for loc, msg in map(_explained, errors)
         )
     )
 
