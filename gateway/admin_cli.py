@@ -99,8 +99,26 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _dashed_ids(argv: list[str]) -> list[str]:
+    """`argv` with an id that begins with '-' (one id in 64 does: they are URL-safe base64)
+    moved after '--', where argparse takes it for the id rather than an unknown option."""
+    if argv[1:2] not in (["show"], ["cancel"], ["end"]) or "--" in argv:
+        return argv
+    kept: list[str] = []
+    dashed: list[str] = []
+    rest = iter(argv[2:])
+    for token in rest:
+        if token == "--config":
+            kept += [token, next(rest, "")]
+        elif token.startswith("-") and token not in ("--json", "-h", "--help"):
+            (kept if token.startswith("--config=") else dashed).append(token)
+        else:
+            kept.append(token)
+    return [*argv[:2], *kept, *(["--", *dashed] if dashed else [])]
+
+
 def main(argv: list[str]) -> int:
-    args = _parser().parse_args(argv)
+    args = _parser().parse_args(_dashed_ids(argv))
     try:
         admin = load_admin(args.config)
         if admin is None:

@@ -160,6 +160,8 @@ async def test_tasks_list_show_cancel_and_purge_every_principals_tasks(
         seen_by_alice = await task_terminal(alice, url, alice_session, hung)
         again_code, _, again = await command("tasks", "cancel", hung, *c)
         unknown_code, _, unknown = await command("tasks", "cancel", "nope", *c)
+        # One id in 64 begins with '-': taken for the id, not for an unknown option.
+        dashed_code, _, dashed = await command("tasks", "show", "-nope", *c)
         _, purged_completed, _ = await command(
             "tasks", "purge", *c, "--status", "completed", "--json"
         )
@@ -196,6 +198,7 @@ async def test_tasks_list_show_cancel_and_purge_every_principals_tasks(
         "task can be cancelled"
     )
     assert unknown_code == 2 and unknown.strip() == "mcp-task-gateway: no task nope"
+    assert dashed_code == 2 and dashed.strip() == "mcp-task-gateway: no task -nope"
     assert json.loads(purged_completed) == {"purged": 2}
     assert purged_rest.strip() == "purged 1 finished task(s)"  # the cancelled one
     assert [row["taskId"] for row in json.loads(left)] == [still]
@@ -224,6 +227,7 @@ async def test_sessions_list_and_end_and_the_ended_one_gets_404(
             status_after = after.status
         bob_still = await rpc(bob, url, bob_session, "ping", {})
         again_code, _, again = await command("sessions", "end", alice_session, *c, "--json")
+        dashed_code, _, dashed = await command("sessions", "end", *c, "-nope")
 
     assert code == 0
     lines = table.splitlines()
@@ -238,6 +242,7 @@ async def test_sessions_list_and_end_and_the_ended_one_gets_404(
     assert status_after == 404
     assert bob_still["result"] == {}
     assert again_code == 2 and again.strip() == f"mcp-task-gateway: no session {alice_session}"
+    assert dashed_code == 2 and dashed.strip() == "mcp-task-gateway: no session -nope"
     (event,) = await audited(tmp_path / "gw", "session_ended")
     assert event == {**event, "actor": "operator", "principal": "alice", "reason": "deleted"}
 
@@ -304,7 +309,7 @@ async def test_an_operator_on_one_replica_cancels_a_call_running_on_another(
         (note,) = await cancelled_upstream(faulty_upstream)
         seen_on_a = await task_terminal(alice, a, session, hung)
         _, sessions, _ = await command("sessions", "list", *on_b, "--json")
-        end_code, _, _ = await command("sessions", "end", session, *on_b)
+        end_code, _, end_said = await command("sessions", "end", session, *on_b)
         ping = {"jsonrpc": "2.0", "id": 7, "method": "ping"}
         headers = {"Mcp-Session-Id": session, "Accept": "application/json, text/event-stream"}
         async with alice.post(a, json=ping, headers=headers) as after:
@@ -314,6 +319,6 @@ async def test_an_operator_on_one_replica_cancels_a_call_running_on_another(
     assert code == 0 and note["params"]["requestId"] == call["id"]  # A stopped its call
     assert seen_on_a["status"] == "cancelled"
     assert [row["sessionId"] for row in json.loads(sessions)] == [session]
-    assert end_code == 0 and status_on_a == 404
+    assert end_code == 0 and status_on_a == 404, end_said
     (event,) = await audited(tmp_path / "b", "task_cancelled")
     assert event["actor"] == "operator" and event["principal"] == "alice"
