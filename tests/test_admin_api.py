@@ -14,10 +14,11 @@ from typing import Any
 
 import aiohttp
 import pytest
+import yaml
 
-from gateway.config import ConfigError, parse_settings
+from gateway.config import AdminConfig, ConfigError, load_settings, parse_settings
 
-from .conftest import DEMO, StartGateway, free_port
+from .conftest import DEMO, ROOT, StartGateway, free_port
 from .helpers import get_task, open_session, rpc, start_task
 
 TOKEN = "admin-token-0123456789abcdef"
@@ -280,3 +281,15 @@ def test_an_admin_section_with_its_defaults_listens_on_loopback_8081() -> None:
     assert (settings.admin.listen.host, settings.admin.listen.port) == ("127.0.0.1", 8081)
     assert settings.admin.token == TOKEN
     assert parse_settings({"routes": ROUTES}, "gateway.yaml", env={}).admin is None
+
+
+def test_the_shipped_config_leaves_admin_off_and_its_example_is_one_the_gateway_takes() -> None:
+    path = ROOT / "config" / "gateway.yaml"
+    section = path.read_text().split("\nadmin:", 1)[1].split("\nroutes:", 1)[0]
+    example = next(line for line in section.splitlines() if "# admin: {" in line)
+
+    assert load_settings(path).admin is None
+    assert {key for key in AdminConfig.model_fields if f"{key}:" not in section} == set()
+    written = yaml.safe_load(example.split("#", 1)[1])
+    settings = parse_settings({**written, "routes": ROUTES}, "gateway.yaml", env=ADMIN_ENV)
+    assert settings.admin is not None and settings.admin.listen.port == 8081
