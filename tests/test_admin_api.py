@@ -6,16 +6,19 @@ test_admin_cli.py; the store's part on both backends in test_store_admin.py.)"""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
 import yaml
 
+from gateway import admin_cli
 from gateway.config import AdminConfig, ConfigError, load_settings, parse_settings
 
 from .conftest import DEMO, ROOT, StartGateway, free_port
@@ -293,3 +296,75 @@ def test_the_shipped_config_leaves_admin_off_and_its_example_is_one_the_gateway_
     written = yaml.safe_load(example.split("#", 1)[1])
     settings = parse_settings({**written, "routes": ROUTES}, "gateway.yaml", env=ADMIN_ENV)
     assert settings.admin is not None and settings.admin.listen.port == 8081
+
+
+async def test_the_commands_in_process_print_tables_json_and_one_line_failures(
+    gateway: Gateway,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The commands' own code, run on a thread beside this gateway (test_admin_cli.py runs
+    them as processes)."""
+    port = int(gateway.admin.rsplit(":", 1)[1])
+    config = tmp_path / "admin.yaml"
+    config.write_text(f"admin: {{listen: {{host: 127.0.0.1, port: {port}}}}}\nroutes: [{{}}]\n")
+    c = ["--config", str(config)]
+
+    async def run(*argv: str) -> tuple[int, str, str]:
+        code = await asyncio.to_thread(admin_cli.main, list(argv))
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    async with gateway.client("alice") as alice:
+        session = await open_session(alice, gateway.mcp)
+        slow = await start_task(alice, gateway.mcp, session, "slow", {"seconds": 60})
+        done = await start_task(alice, gateway.mcp, session, "echo", {"text": "x"})
+        await rpc(alice, gateway.mcp, session, "tasks/result", {"taskId": done})
+
+        listed = await run("tasks", "list", *c, "--limit", "1")
+        as_json = await run("tasks", "list", *c, "--json", "--status", "working")
+        shown = await run("tasks", "show", slow, *c)
+        cancelled = await run("tasks", "cancel", *c, slow)
+        again = await run("tasks", "cancel", slow, *c, "--json")
+        purged = await run("tasks", "purge", *c, "--json")
+        sessions = await run("sessions", "list", *c, "--principal", "alice")
+        ended = await run("sessions", "end", session, *c, "--json")
+        unknown = await run("sessions", "end", "-nope", *c)
+        monkeypatch.setenv("ADMIN_TOKEN", "x" * 20)
+        refused = await run("tasks", "list", *c)
+
+    code, out, err = listed
+    assert code == 0 and out.splitlines()[0].split()[:3] == ["TASK", "ROUTE", "PRINCIPAL"]
+    assert out.splitlines()[1].split()[0] == slow and "more tasks match" in err
+    assert [row["taskId"] for row in json.loads(as_json[1])] == [slow]
+    assert shown[0] == 0 and ["status", "working"] in [
+        line.split() for line in shown[1].splitlines()
+    ]
+    assert cancelled == (0, f"cancelled task {slow} (route demo, principal alice)\n", "")
+    assert again[0] == 2 and "is cancelled already" in again[2]
+    assert json.loads(purged[1]) == {"purged": 2}
+    assert sessions[0] == 0 and session in sessions[1]
+    assert json.loads(ended[1])["sessionId"] == session
+    assert unknown == (2, "", "mcp-task-gateway: no session -nope\n")
+    assert refused[0] == 2 and "refused the token in ADMIN_TOKEN (401)" in refused[2]
+    monkeypatch.setenv("ADMIN_TOKEN", TOKEN)
+    closed = tmp_path / "closed.yaml"
+    closed.write_text(f"admin: {{listen: {{host: 0.0.0.0, port: {free_port()}}}}}\n")
+    code, _, err = await run("sessions", "list", "--config", str(closed))
+    assert code == 2 and err.startswith(
+        "mcp-task-gateway: cannot reach the admin API at http://127.0.0.1:"
+    )
+    (tmp_path / "none.yaml").write_text("routes: []\n")
+    code, _, err = await run("tasks", "list", "--config", str(tmp_path / "none.yaml"))
+    assert code == 2 and "has no admin section" in err
+    (tmp_path / "list.yaml").write_text("- admin\n")
+    code, _, err = await run("tasks", "list", "--config", str(tmp_path / "list.yaml"))
+    assert code == 2 and "the top level must be a mapping of keys" in err
+    for text, says in (
+        ("admin: {listen: {port: 0}}", "admin.listen.port: must be a fixed port"),
+        ("admin: {token_env: '${NOPE_VAR}'}", "admin.token_env: environment variable NOPE_VAR"),
+    ):
+        (tmp_path / "bad.yaml").write_text(text)
+        code, _, err = await run("tasks", "list", "--config", str(tmp_path / "bad.yaml"))
+        assert code == 2 and f"{tmp_path / 'bad.yaml'}: {says}" in err, err
