@@ -27,6 +27,7 @@ are flushed last, so the spans of everything above reach the collector.
 
 from __future__ import annotations
 
+import socket
 import time
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
@@ -38,7 +39,8 @@ from aiohttp import web
 from gateway import replicas, reruns
 from gateway.aio import TaskSet
 from gateway.config import Settings
-from gateway.http import cors, middleware
+from gateway.http import admin, cors, listen, middleware
+from gateway.http.admin import AdminApi
 from gateway.http.drain import Drain
 from gateway.http.health import Health
 from gateway.http.urls import add_routes
@@ -126,7 +128,9 @@ def create_app(
     add_routes(app, settings)
     if tracing is not None:
         app.cleanup_ctx.append(partial(_traces, tracing=tracing))  # its cleanup runs last
-    app.cleanup_ctx.append(partial(_components, clock=clock))
+    admin_sockets: list[socket.socket] = []
+    app.cleanup_ctx.append(partial(_admin_address, sockets=admin_sockets))
+    app.cleanup_ctx.append(partial(_components, clock=clock, admin_sockets=admin_sockets))
     app.on_shutdown.append(_interrupt)
     return app
 
@@ -150,7 +154,22 @@ async def _interrupt(app: web.Application) -> None:
     app[SESSIONS].drain("the gateway is shutting down; send the request again once it is back")
 
 
-async def _components(app: web.Application, clock: Callable[[], datetime]) -> AsyncIterator[None]:
+async def _admin_address(app: web.Application, sockets: list[socket.socket]) -> AsyncIterator[None]:
+    """admin.listen bound before the store is opened, as the gateway's own port is, so that a
+    taken one stops the start first; `_components` serves on it once all it uses exists."""
+    admin = app[SETTINGS].admin
+    if admin is not None:
+        sockets.extend(listen.bind(admin.listen, "admin.listen"))
+    try:
+        yield
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+async def _components(
+    app: web.Application, clock: Callable[[], datetime], admin_sockets: list[socket.socket]
+) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     metrics = app[METRICS]
     store = await open_configured(settings.store, on_timing=metrics.observe_store)
@@ -186,9 +205,15 @@ async def _components(app: web.Application, clock: Callable[[], datetime]) -> As
         metrics.sessions.labels(name).set_function(partial(app[SESSIONS].count, name))
     app[SESSIONS].start_reaper()
     metrics_site = await _metrics_listener(settings, metrics)
+    admin_site = None
+    if settings.admin is not None:
+        api = AdminApi(store, runner, app[SESSIONS], clock)
+        admin_site = await admin.serve(api, settings.admin.token, admin_sockets)
     try:
         yield
     finally:
+        if admin_site is not None:
+            await admin_site.cleanup()
         if metrics_site is not None:
             await metrics_site.cleanup()
         await replica_tasks.close()

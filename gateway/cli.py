@@ -9,7 +9,7 @@ import socket
 import sys
 from functools import partial
 
-from gateway import __version__, config_check, reachability, store_cli
+from gateway import __version__, admin_cli, config_check, reachability, store_cli
 from gateway.app import create_app, drain
 from gateway.config import ConfigError, load_settings, route_auth
 from gateway.http import listen
@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(store_cli.main(argv[1:]))
     if argv[:1] == ["config"]:
         raise SystemExit(config_check.main(argv[1:]))
+    if argv[:1] in (["tasks"], ["sessions"]):
+        raise SystemExit(admin_cli.main(argv))
     parser = argparse.ArgumentParser(
         prog="mcp-task-gateway",
         description="Adds MCP Tasks to MCP servers that lack them.",
@@ -85,6 +87,14 @@ def main(argv: list[str] | None = None) -> None:
             ", ".join(open_routes),
         )
     log = logging.getLogger("gateway")
+    admin = settings.admin
+    if admin is not None and not ipaddress.ip_address(_resolve(admin.listen.host)).is_loopback:
+        log.warning(
+            "the admin API listens on %s, beyond this machine: whoever reaches it with the "
+            "token can cancel and purge every principal's tasks; keep it to a management "
+            "network (see README, Operations)",
+            admin.listen.host,
+        )
     log.info("configuration: %s", args.config or "built in (the same as config/gateway.yaml)")
     check_upstreams = reachability.at_start_up(app, settings.routes)
 
@@ -101,6 +111,14 @@ def main(argv: list[str] | None = None) -> None:
             metrics = base if where is None else f"http://{_url_host(where.host)}:{where.port}"
             log.info("metrics: %s/metrics", metrics)
         log.info("audit log: %s (JSON lines)", audit.where(settings.audit))
+        if admin is not None:
+            where = admin.listen
+            log.info(
+                "admin API: http://%s:%d/admin/ (its token in %s)",
+                _url_host(where.host),
+                where.port,
+                admin.token_env,
+            )
         check_upstreams()  # in the background: a WARNING for each upstream that does not answer
 
     try:

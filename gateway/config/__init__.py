@@ -8,7 +8,7 @@ package is a leaf: it imports nothing else of the gateway. Components get their 
 from gateway.config.auth import ApiKey, AuthConfig, JwtConfig, OAuthConfig
 from gateway.config.base import ConfigError
 from gateway.config.identity import UpstreamIdentity
-from gateway.config.loading import load_settings, parse_settings
+from gateway.config.loading import load_admin, load_settings, parse_settings
 from gateway.config.routes import (
     CHILD_ENV_ALLOWED,
     RouteConfig,
@@ -17,6 +17,7 @@ from gateway.config.routes import (
     UpstreamConfig,
 )
 from gateway.config.sections import (
+    AdminConfig,
     AuditConfig,
     HttpConfig,
     Limits,
@@ -32,6 +33,7 @@ from gateway.config.settings import Settings, route_auth, route_limits
 
 __all__ = [
     "CHILD_ENV_ALLOWED",
+    "AdminConfig",
     "ApiKey",
     "AuditConfig",
     "AuthConfig",
@@ -53,6 +55,7 @@ __all__ = [
     "TracingConfig",
     "UpstreamConfig",
     "UpstreamIdentity",
+    "load_admin",
     "load_settings",
     "parse_settings",
     "route_auth",

@@ -2,7 +2,8 @@
 
 `load_settings(path)` reads YAML, replaces `${VAR}` references with environment values, and
 validates the result; every failure names the file and the key path. Components receive
-their slice of the settings, never `os.environ`.
+their slice of the settings, never `os.environ`. `load_admin(path)` reads the admin section
+alone, for the operator's command.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from pydantic_core import ErrorDetails
 
 from gateway.config.base import ConfigError
 from gateway.config.routes import demo_route
+from gateway.config.sections import AdminConfig
 from gateway.config.settings import Settings
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
@@ -98,9 +100,16 @@ def parse_settings(data: Any, source: str, env: dict[str, str] | None = None) ->
         # A route that fails validation also makes `routes` look empty; report only the cause.
         if any(e["type"] != "too_short" for e in errors):
             errors = [e for e in errors if e["type"] != "too_short"]
-        lines = []
-        lines = [f"{source}: {_key_path(loc)}: {msg}" for loc, msg in map(_explained, errors)]
-        raise ConfigError("\n".join(lines)) from None
+        raise _refused(source, errors) from None
+
+
+def _refused(source: str, errors: list[ErrorDetails], within: tuple[str, ...] = ()) -> ConfigError:
+    """One line per error: the file, the key path (inside the section `within`), the message."""
+    return ConfigError(
+        "\n".join(
+            f"{source}: {_key_path((*within, *loc))}: {msg}" for loc, msg in map(_explained, errors)
+        )
+    )
 
 
 def _explained(err: ErrorDetails) -> tuple[tuple[int | str, ...], str]:
@@ -133,6 +142,46 @@ def load_settings(path: str | Path | None) -> Settings:
     """
     if path is None:
         return Settings(routes=(demo_route(),))
+    data = _read(path)
+    try:
+        return parse_settings(data, str(path))
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a configuration") from None
+
+
+def load_admin(path: str | Path) -> AdminConfig | None:
+    """The file's `admin` section alone (None without one): what the operator's command
+    needs, without the clients' secrets the rest of the file may name.
+
+    Raises:
+        ConfigError: unreadable file, bad YAML or an invalid admin section.
+    """
+    data = _read(path)
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: the top level must be a mapping of keys")
+    section = data.get("admin")
+    if section is None:
+        return None
+    env = dict(os.environ)
+    unset: list[str] = []
+    try:
+        section = _substitute_env(section, "admin", env, unset)
+    except RecursionError:
+        raise ConfigError(f"{path}: admin: nested too deeply to be a configuration") from None
+    if unset:
+        raise ConfigError("\n".join(f"{path}: {line}" for line in unset))
+    try:
+        return AdminConfig.model_validate(section, context={"env": env})
+    except ValidationError as exc:
+        raise _refused(str(path), exc.errors(), ("admin",)) from None
+
+
+def _read(path: str | Path) -> Any:
+    """The file's YAML, decoded.
+
+    Raises:
+        ConfigError: unreadable file or bad YAML.
+    """
     try:
         with Path(path).open("rb") as file:
             raw = file.read(_MAX_FILE_BYTES + 1)
@@ -145,8 +194,7 @@ def load_settings(path: str | Path | None) -> Settings:
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     try:
-        data = yaml.safe_load(text)
-        return parse_settings(data, str(path))
+        return yaml.safe_load(text)
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML: {_yaml_problem(exc)}") from None
     except RecursionError:

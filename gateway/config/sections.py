@@ -1,5 +1,5 @@
 """The gateway-wide sections: where it listens, its store, HTTP behaviour, how it stops, limits,
-sessions, audit, metrics and traces."""
+sessions, audit, metrics, traces and the operators' admin API."""
 
 from __future__ import annotations
 
@@ -230,3 +230,40 @@ class TracingConfig(Section):
     @property
     def traces_url(self) -> str:
         return self.otlp_endpoint.rstrip("/") + "/v1/traces"
+
+
+#: Shorter admin tokens are refused: the token alone stands between a caller and every task.
+ADMIN_TOKEN_MIN_CHARS = 16
+
+
+class AdminConfig(Section):
+    """The operators' HTTP API under /admin/ (what `mcp-task-gateway tasks` and `sessions`
+    talk to): on an address of its own, never the gateway's, and only with the token read
+    from `token_env`. Off when the section is absent."""
+
+    #: Loopback by default: only this machine reaches it. Another address (a management
+    #: network) is allowed, and the start-up log warns, as the token alone guards it there.
+    listen: ListenConfig = ListenConfig(port=8081)
+    token_env: str = Field("ADMIN_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    _token: str = PrivateAttr("")
+
+    @property
+    def token(self) -> str:
+        return self._token
+
+    @model_validator(mode="after")
+    def _read_token(self, info: ValidationInfo) -> AdminConfig:
+        if self.listen.port == 0:
+            raise refusal("listen.port", "must be a fixed port: the command line reads it here")
+        try:
+            token = secret_from_env(info, self.token_env)
+        except ValueError as exc:
+            raise refusal("token_env", str(exc)) from None
+        if len(token) < ADMIN_TOKEN_MIN_CHARS:
+            raise refusal(
+                "token_env",
+                f"the token in {self.token_env} is shorter than {ADMIN_TOKEN_MIN_CHARS} "
+                "characters: use a long random one (e.g. `openssl rand -hex 32`)",
+            )
+        self._token = token
+        return self

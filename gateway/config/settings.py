@@ -6,6 +6,9 @@ limits one route uses (its own where it sets them, else the gateway's).
 
 from __future__ import annotations
 
+import hashlib
+import hmac
+
 from pydantic import (
     Field,
     model_validator,
@@ -15,6 +18,7 @@ from gateway.config.auth import AuthConfig
 from gateway.config.base import Section, refusal
 from gateway.config.routes import RouteConfig
 from gateway.config.sections import (
+    AdminConfig,
     AuditConfig,
     HttpConfig,
     Limits,
@@ -39,6 +43,8 @@ class Settings(Section):
     metrics: MetricsConfig = MetricsConfig()
     #: Off (None) unless configured; needs the optional extra `otel`.
     tracing: TracingConfig | None = None
+    #: The operators' admin API; off when absent.
+    admin: AdminConfig | None = None
     #: Required in a file: only a run without --config serves the demo (see load_settings).
     routes: tuple[RouteConfig, ...] = Field(min_length=1)
 
@@ -94,6 +100,30 @@ class Settings(Section):
                     f"token_exchange exchanges the caller's token: it needs auth mode oauth or "
                     f"jwt, and this route's is {mode}",
                 )
+        return self
+
+    @model_validator(mode="after")
+    def _admin_apart(self) -> Settings:
+        """The admin API shares neither a port nor a credential with what clients use."""
+        admin = self.admin
+        if admin is None:
+            return self
+        taken = [("listen.port", self.listen)]
+        if self.metrics.listen is not None:
+            taken.append(("metrics.listen.port", self.metrics.listen))
+        for key, where in taken:
+            if where.port == admin.listen.port:
+                raise refusal(
+                    "admin.listen.port",
+                    f"{where.port} is {key} already: the admin API needs a port of its own",
+                )
+        digest = hashlib.sha256(admin.token.encode()).digest()
+        sections = [self.auth, *(route.auth for route in self.routes if route.auth is not None)]
+        if any(hmac.compare_digest(digest, k.digest) for a in sections for k in a.api_keys):
+            raise refusal(
+                "admin.token_env",
+                f"{admin.token_env} holds a client API key: give the admin API a token of its own",
+            )
         return self
 
 

@@ -66,7 +66,7 @@ async def start(app: web.Application, listen: ListenConfig, http: HttpConfig) ->
     """
     # Bound before the app starts: a second gateway on a taken port must stop before it
     # opens the store and recovers (fails) the first one's running tasks.
-    sockets = _bind(listen)
+    sockets = bind(listen)
     runner = GuardedRunner(
         app,
         guard_for(http),
@@ -172,8 +172,9 @@ async def serve(
     log.info("stopped")
 
 
-def _bind(listen: ListenConfig) -> list[socket.socket]:
-    """Listening sockets for every address `listen.host` names (as asyncio would bind).
+def bind(listen: ListenConfig, key: str = "listen") -> list[socket.socket]:
+    """Listening sockets for every address `listen.host` names (as asyncio would bind);
+    `key` is where the settings say so, for the error.
 
     Raises:
         ListenError: an address is in use or cannot be bound.
@@ -186,7 +187,7 @@ def _bind(listen: ListenConfig) -> list[socket.socket]:
             flags=socket.AI_PASSIVE,
         )
     except socket.gaierror as exc:
-        raise ListenError(f"cannot listen on {listen.host}: {exc.strerror}") from None
+        raise ListenError(f"cannot listen on {listen.host}: {exc.strerror} ({key}.host)") from None
     sockets: list[socket.socket] = []
     try:
         for family, kind, proto, _, address in dict.fromkeys(infos):
@@ -201,19 +202,25 @@ def _bind(listen: ListenConfig) -> list[socket.socket]:
     except OSError as exc:
         for sock in sockets:
             sock.close()
-        raise ListenError(_bind_error(listen, exc)) from None
+        raise ListenError(_bind_error(listen, exc, key)) from None
     return sockets
 
 
-def _bind_error(listen: ListenConfig, exc: OSError) -> str:
+def _bind_error(listen: ListenConfig, exc: OSError, key: str) -> str:
     where = f"{listen.host}:{listen.port}"
+    # The gateway's own address can also be set on the command line.
+    port, host = (
+        ("--port or listen.port", "listen.host or --host")
+        if key == "listen"
+        else (f"{key}.port", f"{key}.host")
+    )
     if exc.errno == errno.EADDRINUSE:
         return (
             f"cannot listen on {where}: the port is in use (another gateway?); "
-            "choose another with --port or listen.port"
+            f"choose another with {port}"
         )
     if exc.errno == errno.EADDRNOTAVAIL:
-        return f"cannot listen on {where}: no such local address (listen.host or --host)"
+        return f"cannot listen on {where}: no such local address ({host})"
     if exc.errno == errno.EACCES:
         return f"cannot listen on {where}: permission denied (ports below 1024 need privileges)"
     return f"cannot listen on {where}: {exc.strerror or exc}"

@@ -11,6 +11,9 @@
     GET              /metrics                           Prometheus (unless metrics.listen
                                                         gives it its own address)
 
+Nothing under /admin/ is served here: the operators' API (`gateway.http.admin`) has an address
+of its own (admin.listen), so this table answers it 404.
+
 The routes' paths and their metadata paths are not in aiohttp's router, which is frozen once
 the app starts: a reload (`gateway.reload`) changes them, so one catch-all resource, registered
 last, looks each such path up in the `RouteTable` in force (`configured`).

@@ -228,12 +228,44 @@ class SessionRegistry:
         ]
         return min(idle, key=lambda s: s.last_seen, default=None)
 
-    async def end(self, session: Session, why: str = "deleted") -> None:
+    async def end(self, session: Session, why: str = "deleted", actor: str | None = None) -> None:
         if self._forget(session):
-            await self._retire(session, why)
+            await self._retire(session, why, actor)
 
-    async def _retire(self, session: Session, why: str) -> None:
-        audit("session_ended", route=session.route.name, principal=session.principal, reason=why)
+    async def end_recorded(self, session_id: str, actor: str) -> SessionRecord | None:
+        """End a recorded session for `actor` (an operator), as its client's DELETE would:
+        held here, it is closed; held by another replica (or by none since a restart), its
+        record goes, and the next request there gets 404 (`_still_recorded`, `_restore`).
+        Returns the record, or None for an unknown id."""
+        record = await self._store.get_session(session_id)
+        if record is None:
+            return None
+        session = self._sessions.get(session_id)
+        if session is not None and self._forget(session):
+            await self._retire(session, "deleted", actor)
+            return record
+        audit(
+            "session_ended",
+            route=record.route,
+            principal=record.principal,
+            reason="deleted",
+            actor=actor,
+        )
+        self._retiring.add(session_id)
+        try:
+            await self._store.delete_session(session_id)
+        finally:
+            self._retiring.discard(session_id)
+        return record
+
+    async def _retire(self, session: Session, why: str, actor: str | None = None) -> None:
+        audit(
+            "session_ended",
+            route=session.route.name,
+            principal=session.principal,
+            reason=why,
+            actor=actor,
+        )
         self._retiring.add(session.id)
         try:
             await self._store.delete_session(session.id)

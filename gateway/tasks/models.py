@@ -80,6 +80,27 @@ def owner_of(route: str, principal: str | None) -> str | None:
     return f"principal:{route}:{principal}" if principal else None
 
 
+def principal_of(task: Task) -> str | None:
+    """The principal a task belongs to (`owner_of` read back); None for a task of a caller
+    without one (a session's, or an anonymous 2026-07-28 caller's)."""
+    prefix = f"principal:{task.route}:"
+    return task.owner.removeprefix(prefix) if task.owner.startswith(prefix) else None
+
+
+class TaskFilter(BaseModel):
+    """Which tasks an operator means, of every owner: each field set narrows the choice."""
+
+    model_config = ConfigDict(frozen=True)
+
+    route: str | None = None
+    principal: str | None = None
+    status: TaskStatus | None = None
+    #: Only tasks created before this moment.
+    created_before: datetime | None = None
+    #: At most this many, oldest first.
+    limit: int = 1000
+
+
 class Task(BaseModel):
     model_config = ConfigDict(frozen=True)
 

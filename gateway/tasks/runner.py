@@ -310,8 +310,9 @@ class TaskRunner:
         if host is not None:
             host.task_status(task)
 
-    async def cancel(self, task: Task) -> Task:
-        """Mark a task cancelled (before answering), then stop its upstream call.
+    async def cancel(self, task: Task, actor: str | None = None) -> Task:
+        """Mark a task cancelled (before answering), then stop its upstream call. `actor`
+        names who asked when it is not the task's owner (the audit says "operator").
 
         Raises:
             TaskError: the task is already terminal.
@@ -327,7 +328,7 @@ class TaskRunner:
             status = latest.status if latest is not None else task.status
             raise TaskError(f"Cannot cancel task: already in terminal status '{status}'")
         running = self._running.get(task.task_id)
-        self._telemetry.cancelled(task, running.host.principal if running else None)
+        self._telemetry.cancelled(task, running.host.principal if running else None, actor)
         self._changed(done, running.host if running else None)
         if running is not None:
             await self._stop(running, "the task was cancelled")

@@ -13,7 +13,7 @@ import time
 from gateway.observability.audit import audit
 from gateway.observability.metrics import Metrics, call_outcome
 from gateway.protocol import jsonrpc
-from gateway.tasks.models import Task, TaskStatus
+from gateway.tasks.models import Task, TaskStatus, principal_of
 
 
 class TaskTelemetry:
@@ -83,8 +83,16 @@ class TaskTelemetry:
             else None,
         )
 
-    def cancelled(self, task: Task, principal: str | None) -> None:
-        audit("task_cancelled", route=task.route, task_id=task.task_id, principal=principal)
+    def cancelled(self, task: Task, principal: str | None, actor: str | None = None) -> None:
+        # A task running on another replica (or on none) has no host here to name its
+        # principal: its owner does.
+        audit(
+            "task_cancelled",
+            route=task.route,
+            task_id=task.task_id,
+            principal=principal or principal_of(task),
+            actor=actor,
+        )
 
     def rerun(self, task: Task, outcome: str) -> None:
         """After a restart: a repeatable task runs again (`rerun`) or could not (`failed`)."""

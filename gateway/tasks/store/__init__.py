@@ -19,6 +19,8 @@ that keeps its session id never notices a restart.
                           as SQLite's; leases and takeovers (`claim_orphans`) in attempts
     postgres_schema.py    its database: migrations under an advisory lock, wake-up triggers
     postgres_listener.py  the wake-ups: LISTEN on a connection of its own, reconnecting
+    filters.py            the WHERE clauses of an operator's choice of tasks and sessions,
+                          in either backend's placeholders
 
 Callers import only what this package exports, and never learn which backend they have.
 """

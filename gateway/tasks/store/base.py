@@ -12,7 +12,14 @@ from typing import Protocol
 
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import InputRequest, SessionRecord, Task, TaskStatus, UpstreamCall
+from gateway.tasks.models import (
+    InputRequest,
+    SessionRecord,
+    Task,
+    TaskFilter,
+    TaskStatus,
+    UpstreamCall,
+)
 
 
 class TaskStore(Protocol):
@@ -49,6 +56,14 @@ class TaskStore(Protocol):
         self, owner: str, after: tuple[datetime, str] | None, limit: int, now: datetime
     ) -> list[Task]:
         """Up to `limit` of the owner's unexpired tasks past `after`, by (created_at, task_id)."""
+
+    async def query_tasks(self, choice: TaskFilter) -> list[Task]:
+        """Every owner's tasks `choice` picks, expired or not, oldest first (by created_at,
+        then task_id), at most `choice.limit` of them: what an operator sees."""
+
+    async def purge_tasks(self, choice: TaskFilter) -> list[str]:
+        """Deletes up to `choice.limit` of the finished tasks `choice` picks, oldest first
+        (never a live one: whatever `choice.status` says), their outcomes with them; their ids."""
 
     async def update_task(
         self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
@@ -185,6 +200,13 @@ class TaskStore(Protocol):
         was ended, maybe by another replica); False if there was none."""
 
     async def get_session(self, session_id: str) -> SessionRecord | None: ...
+
+    async def query_sessions(
+        self, route: str | None, principal: str | None, limit: int
+    ) -> list[SessionRecord]:
+        """The session records of `route` and `principal` (None: any), oldest first, at most
+        `limit`: what an operator sees."""
+
     async def delete_session(self, session_id: str) -> None: ...
 
     async def prune_sessions(

@@ -26,9 +26,11 @@ from gateway.protocol.errors import StoreUnreachable
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import (
+    TERMINAL,
     InputRequest,
     SessionRecord,
     Task,
+    TaskFilter,
     TaskStatus,
     UpstreamCall,
     epoch_us,
@@ -38,6 +40,7 @@ from gateway.tasks.store import postgres_attempts as attempts
 from gateway.tasks.store import postgres_inputs as inputs
 from gateway.tasks.store import postgres_sessions as sessions
 from gateway.tasks.store import postgres_tasks as task_rows
+from gateway.tasks.store.filters import sessions_where, tasks_where
 from gateway.tasks.store.postgres_listener import Listener
 from gateway.tasks.store.postgres_schema import (
     TASK_COLUMNS,
@@ -67,6 +70,10 @@ _STORED_BYTES = (
     " FROM tasks t LEFT JOIN outcomes o USING (task_id) LEFT JOIN task_calls c USING (task_id)"
     " WHERE t.owner = $1"
 )
+
+
+def _mark(number: int) -> str:
+    return f"${number}"
 
 
 class PostgresTaskStore:
@@ -121,6 +128,25 @@ class PostgresTaskStore:
         )
         rows = await self._read(sql, owner, epoch_us(now), limit, *start)
         return [task_from_row(row) for row in rows]
+
+    async def query_tasks(self, choice: TaskFilter) -> list[Task]:
+        where, params = tasks_where(choice, _mark)
+        sql = (
+            f"SELECT {TASK_COLUMNS} FROM tasks WHERE {where}"
+            f" ORDER BY created_at, task_id LIMIT {_mark(len(params) + 1)}"
+        )
+        return [task_from_row(row) for row in await self._read(sql, *params, choice.limit)]
+
+    async def purge_tasks(self, choice: TaskFilter) -> list[str]:
+        where, params = tasks_where(choice, _mark, TERMINAL)
+        # SKIP LOCKED: a row another replica is writing just now waits for the next purge.
+        sql = (
+            f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE {where}"
+            f" ORDER BY created_at, task_id LIMIT {_mark(len(params) + 1)}"
+            " FOR UPDATE SKIP LOCKED) RETURNING task_id"
+        )
+        rows = await self._write(lambda db: db.fetch(sql, *params, choice.limit))
+        return [row["task_id"] for row in rows]
 
     async def update_task(
         self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
@@ -255,6 +281,16 @@ class PostgresTaskStore:
     async def get_session(self, session_id: str) -> SessionRecord | None:
         rows = await self._read(sessions.GET, session_id)
         return next(map(session_from_row, rows), None)
+
+    async def query_sessions(
+        self, route: str | None, principal: str | None, limit: int
+    ) -> list[SessionRecord]:
+        where, params = sessions_where(route, principal, _mark)
+        sql = (
+            f"SELECT * FROM sessions WHERE {where}"
+            f" ORDER BY created_at, session_id LIMIT {_mark(len(params) + 1)}"
+        )
+        return [session_from_row(row) for row in await self._read(sql, *params, limit)]
 
     async def delete_session(self, session_id: str) -> None:
         await self._write(lambda db: db.execute(sessions.DELETE, session_id))

@@ -21,9 +21,11 @@ from typing import Any, TypeVar
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import (
+    TERMINAL,
     InputRequest,
     SessionRecord,
     Task,
+    TaskFilter,
     TaskStatus,
     UpstreamCall,
     epoch_us,
@@ -32,6 +34,7 @@ from gateway.tasks.models import (
 from gateway.tasks.store import sqlite_attempts as attempts
 from gateway.tasks.store import sqlite_inputs as inputs
 from gateway.tasks.store import sqlite_sessions as sessions
+from gateway.tasks.store.filters import sessions_where, tasks_where
 from gateway.tasks.store.sqlite_schema import (
     IN_JSON_ARRAY,
     LIVE_SQL,
@@ -65,6 +68,10 @@ _STORED_BYTES = (
     " FROM tasks t LEFT JOIN outcomes o USING (task_id) LEFT JOIN task_calls c USING (task_id)"
     " WHERE t.owner = ?"
 )
+
+
+def _mark(number: int) -> str:
+    return "?"
 
 
 def _marks(values: Collection[Any]) -> str:
@@ -160,6 +167,20 @@ class SqliteTaskStore:
         )
         rows = await self._read(sql, owner, *start, epoch_us(now), limit)
         return [task_from_row(row) for row in rows]
+
+    async def query_tasks(self, choice: TaskFilter) -> list[Task]:
+        where, params = tasks_where(choice, _mark)
+        sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE {where} ORDER BY created_at, task_id LIMIT ?"
+        return [task_from_row(row) for row in await self._read(sql, *params, choice.limit)]
+
+    async def purge_tasks(self, choice: TaskFilter) -> list[str]:
+        where, params = tasks_where(choice, _mark, TERMINAL)
+        sql = (
+            f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE {where}"
+            " ORDER BY created_at, task_id LIMIT ?) RETURNING task_id"
+        )
+        rows = await self._write(lambda db: db.execute(sql, (*params, choice.limit)).fetchall())
+        return [row["task_id"] for row in rows]
 
     async def update_task(
         self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
@@ -327,6 +348,13 @@ class SqliteTaskStore:
     async def get_session(self, session_id: str) -> SessionRecord | None:
         rows = await self._read(sessions.GET, session_id)
         return next((sessions.session_from_row(row) for row in rows), None)
+
+    async def query_sessions(
+        self, route: str | None, principal: str | None, limit: int
+    ) -> list[SessionRecord]:
+        where, params = sessions_where(route, principal, _mark)
+        sql = f"SELECT * FROM sessions WHERE {where} ORDER BY created_at, session_id LIMIT ?"
+        return [sessions.session_from_row(row) for row in await self._read(sql, *params, limit)]
 
     async def delete_session(self, session_id: str) -> None:
         await self._write(lambda db: db.execute(sessions.DELETE, (session_id,)))

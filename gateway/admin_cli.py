@@ -1,0 +1,249 @@
+"""`mcp-task-gateway tasks list|show|cancel|purge` and `sessions list|end`: the operator's
+commands, answered by a running gateway's admin API (`gateway.http.admin`).
+
+Each reads the admin section of `--config` alone (where the API listens, which variable holds
+its token; the clients' secrets the rest of the file names are not needed), asks over HTTP,
+and prints a table (a header row, whole ids, aligned columns) or, with `--json`, JSON: a list
+of rows for the list commands. Every failure is one line on stderr and exit code 2: no admin
+section, the token variable unset, the gateway unreachable, a refused token, an unknown id, a
+cancel of a finished task, a filter the API refuses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import json
+import sys
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from gateway.config import AdminConfig, ConfigError, load_admin
+from gateway.http.admin_query import MAX_LIMIT, BadQuery, parse_age
+from gateway.observability.logs import printable
+from gateway.tasks.models import TERMINAL, TaskStatus
+
+#: Seconds to wait for an answer; a purge of many tasks is the slowest.
+TIMEOUT = 120.0
+
+_TASK_COLUMNS = {
+    "TASK": "taskId",
+    "ROUTE": "route",
+    "PRINCIPAL": "principal",
+    "STATUS": "status",
+    "TOOL": "tool",
+    "CREATED": "createdAt",
+    "UPDATED": "lastUpdatedAt",
+}
+_SESSION_COLUMNS = {
+    "SESSION": "sessionId",
+    "ROUTE": "route",
+    "PRINCIPAL": "principal",
+    "CREATED": "createdAt",
+}
+
+
+class _Failed(Exception):
+    """What went wrong, in one line for the operator."""
+
+
+def _age(text: str) -> str:
+    try:
+        parse_age(text)
+    except BadQuery as exc:
+        raise argparse.ArgumentTypeError(str(exc).removeprefix("older_than: ")) from None
+    return text
+
+
+def _limit(text: str) -> int:
+    if not (text.isascii() and text.isdecimal() and len(text) <= 6) or not (
+        1 <= int(text) <= MAX_LIMIT
+    ):
+        raise argparse.ArgumentTypeError(f"a whole number from 1 to {MAX_LIMIT}")
+    return int(text)
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config", required=True, help="the gateway's YAML settings (its admin section)"
+    )
+    common.add_argument("--json", action="store_true", help="print JSON, for scripts")
+    parser = argparse.ArgumentParser(
+        prog="mcp-task-gateway",
+        description="Tasks and sessions of every principal, from a running gateway's admin API.",
+    )
+    groups = parser.add_subparsers(dest="group", required=True)
+    tasks = groups.add_parser("tasks", help="list, show, cancel or purge tasks")
+    task_commands = tasks.add_subparsers(dest="command", required=True)
+    listing = task_commands.add_parser("list", parents=[common], help="oldest first")
+    purge = task_commands.add_parser("purge", parents=[common], help="delete finished tasks")
+    for command, statuses in ((listing, list(TaskStatus)), (purge, sorted(TERMINAL))):
+        command.add_argument("--route", help="only this route's tasks")
+        command.add_argument("--principal", help="only this principal's tasks")
+        command.add_argument("--status", choices=[s.value for s in statuses])
+        command.add_argument(
+            "--older-than", type=_age, metavar="AGE", help="created over AGE ago: 30s, 15m, 2h, 7d"
+        )
+    listing.add_argument("--limit", type=_limit, default=1000, help="at most this many (1000)")
+    for name, what in (("show", "a task in detail"), ("cancel", "as its owner's tasks/cancel")):
+        task_commands.add_parser(name, parents=[common], help=what).add_argument("id")
+    sessions = groups.add_parser("sessions", help="list or end sessions")
+    session_commands = sessions.add_subparsers(dest="command", required=True)
+    sessions_list = session_commands.add_parser("list", parents=[common], help="oldest first")
+    sessions_list.add_argument("--route", help="only this route's sessions")
+    sessions_list.add_argument("--principal", help="only this principal's sessions")
+    sessions_list.add_argument("--limit", type=_limit, default=1000, help="at most this many")
+    end = session_commands.add_parser("end", parents=[common], help="as the client's DELETE")
+    end.add_argument("id")
+    return parser
+
+
+def _dashed_ids(argv: list[str]) -> list[str]:
+    """`argv` with an id that begins with '-' (one id in 64 does: they are URL-safe base64)
+    moved after '--', where argparse takes it for the id rather than an unknown option."""
+    if argv[1:2] not in (["show"], ["cancel"], ["end"]) or "--" in argv:
+        return argv
+    kept: list[str] = []
+    dashed: list[str] = []
+    rest = iter(argv[2:])
+    for token in rest:
+        if token == "--config":
+            kept += [token, next(rest, "")]
+        elif token.startswith("-") and token not in ("--json", "-h", "--help"):
+            (kept if token.startswith("--config=") else dashed).append(token)
+        else:
+            kept.append(token)
+    return [*argv[:2], *kept, *(["--", *dashed] if dashed else [])]
+
+
+def main(argv: list[str]) -> int:
+    args = _parser().parse_args(_dashed_ids(argv))
+    try:
+        admin = load_admin(args.config)
+        if admin is None:
+            raise _Failed(
+                f"{args.config} has no admin section: the gateway serves no admin API "
+                "(README, Operations: admin: {listen: {host: 127.0.0.1, port: 8081}, "
+                "token_env: ADMIN_TOKEN})"
+            )
+        _run(args, admin)
+    except ConfigError as exc:
+        print(f"mcp-task-gateway: configuration error:\n{exc}", file=sys.stderr)
+        return 2
+    except _Failed as exc:
+        print(f"mcp-task-gateway: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+def _run(args: argparse.Namespace, admin: AdminConfig) -> None:
+    query = {
+        key: value
+        for key in ("route", "principal", "status", "older_than", "limit")
+        if (value := getattr(args, key, None)) is not None
+    }
+    command = f"{args.group} {args.command}"
+    if command in ("tasks show", "tasks cancel"):
+        method = "GET" if args.command == "show" else "POST"
+        suffix = "" if args.command == "show" else "/cancel"
+        task = _ask(admin, args.config, method, f"/admin/tasks/{quote(args.id, safe='')}{suffix}")
+        if args.json:
+            _print_json(task)
+        elif args.command == "show":
+            _print_table(["FIELD", "VALUE"], [[key, value] for key, value in task.items()])
+        else:
+            print(f"cancelled task {_cell(task['taskId'])} ({_whose(task)})")
+    elif command == "tasks purge":
+        answer = _ask(admin, args.config, "POST", "/admin/tasks/purge", query)
+        if args.json:
+            _print_json(answer)
+        else:
+            print(f"purged {answer['purged']} finished task(s)")
+    elif command == "sessions end":
+        ended = _ask(admin, args.config, "DELETE", f"/admin/sessions/{quote(args.id, safe='')}")
+        if args.json:
+            _print_json(ended)
+        else:
+            print(f"ended session {_cell(ended['sessionId'])} ({_whose(ended)})")
+    else:
+        what, columns = (
+            ("tasks", _TASK_COLUMNS) if args.group == "tasks" else ("sessions", _SESSION_COLUMNS)
+        )
+        answer = _ask(admin, args.config, "GET", f"/admin/{what}", query)
+        rows: list[dict[str, Any]] = answer[what]
+        if args.json:
+            _print_json(rows)
+        else:
+            _print_table(list(columns), [[row[key] for key in columns.values()] for row in rows])
+        if answer["more"]:
+            print(
+                f"more {what} match: these are the first {len(rows)} (narrow the filters, or "
+                f"raise --limit up to {MAX_LIMIT})",
+                file=sys.stderr,
+            )
+
+
+def _ask(
+    admin: AdminConfig, config: str, method: str, path: str, query: dict[str, Any] | None = None
+) -> Any:
+    """The admin API's JSON answer to one request.
+
+    Raises:
+        _Failed: unreachable, refused, or an error answer (its message).
+    """
+    host = {"": "127.0.0.1", "0.0.0.0": "127.0.0.1", "::": "::1"}.get(
+        admin.listen.host, admin.listen.host
+    )
+    where = f"http://{f'[{host}]' if ':' in host else host}:{admin.listen.port}/admin/"
+    target = path + (f"?{urlencode(query)}" if query else "")
+    connection = http.client.HTTPConnection(host, admin.listen.port, timeout=TIMEOUT)
+    try:
+        connection.request(method, target, headers={"Authorization": f"Bearer {admin.token}"})
+        response = connection.getresponse()
+        body = response.read()
+    except UnicodeEncodeError:
+        raise _Failed(f"the token in {admin.token_env} is not one HTTP can carry") from None
+    except (OSError, http.client.HTTPException) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        raise _Failed(
+            f"cannot reach the admin API at {where} ({reason or type(exc).__name__}): is the "
+            f"gateway running with the admin section of {config}?"
+        ) from None
+    finally:
+        connection.close()
+    if response.status == 401:
+        raise _Failed(
+            f"the admin API at {where} refused the token in {admin.token_env} (401): it is "
+            "not the token the gateway started with"
+        )
+    try:
+        answer = json.loads(body)
+    except ValueError:
+        answer = None
+    if not isinstance(answer, dict):
+        raise _Failed(f"{where} answered HTTP {response.status} without the admin API's JSON")
+    if response.status != 200:
+        raise _Failed(printable(str(answer.get("error", f"HTTP {response.status}")), 500))
+    return answer
+
+
+def _cell(value: object) -> str:
+    return "-" if value is None else printable(str(value), 200)
+
+
+def _whose(row: dict[str, Any]) -> str:
+    return f"route {_cell(row['route'])}, principal {_cell(row['principal'])}"
+
+
+def _print_table(header: list[str], rows: list[list[Any]]) -> None:
+    cells = [header, *([_cell(value) for value in row] for row in rows)]
+    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
+    for line in cells:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
+        )
+
+
+def _print_json(value: Any) -> None:
+    print(json.dumps(value, indent=2))

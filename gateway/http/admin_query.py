@@ -1,0 +1,173 @@
+"""What the admin API reads from a request (filters, ages, ids) and the rows it answers with.
+
+Everything an operator sends is checked here before it reaches the store: unknown or repeated
+parameters, a status that is none of the five, an age that is not `30s`, `15m`, `2h` or `7d`
+(or is beyond a century), a limit out of range, text the databases cannot hold (NUL, lone
+surrogates) are each a `BadQuery`, which the API answers with 400 and its message.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from datetime import datetime, timedelta
+
+from multidict import MultiMapping
+
+from gateway.observability.logs import printable
+from gateway.protocol.jsonrpc import JsonObject
+from gateway.tasks.models import (
+    TERMINAL,
+    SessionRecord,
+    Task,
+    TaskFilter,
+    TaskStatus,
+    iso,
+    principal_of,
+)
+
+#: Rows a list answers with unless `limit` says otherwise, and the most it may ask for.
+DEFAULT_LIMIT = 1000
+MAX_LIMIT = 10_000
+#: The oldest an age may reach back; beyond, dates stop meaning anything.
+MAX_AGE = timedelta(days=36_500)
+
+_DURATION = re.compile(r"([0-9]{1,9})([smhd])")
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86_400}
+_MAX_TEXT = 1000
+
+_TASK_KEYS = frozenset({"route", "principal", "status", "older_than", "limit"})
+_PURGE_KEYS = frozenset({"route", "principal", "status", "older_than"})
+_SESSION_KEYS = frozenset({"route", "principal", "limit"})
+
+
+class BadQuery(Exception):
+    """A request the admin API cannot use; the message says what to change."""
+
+
+def parse_age(text: str) -> timedelta:
+    """`30s`, `15m`, `2h` or `7d`: a whole number and one unit.
+
+    Raises:
+        BadQuery: anything else, or more than `MAX_AGE`.
+    """
+    match = _DURATION.fullmatch(text)
+    if match is None:
+        raise BadQuery(
+            f"older_than: {printable(text, 40)!r} is not an age such as 30s, 15m, 2h or 7d"
+        )
+    age = timedelta(seconds=int(match[1]) * _UNITS[match[2]])
+    if age > MAX_AGE:
+        raise BadQuery(f"older_than: at most {MAX_AGE.days}d")
+    return age
+
+
+def checked_text(name: str, value: str) -> str:
+    """`value`, if the store can hold and match it.
+
+    Raises:
+        BadQuery: empty, too long, with NUL, or not encodable as UTF-8.
+    """
+    try:
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadQuery(f"{name}: not valid UTF-8") from None
+    if not value or len(value) > _MAX_TEXT or "\x00" in value:
+        raise BadQuery(f"{name}: must be 1 to {_MAX_TEXT} characters, without NUL")
+    return value
+
+
+def _one_each(query: MultiMapping[str], allowed: frozenset[str]) -> dict[str, str]:
+    given: dict[str, str] = {}
+    for key, value in query.items():
+        if key not in allowed:
+            known = ", ".join(sorted(allowed))
+            raise BadQuery(f"unknown parameter {printable(key, 40)!r}: this one takes {known}")
+        if key in given:
+            raise BadQuery(f"{key}: given twice")
+        given[key] = checked_text(key, value)
+    return given
+
+
+def _limit(given: Mapping[str, str]) -> int:
+    text = given.get("limit")
+    if text is None:
+        return DEFAULT_LIMIT
+    if not (text.isascii() and text.isdecimal() and len(text) <= 6) or not (
+        1 <= int(text) <= MAX_LIMIT
+    ):
+        raise BadQuery(f"limit: a whole number from 1 to {MAX_LIMIT}")
+    return int(text)
+
+
+def task_filter(query: MultiMapping[str], now: datetime, purge: bool = False) -> TaskFilter:
+    """The tasks a request's query picks: to list, or with `purge` to delete (finished ones
+    only, created before `now` at the latest, so that a purge ends).
+
+    Raises:
+        BadQuery: see the module's docstring.
+    """
+    given = _one_each(query, _PURGE_KEYS if purge else _TASK_KEYS)
+    status = None
+    if "status" in given:
+        try:
+            status = TaskStatus(given["status"])
+        except ValueError:
+            raise BadQuery(f"status: one of {', '.join(TaskStatus)}") from None
+    if purge and status is not None and status not in TERMINAL:
+        raise BadQuery("status: a purge removes finished tasks only: completed, failed, cancelled")
+    age = given.get("older_than")
+    before = now - parse_age(age) if age is not None else (now if purge else None)
+    return TaskFilter(
+        route=given.get("route"),
+        principal=given.get("principal"),
+        status=status,
+        created_before=before,
+        limit=_limit(given),
+    )
+
+
+def session_filter(query: MultiMapping[str]) -> tuple[str | None, str | None, int]:
+    """The route, principal (None: any) and limit of a sessions query.
+
+    Raises:
+        BadQuery: see the module's docstring.
+    """
+    given = _one_each(query, _SESSION_KEYS)
+    return given.get("route"), given.get("principal"), _limit(given)
+
+
+def task_row(task: Task) -> JsonObject:
+    """A task as `tasks list --json` shows it."""
+    return {
+        "taskId": task.task_id,
+        "route": task.route,
+        "principal": principal_of(task),
+        "status": task.status.value,
+        "tool": task.tool,
+        "createdAt": iso(task.created_at),
+        "lastUpdatedAt": iso(task.updated_at),
+    }
+
+
+def task_detail(task: Task) -> JsonObject:
+    """A task as `tasks show` shows it: its row, and the rest an operator may want."""
+    expires = task.expires_at
+    return {
+        **task_row(task),
+        "statusMessage": task.status_message,
+        "ttl": task.ttl_ms,
+        "expiresAt": None if expires is None else iso(expires),
+        "generation": task.generation,
+        "attempt": task.attempt,
+    }
+
+
+def session_row(record: SessionRecord) -> JsonObject:
+    """A session as `sessions list --json` shows it."""
+    return {
+        "sessionId": record.session_id,
+        "route": record.route,
+        "principal": record.principal,
+        "createdAt": iso(record.created_at),
+    }
