@@ -49,16 +49,30 @@ async def test_a_reader_waits_for_events_pushed_after_it_started() -> None:
         assert await reading == [(1, "later"), (2, "and later")]
 
 
-async def test_a_full_buffer_drops_its_oldest_event_and_says_so(
+async def test_a_full_buffer_drops_its_oldest_event_and_says_so_once(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
+    """A reader that falls behind is worth a WARNING, once per stream; a stream nobody ever
+    read (the GET stream of a client that only polls) fills with task statuses as a matter of
+    course, and says so only at DEBUG, or a busy gateway's log would hold little else."""
     stream = EventStream("s", capacity=2)
-    with caplog.at_level(logging.WARNING, logger="gateway.session.streams"):
-        for data in ("a", "b", "c"):
+    stream.push("first")
+    assert await take(stream, 0, 1) == [(1, "first")]  # a reader came, and went
+    with caplog.at_level(logging.DEBUG, logger="gateway.session.streams"):
+        for data in ("a", "b", "c", "d", "e"):
             stream.push(data)
     stream.close()
-    assert await until_end(stream, 0) == [(2, "b"), (3, "c")]
-    assert "dropped its oldest unread event" in caplog.text
+    assert await until_end(stream, 1) == [(5, "d"), (6, "e")]
+    drops = [r for r in caplog.records if "dropped its oldest unread event" in r.message]
+    assert [r.levelno for r in drops] == [logging.WARNING]
+
+    unread = EventStream("t", capacity=2)
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="gateway.session.streams"):
+        for data in ("a", "b", "c", "d"):
+            unread.push(data)
+    drops = [r for r in caplog.records if "dropped its oldest unread event" in r.message]
+    assert [r.levelno for r in drops] == [logging.DEBUG]
 
 
 async def test_a_closed_stream_ends_each_reader_after_what_it_holds_and_refuses_more() -> None:

@@ -47,13 +47,24 @@ class EventStream:
         self._cut_at: int | None = None
         #: A connection is reading this stream now.
         self.attached = False
+        self._dropped = 0
 
     def push(self, data: str) -> None:
         """Append one event (a serialised JSON-RPC message)."""
         if self.closed:
             raise RuntimeError(f"stream {self.key} is closed")
         if len(self._events) == self._events.maxlen:
-            log.warning("SSE stream %s dropped its oldest unread event (buffer full)", self.key)
+            self._dropped += 1
+            if self._dropped == 1:
+                # Once per stream: a GET stream that no client ever opens (polling clients
+                # need none) would otherwise log a line for every task's every status.
+                level = logging.WARNING if self._reader else logging.DEBUG
+                log.log(
+                    level,
+                    "SSE stream %s dropped its oldest unread event (buffer full); later drops "
+                    "on it are not logged",
+                    self.key,
+                )
         self._events.append((self._next, data))
         self._next += 1
         self._wake()
