@@ -26,6 +26,14 @@ log = logging.getLogger("gateway.audit")
 _listener: logging.handlers.QueueListener | None = None
 
 
+class _Enqueue(logging.handlers.QueueHandler):
+    """QueueHandler without its per-record copy and formatting: an audit record's message
+    is its finished line already, with no arguments or traceback to render."""
+
+    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
+        return record
+
+
 def configure(config: AuditConfig) -> None:
     """Send audit events, as bare JSON lines, to the configured file or stream (stdout
     unless asked: the human log is on stderr, and the two are not mixed unless asked)."""
@@ -54,7 +62,7 @@ def start(handler: logging.Handler) -> None:
     for old in list(log.handlers):
         log.removeHandler(old)
         old.close()
-    log.addHandler(logging.handlers.QueueHandler(lines))
+    log.addHandler(_Enqueue(lines))
     log.setLevel(logging.INFO)
     # Not into the gateway's own log as well: one line per event, in one place.
     log.propagate = False
