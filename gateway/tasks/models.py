@@ -47,6 +47,15 @@ def may_transition(current: TaskStatus, new: TaskStatus) -> bool:
     return new in _ALLOWED[current]
 
 
+_SOURCES = {new: tuple(s for s in TaskStatus if may_transition(s, new)) for new in TaskStatus}
+
+
+def sources_of(new: TaskStatus) -> tuple[TaskStatus, ...]:
+    """The statuses a task may be in for a writer to move it to `new` (what a store's
+    conditional update matches)."""
+    return _SOURCES[new]
+
+
 def utcnow() -> datetime:
     return datetime.now(UTC)
 
@@ -68,7 +77,9 @@ def from_epoch_us(us: int) -> datetime:
 
 def iso(moment: datetime) -> str:
     """ISO 8601 in UTC with millisecond precision, as the SDKs print it."""
-    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    if moment.tzinfo is not UTC:
+        moment = moment.astimezone(UTC)
+    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
 def owner_of(route: str, principal: str | None) -> str | None:

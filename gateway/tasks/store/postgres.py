@@ -34,7 +34,7 @@ from gateway.tasks.models import (
     TaskStatus,
     UpstreamCall,
     epoch_us,
-    may_transition,
+    sources_of,
 )
 from gateway.tasks.store import postgres_attempts as attempts
 from gateway.tasks.store import postgres_inputs as inputs
@@ -153,7 +153,7 @@ class PostgresTaskStore:
     ) -> Task | None:
         if status.terminal:
             raise ValueError(f"{status} is terminal: use finish_task")
-        sources = [s for s in TaskStatus if s == status or may_transition(s, status)]
+        sources = (status, *sources_of(status))
         move = task_rows.transition(task_id, sources, status, status_message, now, self._replica)
         return next(iter(await self._write(move)), None)
 
@@ -172,7 +172,7 @@ class PostgresTaskStore:
     ) -> Task | None:
         if not status.terminal:
             raise ValueError(f"{status} is not terminal: use update_task")
-        sources = [s for s in TaskStatus if may_transition(s, status)]
+        sources = sources_of(status)
         # A client's cancel lands on whichever replica it reached, not only on the runner.
         runner = None if status == TaskStatus.CANCELLED else self._replica
         move = task_rows.transition(task_id, sources, status, status_message, now, runner)
@@ -230,7 +230,7 @@ class PostgresTaskStore:
 
     async def _fail(self, ids: list[str] | None, message: str, now: datetime) -> list[Task]:
         failed = TaskStatus.FAILED
-        sources = [s for s in TaskStatus if may_transition(s, failed)]
+        sources = sources_of(failed)
         move = task_rows.transition(ids, sources, failed, message, now, self._replica)
         return await self._write(task_rows.ending(move, Outcome.error(-32603, message), now))
 

@@ -10,7 +10,7 @@ its to make. The functions here run inside the store's transaction for the write
 from __future__ import annotations
 
 import json
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import Any
 
@@ -84,7 +84,7 @@ async def note(
 
 def transition(
     which: str | list[str] | None,
-    sources: list[TaskStatus],
+    sources: Sequence[TaskStatus],
     status: TaskStatus,
     message: str | None,
     now: datetime,

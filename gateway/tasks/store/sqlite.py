@@ -13,7 +13,7 @@ import collections
 import json
 import sqlite3
 import time
-from collections.abc import Callable, Collection, Iterable
+from collections.abc import Callable, Collection, Iterable, Sequence
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -29,7 +29,7 @@ from gateway.tasks.models import (
     TaskStatus,
     UpstreamCall,
     epoch_us,
-    may_transition,
+    sources_of,
 )
 from gateway.tasks.store import sqlite_attempts as attempts
 from gateway.tasks.store import sqlite_inputs as inputs
@@ -187,7 +187,7 @@ class SqliteTaskStore:
     ) -> Task | None:
         if status.terminal:
             raise ValueError(f"{status} is terminal: use finish_task")
-        sources = [s for s in TaskStatus if s == status or may_transition(s, status)]
+        sources = (status, *sources_of(status))
 
         def update(db: sqlite3.Connection) -> Task | None:
             moved = _transition(db, task_id, sources, status, status_message, now)
@@ -221,7 +221,7 @@ class SqliteTaskStore:
     ) -> Task | None:
         if not status.terminal:
             raise ValueError(f"{status} is not terminal: use update_task")
-        sources = [s for s in TaskStatus if may_transition(s, status)]
+        sources = sources_of(status)
 
         def finish(db: sqlite3.Connection) -> Task | None:
             moved = _transition(db, task_id, sources, status, status_message, now)
@@ -294,7 +294,7 @@ class SqliteTaskStore:
 
     async def _fail(self, ids: list[str] | None, message: str, now: datetime) -> list[Task]:
         failed = TaskStatus.FAILED
-        sources = [s for s in TaskStatus if may_transition(s, failed)]
+        sources = sources_of(failed)
 
         def fail(db: sqlite3.Connection) -> list[Task]:
             tasks = _transition(db, ids, sources, failed, message, now)
@@ -402,7 +402,7 @@ class SqliteTaskStore:
 def _transition(
     db: sqlite3.Connection,
     which: str | Collection[str] | None,
-    sources: list[TaskStatus],
+    sources: Sequence[TaskStatus],
     status: TaskStatus,
     message: str | None,
     now: datetime,
