@@ -11,6 +11,7 @@ import logging
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,6 +25,7 @@ from gateway.protocol.errors import (
     GatewayError,
     TaskError,
 )
+from gateway.tasks import runner as runner_module
 from gateway.tasks.models import TERMINAL, Task, TaskStatus
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, Bounds
@@ -416,3 +418,39 @@ async def test_a_task_waiting_for_input_is_input_required_until_told_otherwise(
     assert await status_of(parts, task) is TaskStatus.WORKING
     assert host.statuses == [TaskStatus.INPUT_REQUIRED, TaskStatus.WORKING]
     assert not TERMINAL & set(host.statuses)
+
+
+# -- a read while the terminal write is under way
+
+
+async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_task(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outcome is in hand and being made durable: a tasks/get then waits those
+    milliseconds and reads `completed`, instead of `working` and a poll more; a write that
+    takes too long leaves the read with the status as last written."""
+    monkeypatch.setattr(runner_module, "_FINISH_WAIT", 0.2)
+    host = await connected()
+    task = await submit(parts, host)
+    gate, writing = asyncio.Event(), asyncio.Event()
+    finish_task = parts.store.finish_task
+
+    async def held(*args: Any, **kwargs: Any) -> Task | None:
+        writing.set()
+        await gate.wait()
+        return await finish_task(*args, **kwargs)
+
+    monkeypatch.setattr(parts.store, "finish_task", held)
+    assert await parts.runner.current(task) is task  # the call runs: nothing to wait for
+    call = await host.call()
+    host.scripted.answer(call, RESULT)
+    await writing.wait()
+    late = await parts.runner.current(task)  # past the wait: as last written
+    assert late.status is TaskStatus.WORKING
+    reading = asyncio.ensure_future(parts.runner.current(task))
+    await asyncio.sleep(0.05)
+    assert not reading.done()
+    gate.set()
+    latest = await reading
+    assert latest.status is TaskStatus.COMPLETED
+    await host.runs_ended()

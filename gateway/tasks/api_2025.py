@@ -68,7 +68,7 @@ class TaskApi:
                 return await self._list(session, request, policy)
             task = await self._find(session, jsonrpc.param(request, "taskId"))
             if request.method == "tasks/get":
-                return _ok(request, task.wire())
+                return _ok(request, (await self._runner.current(task)).wire())
             if request.method == "tasks/cancel":
                 return _ok(request, (await self._runner.cancel(task)).wire())
             return await self._result(session, request, task)

@@ -116,7 +116,7 @@ class ModernTaskApi:
         try:
             task = await self._find(jsonrpc.param(request, "taskId"), owner, principal)
             if request.method == "tasks/get":
-                return _ok(request, await self._get(task))
+                return _ok(request, await self._get(await self._runner.current(task)))
             if request.method == "tasks/update":
                 await self._update(task, jsonrpc.param(request, "inputResponses"))
             else:

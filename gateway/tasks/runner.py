@@ -61,6 +61,10 @@ SHUTDOWN_MESSAGE = "interrupted: gateway shut down"
 INPUT_MESSAGE = "waiting for the client's answer: call tasks/result to receive the request"
 
 
+#: Longest a read of a task waits for its terminal write under way here (`current`).
+_FINISH_WAIT = 1.0
+
+
 @dataclass(slots=True)
 class _Running:
     task_id: str
@@ -103,6 +107,8 @@ class TaskRunner:
         self._running: dict[str, _Running] = {}
         #: Every run until it has ended, its terminal write included: what a drain waits for.
         self._runs: set[asyncio.Task[None]] = set()
+        #: Runs whose call has ended and whose terminal write is under way (see `current`).
+        self._finishing: dict[str, asyncio.Future[None]] = {}
 
     async def submit(
         self,
@@ -265,13 +271,36 @@ class TaskRunner:
                     # The terminal write comes first: what the host does with the end of
                     # the call (its session may be gone) cannot keep the task from ending.
                     status, message = status_for(outcome)
-                    done = await self._finish(task.task_id, status, message, outcome)
+                    written = asyncio.get_running_loop().create_future()
+                    self._finishing[task.task_id] = written
+                    try:
+                        done = await self._finish(task.task_id, status, message, outcome)
+                    finally:
+                        del self._finishing[task.task_id]
+                        written.set_result(None)
                     if done is not None:
                         self._changed(done, host)
             finally:
                 if self._tracing is not None:  # no terminal write here: it was stopped
                     self._tracing.task_ended(task.task_id, "stopped")
                 await host.end_task_call(outgoing.id)
+
+    async def current(self, task: Task) -> Task:
+        """`task`, or, when its call here has ended and its terminal write is under way,
+        the task once that write has landed (a few milliseconds, within `_FINISH_WAIT`).
+
+        A poll that came just after the outcome did would otherwise read `working` and come
+        again; it reads the durable state either way, a little later.
+        """
+        written = self._finishing.get(task.task_id)
+        if written is None or task.status.terminal:
+            return task
+        try:
+            async with asyncio.timeout(_FINISH_WAIT):
+                await asyncio.shield(written)
+        except TimeoutError:
+            return task  # the store is slow or away: the status as last written
+        return await self._store.get_task(task.task_id) or task
 
     async def _finish(
         self, task_id: str, status: TaskStatus, message: str | None, outcome: Outcome
