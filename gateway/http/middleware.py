@@ -16,6 +16,7 @@ from gateway.http import forwarded
 from gateway.http.sse import STARTED as STREAMING
 from gateway.keys import ALLOWED_HOSTS, METRICS, SETTINGS, TRUSTED_PROXIES
 from gateway.observability.logs import printable
+from gateway.observability.metrics import request_outcome
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
@@ -164,13 +165,7 @@ async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
         if route is not None:
             metrics = request.app[METRICS]
             method = metrics.method(request.get(METHOD, request.method))
-            outcome = (
-                "disconnected"
-                if status == 0
-                else "ok"
-                if status < 400
-                else ("rejected" if status < 500 else "error")
-            )
+            outcome = request_outcome(status)
             generation = request.get(GENERATION, LEGACY_GENERATION)
             seconds = time.perf_counter() - started
             metrics.request_done(route, generation, method, outcome, seconds)

@@ -287,6 +287,15 @@ class Metrics:
         return metrics
 
 
+def request_outcome(status: int) -> str:
+    """One word for how a client request ended, from its HTTP status (0: the client left)."""
+    if status == 0:
+        return "disconnected"
+    if status < 400:
+        return "ok"
+    return "rejected" if status < 500 else "error"
+
+
 def call_outcome(answer: jsonrpc.Message | None, error: BaseException | None = None) -> str:
     """One word for how an upstream call ended, for the `outcome` label."""
     if isinstance(error, TimeoutError | UpstreamTimeout):

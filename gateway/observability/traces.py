@@ -40,7 +40,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from gateway import __version__
 from gateway.config import TracingConfig
-from gateway.observability.metrics import Metrics, call_outcome
+from gateway.observability.metrics import Metrics, call_outcome, request_outcome
 from gateway.protocol import jsonrpc
 
 TRACEPARENT = "traceparent"
@@ -151,14 +151,7 @@ class Tracing:
         otel_context.detach(request[TOKEN])
         if status:
             span.set_attribute(HTTP_STATUS, status)
-        outcome = (
-            "disconnected"
-            if status == 0
-            else "ok"
-            if status < 400
-            else ("rejected" if status < 500 else "error")
-        )
-        span.set_attribute(OUTCOME, outcome)
+        span.set_attribute(OUTCOME, request_outcome(status))
         if status >= 500:
             span.set_status(Status(StatusCode.ERROR))
         span.end()
