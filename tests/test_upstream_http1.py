@@ -1,6 +1,6 @@
-"""The lean HTTP/1.1 client of upstream POSTs (`gateway.upstream.http1`), against raw servers
-that write exactly the bytes each case needs; and through a Streamable HTTP transport, a
-redirect that it leaves to aiohttp."""
+"""The lean HTTP/1.1 client of upstream POSTs (`gateway.upstream.http1` and `http1_pool`),
+against raw servers that write exactly the bytes each case needs; and through a Streamable
+HTTP transport, a redirect that it leaves to aiohttp."""
 
 from __future__ import annotations
 
@@ -22,8 +22,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import UpstreamUnavailable
-from gateway.upstream import http1
-from gateway.upstream.http1 import Http1Error, Http1Pool
+from gateway.upstream import http1_pool
+from gateway.upstream.http1 import Http1Error
+from gateway.upstream.http1_pool import Http1Pool
 from gateway.upstream.streamable_http import StreamableHttpTransport
 
 Script = Callable[["RawServer", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
@@ -280,7 +281,7 @@ async def test_a_slow_reader_pauses_the_upstream(raw: Start) -> None:
 async def test_idle_connections_are_closed_after_the_keepalive_time(
     raw: Start, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(http1, "KEEPALIVE_SECONDS", 0.1)
+    monkeypatch.setattr(http1_pool, "KEEPALIVE_SECONDS", 0.1)
     server = await raw(keep_answering(json_response(b"1"), json_response(b"2")))
     pool = Http1Pool(server.url, 5)
     try:

@@ -23,7 +23,7 @@ import aiohttp
 from gateway.config import RouteConfig
 from gateway.upstream.base import Transport
 from gateway.upstream.client import Answer, UpstreamClient
-from gateway.upstream.http1 import Http1Pool
+from gateway.upstream.http1_pool import Http1Pool
 from gateway.upstream.identity import identity_for
 from gateway.upstream.legacy_sse import SseTransport
 from gateway.upstream.stdio import ChildOwner, ChildSlots, StdioTransport

@@ -11,7 +11,8 @@ call). It sends `Accept-Encoding: identity`, so no body comes compressed, and fo
 redirect: the transport hands a 3xx to aiohttp's client, which does. The GET stream, its
 resumption and the DELETE stay on aiohttp: they are rare.
 
-A connection goes back to the pool only after a whole response was read from it; a response
+This module is one connection and its response; `http1_pool` keeps the connections and
+sends the POST. A connection goes back to the pool only after a whole response was read from it; a response
 abandoned midway (cancelled, too large, answered early on an SSE stream) closes its connection.
 Like aiohttp, a POST is never sent twice: a kept-alive connection that the upstream closed at
 the moment it was reused fails the call (`Http1Error`), as it would there.
@@ -21,21 +22,25 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import ssl
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator
 from types import TracebackType
+from typing import Protocol
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
-from yarl import URL
 
-#: An idle connection is closed after this long (aiohttp's default keep-alive time).
-KEEPALIVE_SECONDS = 15.0
 #: Reading pauses while this much of a response's body waits for its reader.
 _HIGH_WATER = 256 * 1024
-_KEPT_IDLE = 64
 #: A response head larger than this is refused (aiohttp's own limits come to about as much).
 MAX_HEAD_BYTES = 64 * 1024
+
+
+class Owner(Protocol):
+    """What a connection tells the pool it belongs to (`http1_pool.Http1Pool`)."""
+
+    def release(self, connection: Connection) -> None: ...
+
+    def forget(self, connection: Connection) -> None: ...
 
 
 class Http1Error(ConnectionError):
@@ -45,8 +50,8 @@ class Http1Error(ConnectionError):
 class Http1Response:
     """One response: its status and headers at once, its body as it arrives."""
 
-    def __init__(self, connection: _Connection, status: int, headers: CIMultiDict[str]) -> None:
-        self._connection: _Connection | None = connection
+    def __init__(self, connection: Connection, status: int, headers: CIMultiDict[str]) -> None:
+        self._connection: Connection | None = connection
         self.status = status
         self.headers = CIMultiDictProxy(headers)
         length = headers.get("Content-Length")
@@ -118,10 +123,10 @@ class Http1Response:
         self.close()
 
 
-class _Connection(asyncio.Protocol):
+class Connection(asyncio.Protocol):
     """One kept-alive connection: a request at a time, its response parsed as it comes."""
 
-    def __init__(self, pool: Http1Pool) -> None:
+    def __init__(self, pool: Owner) -> None:
         self._pool = pool
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
@@ -237,128 +242,3 @@ class _Connection(asyncio.Protocol):
         response, self._response = self._response, None
         if response is not None:
             response._finish(error)
-
-
-class Http1Pool:
-    """Kept-alive connections to the origin of one URL, for POSTs to that URL."""
-
-    def __init__(self, url: str, connect_timeout: float | None) -> None:
-        parsed = URL(url)
-        if parsed.scheme not in ("http", "https") or not parsed.host:
-            raise ValueError(f"not an http(s) URL: {url}")
-        self._host = parsed.host
-        self._port = parsed.port or (443 if parsed.scheme == "https" else 80)
-        self._ssl: ssl.SSLContext | None = (
-            ssl.create_default_context() if parsed.scheme == "https" else None
-        )
-        host = f"[{parsed.host}]" if ":" in parsed.host else parsed.host
-        default = parsed.port is None or parsed.is_default_port()
-        self._host_header = host if default else f"{host}:{parsed.port}"
-        self._target = parsed.raw_path_qs or "/"
-        self._connect_timeout = connect_timeout
-        self._idle: list[_Connection] = []
-        self._all: set[_Connection] = set()
-        self._sweeper: asyncio.TimerHandle | None = None
-
-    def head(self, headers: Mapping[str, str], length: int) -> bytes:
-        """The request head of a POST of `length` bytes with `headers`.
-
-        Raises:
-            Http1Error: a header name or value could end the head early (CR, LF or NUL).
-        """
-        lines = [
-            f"POST {self._target} HTTP/1.1",
-            f"Host: {self._host_header}",
-            "Accept-Encoding: identity",
-            f"Content-Length: {length}",
-        ]
-        for name, value in headers.items():
-            if _unsafe(name) or _unsafe(value):
-                raise Http1Error(f"header {name[:40]!r} holds a line break, which HTTP forbids")
-            lines.append(f"{name}: {value}")
-        lines.append("\r\n")
-        return "\r\n".join(lines).encode("latin-1", "strict")
-
-    async def post(self, headers: Mapping[str, str], body: bytes) -> Http1Response:
-        """Send a POST and return its response once its head arrived; `async with` it, or
-        close() it, so that its connection is given back or closed.
-
-        Raises:
-            Http1Error: no connection could be made, or it failed before the response head.
-            TimeoutError: the connection was not made within the connect timeout.
-        """
-        try:
-            data = self.head(headers, len(body)) + body
-        except UnicodeEncodeError as exc:
-            raise Http1Error("a header holds a character HTTP/1.1 cannot carry") from exc
-        connection = self._reuse() or await self._connect()
-        head = connection.send(data)
-        try:
-            return await head
-        except BaseException:
-            connection.abandon()  # cancelled or failed midway: nothing else may follow on it
-            raise
-
-    def _reuse(self) -> _Connection | None:
-        while self._idle:
-            connection = self._idle.pop()
-            if connection.open and connection.transport and not connection.transport.is_closing():
-                return connection
-        return None
-
-    async def _connect(self) -> _Connection:
-        loop = asyncio.get_running_loop()
-        try:
-            async with asyncio.timeout(self._connect_timeout):
-                _, connection = await loop.create_connection(
-                    lambda: _Connection(self),
-                    self._host,
-                    self._port,
-                    ssl=self._ssl,
-                    server_hostname=self._host if self._ssl is not None else None,
-                )
-        except OSError as exc:
-            raise Http1Error(f"cannot connect to {self._host_header}: {exc}") from exc
-        self._all.add(connection)
-        return connection
-
-    def release(self, connection: _Connection) -> None:
-        """A connection whose response was read whole: kept for the next request."""
-        if len(self._idle) >= _KEPT_IDLE:
-            connection.abandon()
-            return
-        loop = asyncio.get_running_loop()
-        connection.idle_since = loop.time()
-        self._idle.append(connection)
-        if self._sweeper is None:
-            self._sweeper = loop.call_later(KEEPALIVE_SECONDS, self._sweep)
-
-    def forget(self, connection: _Connection) -> None:
-        self._all.discard(connection)
-        if connection in self._idle:
-            self._idle.remove(connection)
-
-    def _sweep(self) -> None:
-        """Close connections idle for the keep-alive time; one timer for all of them."""
-        self._sweeper = None
-        loop = asyncio.get_running_loop()
-        cutoff = loop.time() - KEEPALIVE_SECONDS
-        for connection in [c for c in self._idle if c.idle_since <= cutoff]:
-            self._idle.remove(connection)
-            connection.abandon()
-        if self._idle:
-            oldest = min(c.idle_since for c in self._idle)
-            self._sweeper = loop.call_later(oldest + KEEPALIVE_SECONDS - loop.time(), self._sweep)
-
-    def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            self._sweeper = None
-        for connection in list(self._all):
-            connection.abandon()
-        self._idle.clear()
-        self._all.clear()
-
-
-def _unsafe(text: str) -> bool:
-    return "\r" in text or "\n" in text or "\0" in text

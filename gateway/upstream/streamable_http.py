@@ -28,7 +28,8 @@ from gateway.protocol.errors import (
 )
 from gateway.upstream import sse_reader, unreadable
 from gateway.upstream.base import Headers, Sink, Transport, trace_context
-from gateway.upstream.http1 import Http1Error, Http1Pool, Http1Response
+from gateway.upstream.http1 import Http1Error, Http1Response
+from gateway.upstream.http1_pool import Http1Pool
 
 log = logging.getLogger(__name__)
 
