@@ -12,10 +12,10 @@ redirect: the transport hands a 3xx to aiohttp's client, which does. The GET str
 resumption and the DELETE stay on aiohttp: they are rare.
 
 This module is one connection and its response; `http1_pool` keeps the connections and
-sends the POST. A connection goes back to the pool only after a whole response was read from it; a response
-abandoned midway (cancelled, too large, answered early on an SSE stream) closes its connection.
-Like aiohttp, a POST is never sent twice: a kept-alive connection that the upstream closed at
-the moment it was reused fails the call (`Http1Error`), as it would there.
+sends the POST. A connection goes back to the pool only after a whole response was read from
+it; a response abandoned midway (cancelled, too large, answered early on an SSE stream) closes
+its connection. Like aiohttp, a POST is never sent twice: a kept-alive connection that the
+upstream closed at the moment it was reused fails the call (`Http1Error`), as it would there.
 """
 
 from __future__ import annotations
