@@ -261,9 +261,16 @@ async def test_a_tasks_progress_carries_the_clients_token_and_the_related_task(
 async def test_a_task_status_goes_to_the_get_stream_without_related_task_meta(
     opened: Opened,
 ) -> None:
-    done = task().model_copy(update={"status": TaskStatus.COMPLETED})
+    """Once the client has opened its GET stream; before, statuses are not kept for it (a
+    client that only polls never opens one)."""
+    stream = opened.session.standalone
+    working, done = task(), task().model_copy(update={"status": TaskStatus.COMPLETED})
+    opened.session.task_status(working)
+    assert stream.pushed == 0
+    reading = asyncio.ensure_future(messages(stream, 1))
+    await asyncio.sleep(0)  # the GET stream is open now
     opened.session.task_status(done)
-    (note,) = await messages(opened.session.standalone, 1)
+    (note,) = await reading
     assert note["method"] == "notifications/tasks/status" and note["params"] == done.wire()
 
 

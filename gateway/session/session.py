@@ -219,7 +219,12 @@ class Session:
         self._questions.withdraw(task_id, reason)
 
     def task_status(self, task: Task) -> None:
-        """`notifications/tasks/status` with the full task (no related-task meta, per spec)."""
+        """`notifications/tasks/status` with the full task (no related-task meta, per spec),
+        on the GET stream, once the client has opened it. The notification is optional and
+        polling is what the spec asks of a client: one that never opens the stream (many
+        only poll) would only fill its buffer, event after dropped event."""
+        if not self._streams.standalone.ever_read:
+            return
         note = jsonrpc.Notification(
             jsonrpc="2.0", method="notifications/tasks/status", params=task.wire()
         )

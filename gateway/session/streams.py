@@ -97,6 +97,11 @@ class EventStream:
         self._events = collections.deque(kept, maxlen=self._events.maxlen)
         return taken
 
+    @property
+    def ever_read(self) -> bool:
+        """A connection has read this stream at some time."""
+        return self._reader > 0
+
     def first_event(self) -> str | None:
         return self._events[0][1] if self._events else None
 
