@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -26,6 +26,18 @@ from .fakes import legacy_sse_app
 STDIO_UPSTREAM = str(ROOT / "tests" / "stdio_upstream.py")
 
 Serve = Callable[[web.Application], Awaitable[TestServer]]
+
+
+@pytest.fixture
+def restored_logging() -> Iterator[None]:
+    """The command sets up logging for its process (root's handlers, the gateway's level):
+    in-process, every later test's log capture would depend on it."""
+    root, gateway = logging.getLogger(), logging.getLogger("gateway")
+    handlers, levels = root.handlers[:], (root.level, gateway.level)
+    yield
+    root.handlers[:] = handlers
+    root.setLevel(levels[0])
+    gateway.setLevel(levels[1])
 
 
 def route(name: str, upstream: dict[str, object]) -> RouteConfig:
@@ -89,7 +101,7 @@ async def test_the_start_up_check_warns_of_each_unreachable_route(
 
 
 async def test_config_check_in_process_prints_the_table_and_exits_0(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], restored_logging: None
 ) -> None:
     config = tmp_path / "gateway.yaml"
     config.write_text(
@@ -105,7 +117,7 @@ async def test_config_check_in_process_prints_the_table_and_exits_0(
 
 
 async def test_config_check_in_process_names_an_unreachable_route_and_exits_2(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], restored_logging: None
 ) -> None:
     config = tmp_path / "gateway.yaml"
     config.write_text(
