@@ -25,7 +25,7 @@ from gateway.protocol.outcome import Outcome
 from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
 from gateway.route import Route
 from gateway.session.modern_call import ModernCall
-from gateway.tasks.models import Task, TaskStatus
+from gateway.tasks.models import Task, TaskStatus, principal_of
 from gateway.tasks.recovery import Bounds, Rerun, call_of
 from gateway.upstream import native
 
@@ -44,12 +44,6 @@ def bounds_of(app: web.Application) -> Callable[[str], Bounds | None]:
         return Bounds(route.policy.max_attempts, route.policy.time_limit_seconds)
 
     return bounds
-
-
-def principal_of(task: Task) -> str | None:
-    """The principal an owner string names (`principal:ROUTE:NAME`), else None."""
-    prefix = f"principal:{task.route}:"
-    return task.owner[len(prefix) :] if task.owner.startswith(prefix) else None
 
 
 async def start(app: web.Application, reruns: list[tuple[Task, Rerun]]) -> None:
