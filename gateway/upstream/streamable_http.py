@@ -47,18 +47,33 @@ class _Answer:
     status: int
     content_type: str
     content_length: int | None
+    session_id: str | None
     chunks: AsyncIterator[bytes]
     close: Callable[[], None]
 
     @classmethod
     def of_aiohttp(cls, resp: aiohttp.ClientResponse) -> _Answer:
-        ctype = resp.headers.get("Content-Type", "")
-        return cls(resp.status, ctype, resp.content_length, resp.content.iter_any(), resp.close)
+        headers = resp.headers
+        return cls(
+            resp.status,
+            headers.get("Content-Type", ""),
+            resp.content_length,
+            headers.get("Mcp-Session-Id"),
+            resp.content.iter_any(),
+            resp.close,
+        )
 
     @classmethod
     def of_http1(cls, resp: Http1Response) -> _Answer:
-        ctype = resp.headers.get("Content-Type", "")
-        return cls(resp.status, ctype, resp.content_length, resp.iter_chunks(), resp.close)
+        headers = resp.headers
+        return cls(
+            resp.status,
+            headers.get("Content-Type", ""),
+            resp.content_length,
+            headers.get("Mcp-Session-Id"),
+            resp.iter_chunks(),
+            resp.close,
+        )
 
 
 class StreamableHttpTransport(Transport):
@@ -127,39 +142,33 @@ class StreamableHttpTransport(Transport):
         headers["Content-Type"] = "application/json"
         if self.trace_headers:
             headers.update(trace_context(message))
-        related = message.id if isinstance(message, jsonrpc.Request) else None
-        answer = isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
-        initialize = isinstance(message, jsonrpc.Request) and message.method == "initialize"
         body = jsonrpc.dump(message).encode()
         try:
             if self._pool is not None:
                 resp = await self._pool.post(headers, body)
                 try:
                     if not 300 <= resp.status < 400:
-                        if initialize:
-                            self._session_id = resp.headers.get("Mcp-Session-Id", self._session_id)
-                        await self._consume(_Answer.of_http1(resp), related, answer)
+                        await self._consume(_Answer.of_http1(resp), message)
                         return
                 finally:
                     resp.close()
             # A redirect (or no pool of our own): aiohttp's client follows it.
             async with self._http.post(self._url, data=body, headers=headers) as redirected:
-                if initialize:
-                    self._session_id = redirected.headers.get("Mcp-Session-Id", self._session_id)
-                await self._consume(_Answer.of_aiohttp(redirected), related, answer)
+                await self._consume(_Answer.of_aiohttp(redirected), message)
         except TimeoutError as exc:
             raise UpstreamTimeout("the upstream did not accept the connection in time") from exc
         except (aiohttp.ClientError, Http1Error) as exc:
             raise UpstreamUnavailable(f"cannot reach the upstream: {exc}") from exc
 
-    async def _consume(
-        self, resp: _Answer, related: jsonrpc.RequestId | None, answer: bool = False
-    ) -> None:
+    async def _consume(self, resp: _Answer, sent: jsonrpc.Message) -> None:
+        related = sent.id if isinstance(sent, jsonrpc.Request) else None
+        if isinstance(sent, jsonrpc.Request) and sent.method == "initialize":
+            self._session_id = resp.session_id or self._session_id
         if resp.status == 404 and self._session_id is not None:
             raise UpstreamSessionExpired("the upstream no longer knows this session (HTTP 404)")
         if related is None:
             # A notification or our answer to a server request: nothing comes back but a status.
-            if resp.status >= 400 and answer:
+            if resp.status >= 400 and isinstance(sent, jsonrpc.Response | jsonrpc.ErrorResponse):
                 # The client's answer to the upstream's question did not land: say so, so the
                 # client hears it (502) and the question stays open, rather than a lost answer.
                 raise UpstreamUnavailable(f"the upstream refused the answer: HTTP {resp.status}")
