@@ -4,32 +4,20 @@ purges of finished tasks only; session records by route and principal."""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
 from datetime import timedelta
-from pathlib import Path
-
-import pytest
 
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import SessionRecord, TaskFilter, TaskStatus, owner_of, principal_of
 from gateway.tasks.store import TaskStore
 
-from .test_store import BACKENDS, T0, Backend, make_task, record_of
+from . import test_store
+from .test_store import T0, make_task, record_of
+
+# The store suite's own fixtures: every test here runs on each backend, as its tests do.
+backend, store = test_store.backend, test_store.store
 
 HOUR = timedelta(hours=1)
 RESULT = Outcome(kind="result", body={"content": []})
-
-
-@pytest.fixture(params=BACKENDS)
-def backend(request: pytest.FixtureRequest, tmp_path: Path) -> Backend:
-    return Backend.of(request, tmp_path)
-
-
-@pytest.fixture
-async def store(backend: Backend) -> AsyncIterator[TaskStore]:
-    opened: TaskStore = await backend.open()
-    yield opened
-    await opened.close()
 
 
 async def filled(store: TaskStore) -> None:
