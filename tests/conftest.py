@@ -24,7 +24,7 @@ from gateway.http import listen
 from gateway.tasks.models import utcnow
 
 from . import postgres
-from .fakes import faulty_streamable_app, legacy_sse_app
+from .fakes import faulty_streamable_app, legacy_sse_app, recording_upstream
 
 ROOT = Path(__file__).resolve().parent.parent
 DEMO = {"transport": "stdio", "command": ["python", "-m", "gateway.demo"]}
@@ -134,6 +134,15 @@ async def sse_upstream() -> AsyncIterator[str]:
     server = TestServer(legacy_sse_app(), host="127.0.0.1")
     await server.start_server()
     yield str(server.make_url("/sse"))
+    await server.close()
+
+
+@pytest.fixture
+async def recorder() -> AsyncIterator[TestServer]:
+    """An upstream that answers and records what it was sent (`fakes.recording_upstream`)."""
+    server = TestServer(recording_upstream(), host="127.0.0.1")
+    await server.start_server()
+    yield server
     await server.close()
 
 

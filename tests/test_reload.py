@@ -31,7 +31,7 @@ from gateway.keys import METRICS, ROUTES
 from gateway.reload import on_sighup, reload
 
 from .conftest import DEMO
-from .fakes import SEEN, recording_upstream
+from .fakes import SEEN
 from .helpers import INIT, WITH_TASKS, headers, modern_rpc, open_session, rpc, start_task
 
 OLD_KEY, NEW_KEY = "old-key-0123456789abcdef", "new-key-0123456789abcdef"
@@ -69,14 +69,6 @@ async def _serving(config: Path) -> AsyncIterator[tuple[web.Application, str]]:
         yield app, f"http://{host}:{port}"
     finally:
         await runner.cleanup()
-
-
-@pytest.fixture
-async def recorder() -> AsyncIterator[TestServer]:
-    server = TestServer(recording_upstream(), host="127.0.0.1")
-    await server.start_server()
-    yield server
-    await server.close()
 
 
 def _recorded(recorder: TestServer, **upstream: Any) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from gateway.http import listen
 from gateway.keys import TRACING
 
 from .conftest import DEMO
-from .fakes import RECEIVED, SEEN, legacy_sse_app, recording_upstream
+from .fakes import RECEIVED, SEEN, legacy_sse_app
 from .helpers import (
     headers,
     modern_rpc,
@@ -81,14 +81,6 @@ async def start_traced(make_settings: Callable[..., Settings]) -> AsyncIterator[
     yield start
     for runner in runners:
         await runner.cleanup()
-
-
-@pytest.fixture
-async def recorder() -> AsyncIterator[TestServer]:
-    server = TestServer(recording_upstream(), host="127.0.0.1")
-    await server.start_server()
-    yield server
-    await server.close()
 
 
 def http_route(recorder: TestServer) -> list[dict[str, Any]]:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-
 import httpx
 import pytest
 from aiohttp.test_utils import TestServer
@@ -11,15 +9,7 @@ from mcp import ClientSession
 from mcp.client.streamable_http import streamable_http_client
 
 from .conftest import StartGateway
-from .fakes import SEEN, recording_upstream
-
-
-@pytest.fixture
-async def recorder() -> AsyncIterator[TestServer]:
-    server = TestServer(recording_upstream(), host="127.0.0.1")
-    await server.start_server()
-    yield server
-    await server.close()
+from .fakes import SEEN
 
 
 async def test_client_credentials_never_reach_the_upstream_but_route_headers_do(

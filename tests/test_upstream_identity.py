@@ -27,7 +27,7 @@ from gateway.config import ConfigError, parse_settings
 from gateway.protocol.errors import INTERNAL_ERROR
 
 from .conftest import DEMO, StartGateway
-from .fakes import SEEN, recording_upstream
+from .fakes import SEEN
 from .helpers import INIT, headers
 
 ALICE_KEY = "alice-key-0123456789"
@@ -35,14 +35,6 @@ KEYS = {
     "api_keys": [{"principal": "alice", "sha256": hashlib.sha256(ALICE_KEY.encode()).hexdigest()}]
 }
 ASSERTION_KEY = "assertion-key-for-tests-0123456789abcdef"
-
-
-@pytest.fixture
-async def recorder() -> AsyncIterator[TestServer]:
-    server = TestServer(recording_upstream(), host="127.0.0.1")
-    await server.start_server()
-    yield server
-    await server.close()
 
 
 @dataclass
