@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
 
 import aiohttp
@@ -45,35 +45,20 @@ class _Answer:
     """An HTTP answer as `_consume` reads it, from either client."""
 
     status: int
-    content_type: str
+    #: Case-insensitive, as both clients give them.
+    headers: Mapping[str, str]
     content_length: int | None
-    session_id: str | None
     chunks: AsyncIterator[bytes]
     close: Callable[[], None]
 
     @classmethod
     def of_aiohttp(cls, resp: aiohttp.ClientResponse) -> _Answer:
-        headers = resp.headers
-        return cls(
-            resp.status,
-            headers.get("Content-Type", ""),
-            resp.content_length,
-            headers.get("Mcp-Session-Id"),
-            resp.content.iter_any(),
-            resp.close,
-        )
+        chunks = resp.content.iter_any()
+        return cls(resp.status, resp.headers, resp.content_length, chunks, resp.close)
 
     @classmethod
     def of_http1(cls, resp: Http1Response) -> _Answer:
-        headers = resp.headers
-        return cls(
-            resp.status,
-            headers.get("Content-Type", ""),
-            resp.content_length,
-            headers.get("Mcp-Session-Id"),
-            resp.iter_chunks(),
-            resp.close,
-        )
+        return cls(resp.status, resp.headers, resp.content_length, resp.iter_chunks(), resp.close)
 
 
 class StreamableHttpTransport(Transport):
@@ -163,7 +148,7 @@ class StreamableHttpTransport(Transport):
     async def _consume(self, resp: _Answer, sent: jsonrpc.Message) -> None:
         related = sent.id if isinstance(sent, jsonrpc.Request) else None
         if isinstance(sent, jsonrpc.Request) and sent.method == "initialize":
-            self._session_id = resp.session_id or self._session_id
+            self._session_id = resp.headers.get("Mcp-Session-Id", self._session_id)
         if resp.status == 404 and self._session_id is not None:
             raise UpstreamSessionExpired("the upstream no longer knows this session (HTTP 404)")
         if related is None:
@@ -177,7 +162,7 @@ class StreamableHttpTransport(Transport):
             return
         if resp.status == 202:
             return
-        ctype = resp.content_type.split(";")[0].strip().lower()
+        ctype = resp.headers.get("Content-Type", "").split(";")[0].strip().lower()
         if ctype == "text/event-stream":
             if related is not None:
                 self.sink.on_stream(related, interrupted=False)
