@@ -16,7 +16,7 @@ import pytest
 
 from gateway.demo.tools import DEMO_TOOLS
 
-from .conftest import ROOT, free_port, wait_for_port
+from .conftest import free_port
 from .helpers import open_session, start_process, write_config
 
 
@@ -103,15 +103,7 @@ def _gateway(tmp_path: Path, extra: str) -> tuple[subprocess.Popen[bytes], int, 
     port = free_port()
     config = write_config(tmp_path, port, extra)
     out, err = tmp_path / "stdout", tmp_path / "stderr"
-    with out.open("wb") as stdout, err.open("wb") as stderr:
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "gateway", "--config", str(config)],
-            cwd=ROOT,
-            stdout=stdout,
-            stderr=stderr,
-        )
-    wait_for_port(port, proc)
-    return proc, port, out, err
+    return start_process(config, port, log=err, audit=out), port, out, err
 
 
 def _json_lines(text: str) -> list[dict[str, object]]:
