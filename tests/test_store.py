@@ -547,6 +547,52 @@ async def test_sqlite_polls_read_what_was_committed_whether_kept_in_memory_or_no
     await store.close()
 
 
+async def test_sqlite_a_task_just_finished_and_its_outcome_are_read_without_the_file(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # The poll that sees the terminal status and the tasks/result after it come right after
+    # the terminal write: both are answered from what that write committed, up to a bound
+    # (one task here), and past it from the file, with the same answer.
+    monkeypatch.setattr("gateway.tasks.store.sqlite._ENDED_KEPT", 1)
+    reads: list[str] = []
+    store = await open_store(tmp_path / "tasks.db", lambda what, _: reads.append(what))
+    body = {"content": [{"type": "text", "text": "done"}], "n": 2**70}
+    for name in ("old", "new"):
+        await store.create_task(make_task(name))
+        await store.finish_task(name, COMPLETED, "ok", Outcome(kind="result", body=body), T0)
+    reads.clear()
+
+    new, outcome = await store.find_task("new", "alice"), await store.get_outcome("new")
+    assert reads == []
+    assert new is not None and new.status is COMPLETED and new.status_message == "ok"
+    assert outcome == Outcome(kind="result", body=body)
+
+    assert await store.find_task("new", "mallory") is None  # another owner's: read as unknown
+    old, old_outcome = await store.find_task("old", "alice"), await store.get_outcome("old")
+    assert reads == ["read"] * 3
+    assert old is not None and old.status is COMPLETED and old_outcome == outcome
+    await store.close()
+
+
+async def test_sqlite_a_large_outcome_is_read_from_the_file_and_keeps_the_small_ones_kept(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("gateway.tasks.store.sqlite._ENDED_BYTES", 16_000)
+    reads: list[str] = []
+    store = await open_store(tmp_path / "tasks.db", lambda what, _: reads.append(what))
+    small, large = {"text": "s"}, {"text": "x" * 1_001}  # over a sixteenth of the bytes
+    for name, body in (("small", small), ("large", large)):
+        await store.create_task(make_task(name))
+        await store.finish_task(name, COMPLETED, None, Outcome(kind="result", body=body), T0)
+    reads.clear()
+
+    assert (await store.get_outcome("small")) == Outcome(kind="result", body=small)
+    assert reads == []
+    assert (await store.get_outcome("large")) == Outcome(kind="result", body=large)
+    assert reads == ["read"]
+    await store.close()
+
+
 async def test_what_an_owners_tasks_keep_is_counted_in_bytes(store: TaskStore) -> None:
     assert await store.stored_bytes("alice") == 0
     await store.create_task(make_task("plain"))

@@ -52,6 +52,12 @@ T = TypeVar("T")
 #: every task a busy client polls.
 _LIVE_KEPT = 1024
 
+#: Tasks just finished, kept in memory with their outcomes (`SqliteTaskStore._ended`): the
+#: poll that sees `completed` and the `tasks/result` after it come within moments of the
+#: terminal write. At most this many, and this many bytes of outcomes (as stored, in JSON).
+_ENDED_KEPT = 1024
+_ENDED_BYTES = 16 * 1024 * 1024
+
 #: The statuses of a task that is still running.
 _LIVE = tuple(s for s in TaskStatus if not s.terminal)
 _COUNT_LIVE = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND {LIVE_SQL}"
@@ -94,6 +100,13 @@ class SqliteTaskStore:
         #: running task is answered from memory, without a read on SQLite's thread (see
         #: `find_task`). Bounded: ten thousand tasks in flight keep their memory.
         self._live: collections.OrderedDict[str, Task] = collections.OrderedDict()
+        #: The tasks `finish_task` ended most recently, as committed, with their outcomes
+        #: and the outcomes' stored sizes: a terminal task changes no more, so the copy
+        #: stays true until the row is deleted (every delete drops it here, `_forget`).
+        self._ended: collections.OrderedDict[str, tuple[Task, Outcome, int]] = (
+            collections.OrderedDict()
+        )
+        self._ended_bytes = 0
 
     def _committed(self, tasks: Iterable[Task | None]) -> None:
         """What a write committed: live tasks are kept, terminal ones dropped."""
@@ -105,6 +118,31 @@ class SqliteTaskStore:
                 self._live[task.task_id] = task
                 if len(self._live) > _LIVE_KEPT:
                     self._live.popitem(last=False)  # the next read of it goes to the file
+
+    def _ended_with(self, task: Task, outcome: Outcome, size: int) -> None:
+        self._live.pop(task.task_id, None)
+        if size > _ENDED_BYTES // 16:
+            return  # one large outcome would push out a thousand small ones
+        self._ended[task.task_id] = (task, outcome, size)
+        self._ended_bytes += size
+        while len(self._ended) > _ENDED_KEPT or self._ended_bytes > _ENDED_BYTES:
+            _, (_, _, dropped) = self._ended.popitem(last=False)
+            self._ended_bytes -= dropped
+
+    def _forget(self, task_ids: Iterable[str]) -> None:
+        """Deleted rows: no copy of them may outlive them."""
+        for task_id in task_ids:
+            self._live.pop(task_id, None)
+            ended = self._ended.pop(task_id, None)
+            if ended is not None:
+                self._ended_bytes -= ended[2]
+
+    def _kept(self, task_id: str) -> Task | None:
+        live = self._live.get(task_id)
+        if live is not None:
+            return live
+        ended = self._ended.get(task_id)
+        return None if ended is None else ended[0]
 
     async def create_task(
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
@@ -141,18 +179,18 @@ class SqliteTaskStore:
         return created is not None
 
     async def find_task(self, task_id: str, owner: str) -> Task | None:
-        live = self._live.get(task_id)
-        if live is not None and live.owner == owner:
-            return live
-        # Another owner's live task costs the read an unknown id costs: the time taken must
+        kept = self._kept(task_id)
+        if kept is not None and kept.owner == owner:
+            return kept
+        # Another owner's kept task costs the read an unknown id costs: the time taken must
         # not tell a caller that someone else's task exists.
         sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ? AND owner = ?"
         return next((task_from_row(row) for row in await self._read(sql, task_id, owner)), None)
 
     async def get_task(self, task_id: str) -> Task | None:
-        live = self._live.get(task_id)
-        if live is not None:
-            return live
+        kept = self._kept(task_id)
+        if kept is not None:
+            return kept
         sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = ?"
         return next((task_from_row(row) for row in await self._read(sql, task_id)), None)
 
@@ -180,7 +218,9 @@ class SqliteTaskStore:
             " ORDER BY created_at, task_id LIMIT ?) RETURNING task_id"
         )
         rows = await self._write(lambda db: db.execute(sql, (*params, choice.limit)).fetchall())
-        return [row["task_id"] for row in rows]
+        purged = [row["task_id"] for row in rows]
+        self._forget(purged)
+        return purged
 
     async def update_task(
         self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
@@ -223,20 +263,25 @@ class SqliteTaskStore:
             raise ValueError(f"{status} is not terminal: use update_task")
         sources = sources_of(status)
 
-        def finish(db: sqlite3.Connection) -> Task | None:
+        def finish(db: sqlite3.Connection) -> tuple[Task | None, int]:
             moved = _transition(db, task_id, sources, status, status_message, now)
-            if outcome is not None:
-                _insert_outcomes(db, moved, outcome)
+            size = 0 if outcome is None else _insert_outcomes(db, moved, outcome)
             ended = [task.task_id for task in moved]
             inputs.withdraw_all(db, ended, now)
             attempts.forget(db, ended)
-            return next(iter(moved), None)
+            return next(iter(moved), None), size
 
-        finished = await self._write(finish)
-        self._committed([finished])
+        finished, size = await self._write(finish)
+        if finished is not None and outcome is not None:
+            self._ended_with(finished, outcome, size)
+        else:
+            self._committed([finished])
         return finished
 
     async def get_outcome(self, task_id: str) -> Outcome | None:
+        ended = self._ended.get(task_id)
+        if ended is not None:
+            return ended[1]
         rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = ?", task_id)
         return next((Outcome(kind=r["kind"], body=json.loads(r["body"])) for r in rows), None)
 
@@ -247,8 +292,7 @@ class SqliteTaskStore:
             return tasks, sessions.rowcount
 
         tasks, sessions = await self._write(erase)
-        for task_id in tasks:
-            self._live.pop(task_id, None)
+        self._forget(tasks)
         return len(tasks), sessions
 
     async def stored_bytes(self, owner: str) -> int:
@@ -280,8 +324,7 @@ class SqliteTaskStore:
         sql = "DELETE FROM tasks WHERE expires_at <= ? RETURNING task_id"
         rows = await self._write(lambda db: db.execute(sql, (epoch_us(now),)).fetchall())
         deleted = [row["task_id"] for row in rows]
-        for task_id in deleted:
-            self._live.pop(task_id, None)
+        self._forget(deleted)
         return deleted
 
     async def fail_interrupted(self, message: str, now: datetime) -> list[Task]:
@@ -425,10 +468,12 @@ def _transition(
     return [task_from_row(row) for row in rows]
 
 
-def _insert_outcomes(db: sqlite3.Connection, tasks: list[Task], outcome: Outcome) -> None:
+def _insert_outcomes(db: sqlite3.Connection, tasks: list[Task], outcome: Outcome) -> int:
+    """Returns the size of the body as stored."""
     body = json.dumps(outcome.body)
     sql = "INSERT INTO outcomes VALUES (?, ?, ?)"
     db.executemany(sql, [(task.task_id, outcome.kind, body) for task in tasks])
+    return len(body)
 
 
 async def open_store(
