@@ -4,9 +4,9 @@ Each event is one JSON object on the `gateway.audit` logger, so an operator can 
 to its own file and a log shipper can parse it. Events name the principal where there is
 one, never a credential; tool arguments only with `audit.include_arguments`.
 
-The lines are written by a thread of their own (`QueueHandler` to a `QueueListener`): a slow
-disk, a full pipe or a rotation never holds up the event loop, and `stop()` at a clean
-shutdown writes everything queued before it returns.
+The lines are written by a thread of their own (`QueueHandler` to `_Writer`): a slow disk,
+a full pipe or a rotation never holds up the event loop, and `stop()` at a clean shutdown
+writes everything queued before it returns.
 """
 
 from __future__ import annotations
@@ -16,6 +16,7 @@ import logging
 import logging.handlers
 import queue
 import sys
+import threading
 from typing import Any
 
 from gateway.config import AuditConfig
@@ -23,7 +24,14 @@ from gateway.tasks.models import iso, utcnow
 
 log = logging.getLogger("gateway.audit")
 
-_listener: logging.handlers.QueueListener | None = None
+_writer: _Writer | None = None
+
+#: How long the writer rests after writing out its queue: the events of a busy moment are
+#: queued while it rests, without waking it one by one (each wake-up is a system call on
+#: the event loop's thread, and a turn of the GIL), and then written together.
+_REST_SECONDS = 0.02
+
+_json = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
 class _Enqueue(logging.handlers.QueueHandler):
@@ -53,12 +61,43 @@ def where(config: AuditConfig) -> str:
     return config.file if config.file is not None else config.stream
 
 
+class _Writer(threading.Thread):
+    """Hands each queued record to `handler`, in order, until `stop()`."""
+
+    def __init__(
+        self, lines: queue.SimpleQueue[logging.LogRecord | None], handler: logging.Handler
+    ):
+        super().__init__(name="audit-writer", daemon=True)
+        self.handler = handler
+        self._lines = lines
+        self._stopping = threading.Event()
+
+    def run(self) -> None:
+        lines, handle = self._lines, self.handler.handle
+        while True:
+            record = lines.get()
+            while record is not None:
+                handle(record)
+                try:
+                    record = lines.get_nowait()
+                except queue.Empty:
+                    break
+            else:
+                return  # the end mark: every record queued before it is written
+            self._stopping.wait(_REST_SECONDS)
+
+    def stop(self) -> None:
+        self._lines.put(None)
+        self._stopping.set()
+        self.join()
+
+
 def start(handler: logging.Handler) -> None:
     """Audit events go to `handler`, written on a thread of their own (any earlier one is
     stopped first, its queue written out)."""
-    global _listener
+    global _writer
     stop()
-    lines: queue.SimpleQueue[logging.LogRecord] = queue.SimpleQueue()
+    lines: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
     for old in list(log.handlers):
         log.removeHandler(old)
         old.close()
@@ -66,19 +105,18 @@ def start(handler: logging.Handler) -> None:
     log.setLevel(logging.INFO)
     # Not into the gateway's own log as well: one line per event, in one place.
     log.propagate = False
-    _listener = logging.handlers.QueueListener(lines, handler)
-    _listener.start()
+    _writer = _Writer(lines, handler)
+    _writer.start()
 
 
 def stop() -> None:
     """Write out what is queued, then stop the writing thread (and close its handler)."""
-    global _listener
-    if _listener is None:
+    global _writer
+    if _writer is None:
         return
-    listener, _listener = _listener, None
-    listener.stop()
-    for handler in listener.handlers:
-        handler.close()
+    writer, _writer = _writer, None
+    writer.stop()
+    writer.handler.close()
 
 
 def audit(event: str, **fields: Any) -> None:
@@ -87,7 +125,7 @@ def audit(event: str, **fields: Any) -> None:
         return
     record = {"time": iso(utcnow()), "event": event}
     record.update({key: value for key, value in fields.items() if value is not None})
-    line = json.dumps(record, separators=(",", ":"), default=str)
+    line = _json.encode(record)
     # A record made here rather than by log.info(): that one looks up the calling frame,
     # which no audit line shows, on every event.
     log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, line, (), None))

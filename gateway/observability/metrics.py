@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
 
 from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -21,6 +22,8 @@ from gateway.protocol.errors import ResultTooLarge, UpstreamProtocolError, Upstr
 from gateway.protocol.versions import GENERATIONS, LEGACY_GENERATION
 
 PREFIX = "mcp_gateway"
+
+M = TypeVar("M", Counter, Gauge, Histogram)
 
 #: Client-facing methods with a label of their own; the rest are "other".
 METHODS = frozenset(
@@ -46,6 +49,7 @@ class Metrics:
         self._request_children: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
         self._upstream_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
         self._up_children: dict[str, Gauge] = {}
+        self._children: dict[tuple[Any, ...], Any] = {}
         r = self.registry
         p = PREFIX
         self.requests = Counter(
@@ -257,8 +261,17 @@ class Metrics:
             child = self._up_children[route] = self.upstream_up.labels(route)
         child.set(1 if reached else 0)
 
+    def child(self, metric: M, *values: str) -> M:
+        """`metric.labels(*values)`, cached: for what runs on every task and store write
+        (`labels` takes a lock and builds its key each time). Children are never removed."""
+        key = (metric, *values)
+        found = self._children.get(key)
+        if found is None:
+            found = self._children[key] = metric.labels(*values)
+        return found
+
     def observe_store(self, operation: str, seconds: float) -> None:
-        self.store_seconds.labels(operation).observe(seconds)
+        self.child(self.store_seconds, operation).observe(seconds)
 
     def upstream_call(self, route: str, tool: object, outcome: str, seconds: float) -> None:
         key = (route, self.tool(route, tool), outcome)

@@ -42,7 +42,7 @@ class TaskTelemetry:
         audit("task_limit", route=route, principal=principal, limit=cap, which=limit)
 
     def created(self, task: Task, principal: str | None, request: jsonrpc.Request) -> None:
-        self._metrics.tasks_created.labels(task.route).inc()
+        self._metrics.child(self._metrics.tasks_created, task.route).inc()
         self._account(task)
         arguments = jsonrpc.param(request, "arguments") if self._audit_arguments else None
         audit(
@@ -119,17 +119,18 @@ class TaskTelemetry:
         previous = self._live.pop(task.task_id, None)
         if previous is not None:
             route, status, since = previous
-            metrics.tasks_active.labels(route, status.value).dec()
+            metrics.child(metrics.tasks_active, route, status.value).dec()
             if status is TaskStatus.INPUT_REQUIRED:
                 metrics.input_wait_seconds.labels(route).observe(now - since)
         if task.status.terminal:
             self._born.pop(task.task_id, None)
             if previous is not None:  # a task of this process: it ends here
-                metrics.tasks_finished.labels(task.route, task.status.value).inc()
+                metrics.child(metrics.tasks_finished, task.route, task.status.value).inc()
                 lifetime = (task.updated_at - task.created_at).total_seconds()
-                metrics.task_seconds.labels(task.route, task.status.value).observe(lifetime)
+                seconds = metrics.child(metrics.task_seconds, task.route, task.status.value)
+                seconds.observe(lifetime)
             return
-        metrics.tasks_active.labels(task.route, task.status.value).inc()
+        metrics.child(metrics.tasks_active, task.route, task.status.value).inc()
         if task.status is TaskStatus.INPUT_REQUIRED:
             metrics.input_waits.labels(task.route).inc()
         self._live[task.task_id] = (task.route, task.status, now)
