@@ -331,7 +331,7 @@ async def test_the_terminal_write_comes_first_whatever_the_host_does_after(
     with caplog.at_level(logging.ERROR, logger="gateway"):
         task = await submit(parts, host)
         host.scripted.answer(await host.call(), RESULT)
-        await host.runs_ended()  # the last thing a run does
+        await parts.runner.idle()  # the run's task is done, and its failure handed on
     outcome = await parts.store.get_outcome(task.task_id)
     assert await status_of(parts, task) is TaskStatus.COMPLETED
     assert outcome is not None and outcome.body == RESULT

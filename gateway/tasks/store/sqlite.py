@@ -217,7 +217,9 @@ class SqliteTaskStore:
             f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE {where}"
             " ORDER BY created_at, task_id LIMIT ?) RETURNING task_id"
         )
-        rows = await self._write(lambda db: db.execute(sql, (*params, choice.limit)).fetchall())
+        rows = await self._write(
+            lambda db: db.execute(sql, (*params, choice.limit)).fetchall(), bulk=True
+        )
         purged = [row["task_id"] for row in rows]
         self._forget(purged)
         return purged
@@ -291,7 +293,7 @@ class SqliteTaskStore:
             sessions = db.execute("DELETE FROM sessions WHERE principal = ?", (principal,))
             return tasks, sessions.rowcount
 
-        tasks, sessions = await self._write(erase)
+        tasks, sessions = await self._write(erase, bulk=True)
         self._forget(tasks)
         return len(tasks), sessions
 
@@ -322,7 +324,7 @@ class SqliteTaskStore:
     async def delete_expired(self, now: datetime) -> list[str]:
         # Their outcomes and input rows go with them: the foreign keys cascade.
         sql = "DELETE FROM tasks WHERE expires_at <= ? RETURNING task_id"
-        rows = await self._write(lambda db: db.execute(sql, (epoch_us(now),)).fetchall())
+        rows = await self._write(lambda db: db.execute(sql, (epoch_us(now),)).fetchall(), bulk=True)
         deleted = [row["task_id"] for row in rows]
         self._forget(deleted)
         return deleted
@@ -347,7 +349,7 @@ class SqliteTaskStore:
             attempts.forget(db, ended)
             return tasks
 
-        failed_tasks = await self._write(fail)
+        failed_tasks = await self._write(fail, bulk=True)
         self._committed(failed_tasks)
         return failed_tasks
 
@@ -405,7 +407,7 @@ class SqliteTaskStore:
     async def prune_sessions(
         self, live: Collection[str], now: datetime, idle_before: datetime
     ) -> list[str]:
-        return await self._write(lambda db: sessions.prune(db, live, now, idle_before))
+        return await self._write(lambda db: sessions.prune(db, live, now, idle_before), bulk=True)
 
     @property
     def commits(self) -> int:
@@ -438,8 +440,8 @@ class SqliteTaskStore:
             self._on_timing("read", time.perf_counter() - started)
         return rows
 
-    async def _write(self, run: Callable[[sqlite3.Connection], T]) -> T:
-        return await self._writer.write(run)
+    async def _write(self, run: Callable[[sqlite3.Connection], T], bulk: bool = False) -> T:
+        return await self._writer.write(run, bulk)
 
 
 def _transition(

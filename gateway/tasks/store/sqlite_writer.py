@@ -4,11 +4,14 @@ With synchronous=FULL every COMMIT is an fsync, so every write goes through one 
 that commits whatever is queued in one transaction; a caller returns only once its write is
 durable. A write that fails fails its own caller only (see `_commit`).
 
-The writes are plain functions of a `sqlite3.Connection`, and a batch's whole transaction
-(BEGIN, every write, COMMIT) runs in one call on the connection's own thread. Each trip
-between the event loop and that thread waits for a turn of the loop, which under load
-(hundreds of requests in flight) takes milliseconds: a batch of a statement per trip took
-hundreds of them, and the task's terminal write with it.
+The writes are plain functions of a `sqlite3.Connection`. A batch's statements (BEGIN and
+every write) run on the event loop, and only its COMMIT, which waits for the disk, on the
+connection's own thread: one trip per batch. Statements run on that thread instead each
+took the GIL back from the busy event loop after every step SQLite made without it, and
+under load a batch of some thirty writes spent 8 ms there, almost all of it waiting for
+the GIL, where the same batch takes well under one on the loop. Writes that may touch many
+rows (`bulk`: expiry, purges, erasure) still run whole on the thread, so that the loop never
+waits for pages read from disk.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ T = TypeVar("T")
 class _Write:
     run: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
+    bulk: bool
 
 
 class GroupCommitWriter:
@@ -55,9 +59,9 @@ class GroupCommitWriter:
         self._tasks = TaskSet("task store")
         self._loop = self._tasks.spawn(self._write_loop(), name="task-store-writer")
 
-    async def write(self, run: Callable[[sqlite3.Connection], T]) -> T:
-        """`run(db)` inside the next batch's transaction, on the writer's thread; its value
-        once that has committed.
+    async def write(self, run: Callable[[sqlite3.Connection], T], bulk: bool = False) -> T:
+        """`run(db)` inside the next batch's transaction; its value once that has committed.
+        A `bulk` write (one that may touch many rows) makes its batch run on the thread.
 
         Raises:
             RuntimeError: the writer is closed.
@@ -65,7 +69,7 @@ class GroupCommitWriter:
         if self._closing:
             raise RuntimeError("the task store is closed")
         future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
-        self._queue.append(_Write(run, future))
+        self._queue.append(_Write(run, future, bulk))
         self._wake.set()
         return await future
 
@@ -101,9 +105,13 @@ class GroupCommitWriter:
         try:
             # Shielded: a cancelled writer must still learn how the transaction ended, since
             # the thread finishes it regardless.
-            settled = await asyncio.shield(
-                loop.run_in_executor(self._thread, self._transaction, batch)
-            )
+            if any(write.bulk for write in batch):
+                settled = await asyncio.shield(
+                    loop.run_in_executor(self._thread, self._transaction, batch)
+                )
+            else:
+                settled = self._apply(batch)
+                await asyncio.shield(loop.run_in_executor(self._thread, self._end))
         except Exception as exc:  # BEGIN or COMMIT failed: nothing of the batch was written
             _fail(batch, exc)
             return
@@ -123,17 +131,32 @@ class GroupCommitWriter:
                 write.future.set_exception(error)
 
     def _transaction(self, batch: list[_Write]) -> list[tuple[_Write, Any, Exception | None]]:
-        """On the writer's thread: the batch in one transaction, replayed with a savepoint
-        per write if one of them fails."""
+        """On the writer's thread: `_apply`, then `_end`."""
+        settled = self._apply(batch)
+        self._end()
+        return settled
+
+    def _apply(self, batch: list[_Write]) -> list[tuple[_Write, Any, Exception | None]]:
+        """The batch in one transaction, left open for `_end`; replayed with a savepoint per
+        write if one of them fails."""
         try:
             return self._run(batch, isolate=False)
         except _WriteFailed:
             return self._run(batch, isolate=True)
 
+    def _end(self) -> None:
+        """COMMIT the open transaction (the fsync); rolled back if that fails."""
+        try:
+            self._db.execute("COMMIT")
+        except BaseException:
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            raise
+
     def _run(
         self, batch: list[_Write], isolate: bool
     ) -> list[tuple[_Write, Any, Exception | None]]:
-        """Run and commit `batch`, rolled back entirely on any exception it raises.
+        """Run `batch` after a BEGIN, rolled back entirely on any exception it raises.
 
         Raises:
             _WriteFailed: a write failed and `isolate` was off.
@@ -156,7 +179,6 @@ class GroupCommitWriter:
                     db.execute("ROLLBACK TO write")
                     settled.append((write, None, exc))
                 db.execute("RELEASE write")
-            db.execute("COMMIT")
         except BaseException:
             if db.in_transaction:
                 db.execute("ROLLBACK")

@@ -1,0 +1,91 @@
+"""The SQLite store's single writer (`GroupCommitWriter`) on a real file: where a batch's
+statements run, and what a COMMIT that fails leaves behind."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import pytest
+
+from gateway.tasks.store.sqlite_writer import GroupCommitWriter
+
+SCHEMA = """
+    CREATE TABLE parents (id TEXT PRIMARY KEY);
+    CREATE TABLE children (id TEXT PRIMARY KEY, parent TEXT NOT NULL REFERENCES parents);
+"""
+
+
+@pytest.fixture
+async def writer(tmp_path: Path) -> AsyncIterator[tuple[GroupCommitWriter, Path]]:
+    path = tmp_path / "w.db"
+    db = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    db.executescript("PRAGMA journal_mode = WAL; PRAGMA foreign_keys = ON;" + SCHEMA)
+    thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="task-store-writer")
+    writer = GroupCommitWriter(db, thread)
+    yield writer, path
+    await writer.close()
+    db.close()
+    thread.shutdown()
+
+
+def at_rest(path: Path, table: str) -> list[str]:
+    """The ids another connection reads: what was committed."""
+    with sqlite3.connect(path) as db:
+        rows = [row[0] for row in db.execute(f"SELECT id FROM {table} ORDER BY id")]
+    db.close()
+    return rows
+
+
+def insert(table: str, row_id: str, seen: list[str]) -> Callable[[sqlite3.Connection], str]:
+    def run(db: sqlite3.Connection) -> str:
+        seen.append(threading.current_thread().name)
+        db.execute(f"INSERT INTO {table} (id) VALUES (?)", (row_id,))
+        return row_id
+
+    return run
+
+
+async def test_a_batchs_statements_run_on_the_loop_and_a_bulk_batch_whole_on_the_thread(
+    writer: tuple[GroupCommitWriter, Path],
+) -> None:
+    # The statements of a batch are CPU work on pages in memory: on the loop they need no
+    # GIL hand-over per SQLite step. Only a write that may touch many rows (and so read many
+    # pages from disk) takes its batch to the thread. Either way the caller returns durable.
+    w, path = writer
+    seen: list[str] = []
+    assert await asyncio.gather(*(w.write(insert("parents", p, seen)) for p in "ab")) == list("ab")
+    assert at_rest(path, "parents") == ["a", "b"]
+    assert seen == [threading.current_thread().name] * 2
+
+    seen.clear()
+    plain, bulk = w.write(insert("parents", "c", seen)), w.write(insert("parents", "d", seen), True)
+    assert list(await asyncio.gather(plain, bulk)) == ["c", "d"]
+    assert at_rest(path, "parents") == ["a", "b", "c", "d"]
+    assert len(seen) == 2 and all(name.startswith("task-store-writer") for name in seen)
+
+
+async def test_a_commit_that_fails_fails_its_whole_batch_writes_nothing_and_the_next_commits(
+    writer: tuple[GroupCommitWriter, Path],
+) -> None:
+    w, path = writer
+
+    def orphan(db: sqlite3.Connection) -> None:
+        # A deferred foreign key is checked at COMMIT: the statements all succeed, and the
+        # COMMIT, made on the thread, fails.
+        db.execute("PRAGMA defer_foreign_keys = ON")
+        db.execute("INSERT INTO children (id, parent) VALUES ('c1', 'nobody')")
+
+    seen: list[str] = []
+    results = await asyncio.gather(
+        w.write(insert("parents", "p1", seen)), w.write(orphan), return_exceptions=True
+    )
+
+    assert all(isinstance(r, sqlite3.IntegrityError) for r in results), results
+    assert at_rest(path, "parents") == [] and at_rest(path, "children") == []
+    assert await w.write(insert("parents", "p2", seen)) == "p2"
+    assert at_rest(path, "parents") == ["p2"]
