@@ -29,6 +29,7 @@ from gateway.tasks.models import (
     TaskStatus,
     UpstreamCall,
     epoch_us,
+    from_epoch_us,
     sources_of,
 )
 from gateway.tasks.store import sqlite_attempts as attempts
@@ -58,9 +59,22 @@ _LIVE_KEPT = 1024
 _ENDED_KEPT = 1024
 _ENDED_BYTES = 16 * 1024 * 1024
 
+
+def _mark(number: int) -> str:
+    return "?"
+
+
+def _marks(values: Collection[Any]) -> str:
+    """One `?` placeholder per value, comma-separated."""
+    return ",".join("?" * len(values))
+
+
 #: The statuses of a task that is still running.
 _LIVE = tuple(s for s in TaskStatus if not s.terminal)
 _COUNT_LIVE = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND {LIVE_SQL}"
+_CREATE = (
+    f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES ({_marks(TASK_COLUMNS.split(','))}, ?)"
+)
 
 
 # The owner of a principal's task names its route (`owner_of`): matched whole, so that one
@@ -74,15 +88,6 @@ _STORED_BYTES = (
     " FROM tasks t LEFT JOIN outcomes o USING (task_id) LEFT JOIN task_calls c USING (task_id)"
     " WHERE t.owner = ?"
 )
-
-
-def _mark(number: int) -> str:
-    return "?"
-
-
-def _marks(values: Collection[Any]) -> str:
-    """One `?` placeholder per value, comma-separated."""
-    return ",".join("?" * len(values))
 
 
 class SqliteTaskStore:
@@ -150,33 +155,32 @@ class SqliteTaskStore:
         if request is not None and not task.repeatable:
             raise ValueError("only a repeatable task's request is kept")
         expires = task.expires_at
+        created, updated = epoch_us(task.created_at), epoch_us(task.updated_at)
         row = (
             *(task.task_id, task.owner, task.route, task.tool, task.status, task.status_message),
-            *(epoch_us(task.created_at), epoch_us(task.updated_at)),
-            *(task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
+            *(created, updated, task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
             *(task.generation, task.repeatable, task.attempt),
             None if expires is None else epoch_us(expires),
         )
-        sql = (
-            f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES ({_marks(row)})"
-            f" RETURNING {TASK_COLUMNS}"
-        )
+        # As stored (UTC, to the microsecond), as every later read sees it.
+        times = {"created_at": from_epoch_us(created), "updated_at": from_epoch_us(updated)}
+        stored = task.model_copy(update=times)
 
-        def create(db: sqlite3.Connection) -> Task | None:
+        def create(db: sqlite3.Connection) -> bool:
             # The single writer makes check-then-insert atomic: no batch can slip past the cap.
             if max_active is not None:
                 (active,) = db.execute(_COUNT_LIVE, (task.owner,)).fetchone()
                 if active >= max_active:
-                    return None
-            # Read back as stored (UTC, to the microsecond), as every later read sees it.
-            (stored,) = db.execute(sql, row).fetchall()
+                    return False
+            db.execute(_CREATE, row)
             if request is not None:
                 attempts.save_request(db, task.task_id, request)
-            return task_from_row(stored)
+            return True
 
-        created = await self._write(create)
-        self._committed([created])
-        return created is not None
+        if not await self._write(create):
+            return False
+        self._committed([stored])
+        return True
 
     async def find_task(self, task_id: str, owner: str) -> Task | None:
         kept = self._kept(task_id)
@@ -268,9 +272,7 @@ class SqliteTaskStore:
         def finish(db: sqlite3.Connection) -> tuple[Task | None, int]:
             moved = _transition(db, task_id, sources, status, status_message, now)
             size = 0 if outcome is None else _insert_outcomes(db, moved, outcome)
-            ended = [task.task_id for task in moved]
-            inputs.withdraw_all(db, ended, now)
-            attempts.forget(db, ended)
+            _ended(db, moved, now)
             return next(iter(moved), None), size
 
         finished, size = await self._write(finish)
@@ -344,9 +346,7 @@ class SqliteTaskStore:
         def fail(db: sqlite3.Connection) -> list[Task]:
             tasks = _transition(db, ids, sources, failed, message, now)
             _insert_outcomes(db, tasks, Outcome.error(-32603, message))
-            ended = [task.task_id for task in tasks]
-            inputs.withdraw_all(db, ended, now)
-            attempts.forget(db, ended)
+            _ended(db, tasks, now)
             return tasks
 
         failed_tasks = await self._write(fail, bulk=True)
@@ -468,6 +468,13 @@ def _transition(
     )
     rows = db.execute(sql, (status, message, epoch_us(now), *key, *sources)).fetchall()
     return [task_from_row(row) for row in rows]
+
+
+def _ended(db: sqlite3.Connection, tasks: list[Task], now: datetime) -> None:
+    """What goes with a terminal write: the tasks' pending questions are withdrawn and the
+    upstream calls kept to run them again forgotten (only repeatable tasks have those)."""
+    inputs.withdraw_all(db, [task.task_id for task in tasks], now)
+    attempts.forget(db, [task.task_id for task in tasks if task.repeatable])
 
 
 def _insert_outcomes(db: sqlite3.Connection, tasks: list[Task], outcome: Outcome) -> int:

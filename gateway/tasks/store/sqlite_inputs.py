@@ -89,6 +89,8 @@ def withdraw(
 def withdraw_all(db: sqlite3.Connection, task_ids: Collection[str], now: datetime) -> None:
     """Withdraws every pending row of `task_ids`: part of their terminal write, so that a
     finished task never shows a question."""
-    if task_ids:
+    if len(task_ids) == 1:  # a task's own terminal write: the id alone, no JSON to read
+        db.execute(f"{_WITHDRAW} AND task_id = ?", (epoch_us(now), *task_ids))
+    elif task_ids:
         sql = f"{_WITHDRAW} AND task_id {IN_JSON_ARRAY}"
         db.execute(sql, (epoch_us(now), json.dumps(list(task_ids))))
