@@ -547,6 +547,18 @@ async def test_sqlite_polls_read_what_was_committed_whether_kept_in_memory_or_no
     await store.close()
 
 
+async def finished(tmp_path: Path, bodies: dict[str, Any]) -> tuple[TaskStore, list[str]]:
+    """A SQLite store with a task completed with each of `bodies`, in order, and the reads it
+    makes from then on."""
+    reads: list[str] = []
+    store = await open_store(tmp_path / "tasks.db", lambda what, _: reads.append(what))
+    for name, body in bodies.items():
+        await store.create_task(make_task(name))
+        await store.finish_task(name, COMPLETED, "ok", Outcome(kind="result", body=body), T0)
+    reads.clear()
+    return store, reads
+
+
 async def test_sqlite_a_task_just_finished_and_its_outcome_are_read_without_the_file(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -554,13 +566,8 @@ async def test_sqlite_a_task_just_finished_and_its_outcome_are_read_without_the_
     # the terminal write: both are answered from what that write committed, up to a bound
     # (one task here), and past it from the file, with the same answer.
     monkeypatch.setattr("gateway.tasks.store.sqlite._ENDED_KEPT", 1)
-    reads: list[str] = []
-    store = await open_store(tmp_path / "tasks.db", lambda what, _: reads.append(what))
     body = {"content": [{"type": "text", "text": "done"}], "n": 2**70}
-    for name in ("old", "new"):
-        await store.create_task(make_task(name))
-        await store.finish_task(name, COMPLETED, "ok", Outcome(kind="result", body=body), T0)
-    reads.clear()
+    store, reads = await finished(tmp_path, {"old": body, "new": body})
 
     new, outcome = await store.find_task("new", "alice"), await store.get_outcome("new")
     assert reads == []
@@ -578,13 +585,8 @@ async def test_sqlite_a_large_outcome_is_read_from_the_file_and_keeps_the_small_
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr("gateway.tasks.store.sqlite._ENDED_BYTES", 16_000)
-    reads: list[str] = []
-    store = await open_store(tmp_path / "tasks.db", lambda what, _: reads.append(what))
     small, large = {"text": "s"}, {"text": "x" * 1_001}  # over a sixteenth of the bytes
-    for name, body in (("small", small), ("large", large)):
-        await store.create_task(make_task(name))
-        await store.finish_task(name, COMPLETED, None, Outcome(kind="result", body=body), T0)
-    reads.clear()
+    store, reads = await finished(tmp_path, {"small": small, "large": large})
 
     assert (await store.get_outcome("small")) == Outcome(kind="result", body=small)
     assert reads == []
