@@ -187,6 +187,10 @@ class ModernCall:
                 await asyncio.wait({self._answer, sent}, return_when=asyncio.FIRST_COMPLETED)
             finally:
                 sent.cancel()
+        if window == 0:
+            # No window: the call is a task at once, and a question the upstream asked in the
+            # moment it took to send it is the task's (its hooks take what is pending).
+            return Finished(self._answer.result()) if self._answer.done() else Running()
         if not self.pending:
             self._asked.clear()
             asked = asyncio.create_task(self._asked.wait())  # noqa: TID251 - cancelled below
