@@ -46,9 +46,7 @@ class Metrics:
         self.registry = CollectorRegistry(auto_describe=True)
         self._tools: dict[str, set[str]] = {}
         # Label values are bounded, so these caches are too.
-        self._request_children: dict[tuple[str, str, str, str], tuple[Counter, Histogram]] = {}
-        self._upstream_children: dict[tuple[str, str, str], tuple[Counter, Histogram]] = {}
-        self._up_children: dict[str, Gauge] = {}
+        #: Labelled children by metric and label values (see `child`).
         self._children: dict[tuple[Any, ...], Any] = {}
         r = self.registry
         p = PREFIX
@@ -242,28 +240,19 @@ class Metrics:
     def request_done(
         self, route: str, generation: str, method: str, outcome: str, seconds: float
     ) -> None:
-        """One client request: counted and timed (children cached: this runs per request).
-        `generation` is one of `GENERATIONS`; anything else is counted as the session one."""
+        """One client request: counted and timed. `generation` is one of `GENERATIONS`;
+        anything else is counted as the session one."""
         generation = generation if generation in GENERATIONS else LEGACY_GENERATION
-        key = (route, generation, method, outcome)
-        children = self._request_children.get(key)
-        if children is None:
-            children = self._request_children[key] = (
-                self.requests.labels(route, generation, method, outcome),
-                self.request_seconds.labels(route, generation, method),
-            )
-        children[0].inc()
-        children[1].observe(seconds)
+        self.child(self.requests, route, generation, method, outcome).inc()
+        self.child(self.request_seconds, route, generation, method).observe(seconds)
 
     def upstream_reached(self, route: str, reached: bool) -> None:
-        child = self._up_children.get(route)
-        if child is None:
-            child = self._up_children[route] = self.upstream_up.labels(route)
-        child.set(1 if reached else 0)
+        self.child(self.upstream_up, route).set(1 if reached else 0)
 
     def child(self, metric: M, *values: str) -> M:
-        """`metric.labels(*values)`, cached: for what runs on every task and store write
-        (`labels` takes a lock and builds its key each time). Children are never removed."""
+        """`metric.labels(*values)`, cached: for what runs on every request, task and store
+        write (`labels` takes a lock and builds its key each time). Children are never
+        removed."""
         key = (metric, *values)
         found = self._children.get(key)
         if found is None:
@@ -274,15 +263,9 @@ class Metrics:
         self.child(self.store_seconds, operation).observe(seconds)
 
     def upstream_call(self, route: str, tool: object, outcome: str, seconds: float) -> None:
-        key = (route, self.tool(route, tool), outcome)
-        children = self._upstream_children.get(key)
-        if children is None:
-            children = self._upstream_children[key] = (
-                self.upstream_requests.labels(*key),
-                self.upstream_seconds.labels(key[0], key[1]),
-            )
-        children[0].inc()
-        children[1].observe(seconds)
+        name = self.tool(route, tool)
+        self.child(self.upstream_requests, route, name, outcome).inc()
+        self.child(self.upstream_seconds, route, name).observe(seconds)
         self.upstream_reached(route, outcome != "connection")
 
     def handler(self, bearer_token: str) -> Callable[[web.Request], Awaitable[web.Response]]:

@@ -125,7 +125,7 @@ class SqliteTaskStore:
                     self._live.popitem(last=False)  # the next read of it goes to the file
 
     def _ended_with(self, task: Task, outcome: Outcome, size: int) -> None:
-        self._live.pop(task.task_id, None)
+        """A terminal write that stored `outcome` (`size` bytes): kept with its task."""
         if size > _ENDED_BYTES // 16:
             return  # one large outcome would push out a thousand small ones
         self._ended[task.task_id] = (task, outcome, size)
@@ -276,10 +276,9 @@ class SqliteTaskStore:
             return next(iter(moved), None), size
 
         finished, size = await self._write(finish)
+        self._committed([finished])
         if finished is not None and outcome is not None:
             self._ended_with(finished, outcome, size)
-        else:
-            self._committed([finished])
         return finished
 
     async def get_outcome(self, task_id: str) -> Outcome | None:
