@@ -120,6 +120,14 @@ async def error_of(resp: aiohttp.ClientResponse) -> dict[str, Any]:
     return dict(body["error"])
 
 
+def audit_events(
+    caplog: pytest.LogCaptureFixture, event: str | None = None
+) -> list[dict[str, Any]]:
+    """The audit events caplog caught (only those named `event`, if given), in order."""
+    events = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.audit"]
+    return [e for e in events if event is None or e["event"] == event]
+
+
 async def read_events(resp: aiohttp.ClientResponse, count: int) -> list[dict[str, str]]:
     """The next `count` SSE events (comments skipped), as dicts of their fields."""
     events: list[dict[str, str]] = []

@@ -22,7 +22,7 @@ from gateway import admin_cli
 from gateway.config import AdminConfig, ConfigError, load_settings, parse_settings
 
 from .conftest import DEMO, ROOT, StartGateway, free_port
-from .helpers import get_task, open_session, rpc, start_task
+from .helpers import audit_events, get_task, open_session, rpc, start_task
 
 TOKEN = "admin-token-0123456789abcdef"
 KEYS = {"alice": "alice-key-0123456789", "bob": "bob-key-0123456789"}
@@ -195,7 +195,7 @@ async def test_an_operator_sees_every_principal_and_cancels_as_the_owner_would(
     assert foreign["error"]["code"] == -32602
     assert shown["status"] == "cancelled" and shown["tool"] == "slow"
     assert shown["statusMessage"] == "The task was cancelled by request."
-    events = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.audit"]
+    events = audit_events(caplog)
     (cancel,) = [e for e in events if e["event"] == "task_cancelled"]
     assert cancel["actor"] == "operator" and cancel["principal"] == "alice"
     assert cancel["task_id"] == slow
@@ -233,7 +233,7 @@ async def test_a_purge_removes_finished_tasks_and_an_ended_session_answers_404(
     }
     assert [s["sessionId"] for s in alices["sessions"]] == [alice_session]
     assert status == 200 and ended["sessionId"] == alice_session
-    events = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.audit"]
+    events = audit_events(caplog)
     (purge,) = [e for e in events if e["event"] == "tasks_purged"]
     assert purge["count"] == 1 and purge["actor"] == "operator"
     (end,) = [e for e in events if e["event"] == "session_ended"]

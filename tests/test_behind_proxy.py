@@ -12,7 +12,6 @@ failed under CI.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import os
 import shutil
@@ -34,7 +33,7 @@ from gateway.config.sections import HttpConfig
 from gateway.http.forwarded import Forwarded, read
 
 from .conftest import StartGateway, free_port
-from .helpers import INIT, headers
+from .helpers import INIT, audit_events, headers
 
 PUBLIC_HOST = "gw.example.com"
 KEY = "proxy-test-key-0123456789abcdef"
@@ -197,11 +196,7 @@ async def test_behind_a_trusted_proxy_the_clients_host_address_and_limits_are_it
     assert statuses[:3] == [401, 401, 401] and statuses[3] == 429
     assert other_status == 401
     assert direct_status == 421  # its Host (127.0.0.1:port) is not gw.example.com
-    failures = [
-        json.loads(r.getMessage())
-        for r in caplog.records
-        if r.name == "gateway.audit" and json.loads(r.getMessage())["event"] == "auth_failed"
-    ]
+    failures = audit_events(caplog, "auth_failed")
     assert {f["remote"] for f in failures} == {"127.0.0.3", "127.0.0.4"}
 
 

@@ -9,7 +9,6 @@ import re
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
@@ -20,7 +19,7 @@ from gateway.config import AuditConfig
 from gateway.observability import audit
 
 from .conftest import DEMO, StartGateway, free_port, mcp_client
-from .helpers import open_session, start_process, start_task, write_config
+from .helpers import audit_events, open_session, start_process, start_task, write_config
 
 
 async def scrape(url: str, **headers: str) -> str:
@@ -246,9 +245,7 @@ async def test_task_lifecycle_and_sessions_are_audited_without_arguments(
         await client.experimental.get_task_result(created.task.taskId, types.CallToolResult)
         slow = await client.experimental.call_tool_as_task("slow", {"seconds": 30, "steps": 1})
         await client.experimental.cancel_task(slow.task.taskId)
-    events: list[dict[str, Any]] = [
-        json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.audit"
-    ]
+    events = audit_events(caplog)
     kinds = [e["event"] for e in events]
     for kind in (
         "session_created",
@@ -314,9 +311,5 @@ async def test_requests_are_counted_and_audited_by_protocol_generation(
     assert counted("2025-11-25", "tools/list", "ok") == 0
     seconds = "mcp_gateway_request_duration_seconds_count"
     assert sample(text, seconds, generation="2026-07-28", method="tools/list") == 1
-    refused = [
-        json.loads(r.getMessage())
-        for r in caplog.records
-        if r.name == "gateway.audit" and json.loads(r.getMessage())["event"] == "auth_failed"
-    ]
+    refused = audit_events(caplog, "auth_failed")
     assert sorted(e["generation"] for e in refused) == ["2025-11-25", "2026-07-28"]

@@ -32,7 +32,16 @@ from gateway.reload import on_sighup, reload
 
 from .conftest import DEMO
 from .fakes import SEEN
-from .helpers import INIT, WITH_TASKS, headers, modern_rpc, open_session, rpc, start_task
+from .helpers import (
+    INIT,
+    WITH_TASKS,
+    audit_events,
+    headers,
+    modern_rpc,
+    open_session,
+    rpc,
+    start_task,
+)
 
 OLD_KEY, NEW_KEY = "old-key-0123456789abcdef", "new-key-0123456789abcdef"
 WELL_KNOWN = "/.well-known/oauth-protected-resource"
@@ -119,7 +128,7 @@ async def test_an_invalid_file_is_refused_whole_with_the_start_up_error_and_noth
 
     errors = [r for r in caplog.records if r.name == "gateway.reload" and r.levelname == "ERROR"]
     assert len(errors) == 2 and "limits.burst" in errors[0].getMessage()
-    events = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.audit"]
+    events = audit_events(caplog)
     failed = [e for e in events if e["event"] == "config_reload_failed"]
     assert [e["file"] for e in failed] == [str(config)] * 2
 
@@ -156,7 +165,7 @@ async def test_an_api_key_rotates_with_an_overlap_and_an_open_session_carries_on
             assert resp.status == 200 and "result" in await resp.json()
     assert OLD_KEY not in caplog.text and NEW_KEY not in caplog.text
     assert _sha(OLD_KEY) not in caplog.text
-    reloaded = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.audit"]
+    reloaded = audit_events(caplog)
     assert [e["changed"] for e in reloaded if e["event"] == "config_reloaded"] == [
         ["a (auth.api_keys)"],
         ["a (auth.api_keys)"],

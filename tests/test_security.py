@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import json
 import logging
 import time
 from typing import Any
@@ -25,7 +24,7 @@ from mcp.shared.exceptions import McpError
 from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND, SERVER_ERROR
 
 from .conftest import DEMO, StartGateway
-from .helpers import INIT, client_as, headers
+from .helpers import INIT, audit_events, client_as, headers
 
 ALICE_KEY, BOB_KEY = "alice-key-0123456789", "bob-key-9876543210"
 SECRET = "jwt-shared-secret-for-tests-only-0123456789"
@@ -187,7 +186,7 @@ async def test_bad_credentials_get_401_with_a_bearer_challenge_and_a_json_rpc_bo
             )
     assert status == 401 and challenge.startswith("Bearer ")
     assert body["error"]["message"] == f"Unauthorized: {reason}"
-    events = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.audit"]
+    events = audit_events(caplog)
     assert [(e["event"], e["reason"]) for e in events] == [("auth_failed", reason)]
     if credential is not None:  # the audit trail never holds the credential
         assert credential.split()[-1] not in caplog.text
@@ -203,7 +202,7 @@ async def test_denied_task_access_is_audited_with_the_principal_only(
     async with client_as(url, ALICE_KEY) as alice, client_as(url, BOB_KEY) as bob:
         created = await alice.experimental.call_tool_as_task("echo", {"text": "x"})
         await refusal(bob.experimental.get_task(created.task.taskId))
-    events = [json.loads(r.getMessage()) for r in caplog.records if r.name == "gateway.audit"]
+    events = audit_events(caplog)
     denied = [e for e in events if e["event"] == "task_access_denied"]
     assert len(denied) == 1 and denied[0]["principal"] == "bob"
     assert BOB_KEY not in caplog.text and ALICE_KEY not in caplog.text
