@@ -19,6 +19,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import ResultTooLarge, UpstreamProtocolError, UpstreamTimeout
+from gateway.observability.tally import Tallies
 from gateway.protocol.versions import GENERATIONS, LEGACY_GENERATION
 
 PREFIX = "mcp_gateway"
@@ -48,35 +49,36 @@ class Metrics:
         # Label values are bounded, so these caches are too.
         #: Labelled children by metric and label values (see `child`).
         self._children: dict[tuple[Any, ...], Any] = {}
+        #: upstream_up by route, as last set.
+        self._up: dict[str, int] = {}
         r = self.registry
         p = PREFIX
-        self.requests = Counter(
+        # The series every request and relayed call touches: plain numbers (see `tally`).
+        tallies = Tallies()
+        self.requests = tallies.counter(
             f"{p}_requests",
             "Client HTTP requests by route, protocol generation, MCP method and outcome.",
             ["route", "generation", "method", "outcome"],
-            registry=r,
         )
-        self.request_seconds = Histogram(
+        self.request_seconds = tallies.histogram(
             f"{p}_request_duration_seconds",
             "Time to answer client requests (until the answer, or its stream, ends).",
             ["route", "generation", "method"],
-            buckets=_LATENCY,
-            registry=r,
+            _LATENCY,
         )
-        self.upstream_requests = Counter(
+        self.upstream_requests = tallies.counter(
             f"{p}_upstream_requests",
             "Requests to upstreams by route, tool and outcome "
             "(ok, tool_error, jsonrpc_error, timeout, connection, protocol).",
             ["route", "tool", "outcome"],
-            registry=r,
         )
-        self.upstream_seconds = Histogram(
+        self.upstream_seconds = tallies.histogram(
             f"{p}_upstream_request_duration_seconds",
             "Upstream request latency.",
             ["route", "tool"],
-            buckets=_LATENCY,
-            registry=r,
+            _LATENCY,
         )
+        tallies.register(r)
         self.tasks_created = Counter(f"{p}_tasks_created", "Tasks created.", ["route"], registry=r)
         self.tasks_finished = Counter(
             f"{p}_tasks_finished",
@@ -243,11 +245,14 @@ class Metrics:
         """One client request: counted and timed. `generation` is one of `GENERATIONS`;
         anything else is counted as the session one."""
         generation = generation if generation in GENERATIONS else LEGACY_GENERATION
-        self.child(self.requests, route, generation, method, outcome).inc()
-        self.child(self.request_seconds, route, generation, method).observe(seconds)
+        self.requests.inc(route, generation, method, outcome)
+        self.request_seconds.observe(seconds, route, generation, method)
 
     def upstream_reached(self, route: str, reached: bool) -> None:
-        self.child(self.upstream_up, route).set(1 if reached else 0)
+        up = 1 if reached else 0
+        if self._up.get(route) != up:  # (a gauge's set takes a lock; it rarely changes)
+            self._up[route] = up
+            self.child(self.upstream_up, route).set(up)
 
     def child(self, metric: M, *values: str) -> M:
         """`metric.labels(*values)`, cached: for what runs on every request, task and store
@@ -264,8 +269,8 @@ class Metrics:
 
     def upstream_call(self, route: str, tool: object, outcome: str, seconds: float) -> None:
         name = self.tool(route, tool)
-        self.child(self.upstream_requests, route, name, outcome).inc()
-        self.child(self.upstream_seconds, route, name).observe(seconds)
+        self.upstream_requests.inc(route, name, outcome)
+        self.upstream_seconds.observe(seconds, route, name)
         self.upstream_reached(route, outcome != "connection")
 
     def handler(self, bearer_token: str) -> Callable[[web.Request], Awaitable[web.Response]]:

@@ -14,19 +14,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from dataclasses import dataclass
+from typing import Any
 
 from gateway.aio import TaskSet
 from gateway.observability.logs import printable
 from gateway.observability.metrics import call_outcome
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, UpstreamTimeout
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
 from gateway.route import Route
 from gateway.session.questions import OnInput
 from gateway.session.streams import EventStream
 from gateway.tasks.models import Task
-from gateway.upstream import Answer, UpstreamClient
+from gateway.upstream import Answer, CallLimit, UpstreamClient
 
 log = logging.getLogger(__name__)
 
@@ -199,7 +200,7 @@ class Calls:
         stream.push(jsonrpc.dump(jsonrpc.with_id(answer, client_id)))
         stream.close()
 
-    async def _call_tool(self, outgoing: jsonrpc.Request) -> Answer:
+    def _call_tool(self, outgoing: jsonrpc.Request) -> Coroutine[Any, Any, Answer]:
         """A plain tools/call gets the time a task of the tool gets (tasks.time_limit_seconds):
         a client that never makes tasks (most do not) must not have its long calls cut
         sooner than one that does. Other requests keep upstream.request_timeout_seconds.
@@ -207,15 +208,12 @@ class Calls:
         Raises:
             UpstreamError: no answer could be had, or not within the limit.
         """
-        limit = self._route.policy.time_limit_seconds
-        try:
-            async with asyncio.timeout(limit):
-                return await self._upstream.call(outgoing, bounded=False)
-        except TimeoutError as exc:
-            raise UpstreamTimeout(
-                f"the upstream did not finish the tool call within {limit or 0:g} s "
-                "(tasks.time_limit_seconds)"
-            ) from exc
+        limit = CallLimit(
+            self._route.policy.time_limit_seconds,
+            "finish the tool call",
+            "tasks.time_limit_seconds",
+        )
+        return self._upstream.call(outgoing, limit=limit)
 
     def _observe(
         self,

@@ -22,7 +22,7 @@ import aiohttp
 
 from gateway.config import RouteConfig
 from gateway.upstream.base import Transport
-from gateway.upstream.client import Answer, UpstreamClient
+from gateway.upstream.client import Answer, CallLimit, UpstreamClient
 from gateway.upstream.http1_pool import Http1Pool
 from gateway.upstream.identity import identity_for
 from gateway.upstream.legacy_sse import SseTransport
@@ -32,7 +32,7 @@ from gateway.upstream.streamable_http import StreamableHttpTransport
 if TYPE_CHECKING:
     from gateway.observability.traces import UpstreamSpans
 
-__all__ = ["Answer", "UpstreamClient", "UpstreamRoute"]
+__all__ = ["Answer", "CallLimit", "UpstreamClient", "UpstreamRoute"]
 
 
 class UpstreamRoute:

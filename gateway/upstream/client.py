@@ -15,7 +15,7 @@ import itertools
 import logging
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
@@ -38,6 +38,14 @@ log = logging.getLogger(__name__)
 _SEND_GRACE_SECONDS = 2.0
 
 Answer = jsonrpc.Response | jsonrpc.ErrorResponse
+
+
+class CallLimit(NamedTuple):
+    """How long one call may take, and what its timeout error says: the setting's key."""
+
+    seconds: float | None
+    what: str
+    key: str
 
 
 class Listener(Protocol):
@@ -248,29 +256,40 @@ class UpstreamClient:
                 self.on_reestablished()
 
     def call(
-        self, request: jsonrpc.Request, *, ready: bool = True, bounded: bool = True
+        self,
+        request: jsonrpc.Request,
+        *,
+        ready: bool = True,
+        bounded: bool = True,
+        limit: CallLimit | None = None,
     ) -> Coroutine[Any, Any, Answer]:
         """Send a request that already carries an id from `next_id()` and await the answer.
 
-        A bounded call fails after the route's request_timeout_seconds; task runs pass
+        A bounded call fails after the route's request_timeout_seconds; one given a `limit`
+        after that instead (one timer per call, not one per layer); task runs pass
         bounded=False and apply their own, longer limit.
 
         Raises:
             UpstreamError: no answer could be had (not a JSON-RPC error: that is returned).
         """
+        if limit is None and bounded:
+            limit = CallLimit(
+                self._config.request_timeout_seconds, "answer", "upstream.request_timeout_seconds"
+            )
         # Not a coroutine itself: an untraced call costs this one check, no extra frame.
         if self.spans is not None:
-            return self.spans.call(partial(self._call, ready=ready, bounded=bounded), request)
-        return self._call(request, ready=ready, bounded=bounded)
+            return self.spans.call(partial(self._call, ready=ready, limit=limit), request)
+        return self._call(request, ready=ready, limit=limit)
 
-    async def _call(self, request: jsonrpc.Request, *, ready: bool, bounded: bool) -> Answer:
-        limit = self._config.request_timeout_seconds if bounded else None
+    async def _call(
+        self, request: jsonrpc.Request, *, ready: bool, limit: CallLimit | None
+    ) -> Answer:
         if ready and not self._alive:
             await self._reconnect()
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._pending[request.id] = future
         try:
-            async with asyncio.timeout(limit):
+            async with asyncio.timeout(None if limit is None else limit.seconds):
                 try:
                     await self._transport.send(request)
                 except UpstreamSessionExpired:
@@ -286,8 +305,10 @@ class UpstreamClient:
                     )
                 return await future
         except TimeoutError as exc:
+            if limit is None or limit.seconds is None:
+                raise UpstreamTimeout("the upstream's connection timed out") from exc
             raise UpstreamTimeout(
-                f"the upstream did not answer within {limit:g} s (upstream.request_timeout_seconds)"
+                f"the upstream did not {limit.what} within {limit.seconds:g} s ({limit.key})"
             ) from exc
         finally:
             self._pending.pop(request.id, None)
