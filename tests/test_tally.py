@@ -26,7 +26,9 @@ def test_a_tally_exposes_the_samples_the_client_library_would() -> None:
     histogram = tallies.histogram("x_seconds", "Latency.", ["route"], BUCKETS)
     tallies.register(ours)
     their_counter = Counter("x_requests", "Requests.", ["route", "outcome"], registry=theirs)
-    their_histogram = Histogram("x_seconds", "Latency.", ["route"], buckets=BUCKETS, registry=theirs)
+    their_histogram = Histogram(
+        "x_seconds", "Latency.", ["route"], buckets=BUCKETS, registry=theirs
+    )
     for n, value in enumerate(OBSERVED):
         route, outcome = ("a" if n % 3 else "b"), ("ok" if n % 2 else "error")
         counter.inc(route, outcome)

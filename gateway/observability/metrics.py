@@ -17,9 +17,9 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gateway.observability.tally import Tallies
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import ResultTooLarge, UpstreamProtocolError, UpstreamTimeout
-from gateway.observability.tally import Tallies
 from gateway.protocol.versions import GENERATIONS, LEGACY_GENERATION
 
 PREFIX = "mcp_gateway"
