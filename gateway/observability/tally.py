@@ -66,7 +66,7 @@ class TallyHistogram:
         self.documentation = documentation
         self.labelnames = list(labelnames)
         self._bounds = tuple(float(b) for b in buckets)
-        self._les = [floatToGoString(b) for b in (*self._bounds, float("inf"))]
+        self._les = [floatToGoString(b) for b in (*self._bounds, float("inf"))]  # type: ignore[no-untyped-call]
         self._series: dict[Labels, _Series] = {}
 
     def observe(self, value: float, *values: str) -> None:
