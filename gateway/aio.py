@@ -9,6 +9,8 @@ from typing import Any
 
 log = logging.getLogger(__name__)
 
+_SWEEP_AT_LEAST = 64
+
 
 class TaskSet:
     """Holds references to the tasks it starts and cancels them all on `close()`."""
@@ -16,11 +18,24 @@ class TaskSet:
     def __init__(self, name: str) -> None:
         self._name = name
         self._tasks: set[asyncio.Task[Any]] = set()
+        #: When the set holds this many, `spawn_quiet` drops the finished ones.
+        self._sweep_at = _SWEEP_AT_LEAST
 
     def spawn(self, coro: Coroutine[Any, Any, Any], name: str | None = None) -> asyncio.Task[Any]:
         task = asyncio.create_task(coro, name=name)  # noqa: TID251 - referenced until done
         self._tasks.add(task)
         task.add_done_callback(self._done)
+        return task
+
+    def spawn_quiet(self, coro: Coroutine[Any, Any, Any], name: str) -> asyncio.Task[Any]:
+        """As `spawn`, for a coroutine that catches and reports its own failures: no done
+        callback, which is one turn of the event loop less per task (a relayed call is one).
+        Finished tasks are dropped once the set has doubled since the last sweep."""
+        task = asyncio.create_task(coro, name=name)  # noqa: TID251 - referenced until swept
+        self._tasks.add(task)
+        if len(self._tasks) >= self._sweep_at:
+            self._tasks = {t for t in self._tasks if not t.done()}
+            self._sweep_at = max(_SWEEP_AT_LEAST, 2 * len(self._tasks))
         return task
 
     def _done(self, task: asyncio.Task[Any]) -> None:

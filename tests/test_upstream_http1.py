@@ -146,6 +146,41 @@ async def test_chunked_body_and_interim_answer(raw: Start) -> None:
         pool.close()
 
 
+async def test_a_whole_body_is_taken_at_once_and_a_partial_one_is_streamed(raw: Start) -> None:
+    go_on = asyncio.Event()
+
+    async def script(
+        server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await server.read_request(reader)
+        writer.write(json_response(b'{"whole":1}'))
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 10\r\n\r\n" + b'{"part')
+        await writer.drain()
+        await go_on.wait()
+        writer.write(b'":2}')
+        await reader.read()
+
+    server = await raw(script)
+    pool = Http1Pool(server.url, 5)
+    try:
+        async with await pool.post({}, b"{}") as resp:
+            for _ in range(50):  # (the body may trail its head by a segment)
+                whole = resp.whole()
+                if whole is not None:
+                    break
+                await asyncio.sleep(0.01)
+            assert whole == b'{"whole":1}'
+            assert await resp.read() == b""  # taken whole: nothing is read twice
+        async with await pool.post({}, b"{}") as resp:
+            assert resp.whole() is None  # not all of it yet: it is read as it comes
+            go_on.set()
+            assert await resp.read() == b'{"part":2}'
+        assert server.connections == 1
+    finally:
+        pool.close()
+
+
 async def test_body_until_close_ends_with_the_connection(raw: Start) -> None:
     async def script(
         server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter

@@ -113,7 +113,11 @@ def parse(raw: bytes | str) -> Message:
     data = raw.encode("utf-8", "surrogatepass") if isinstance(raw, str) else raw
     try:
         # As json.loads does with bytes, with a decoder made once rather than per message.
-        obj = _DECODER.decode(data.decode(json.detect_encoding(data), "surrogatepass"))
+        # An object opening with an ASCII character is UTF-8 (what every peer sends; UTF-16
+        # and -32 have a NUL beside it): json.detect_encoding's verdict, without its call.
+        encoding = "utf-8" if data[:1] == b"{" and data[1:2] != b"\x00" else None
+        text = data.decode(encoding or json.detect_encoding(data), "surrogatepass")
+        obj = _DECODER.decode(text)
     except RecursionError:
         raise ParseError(
             f"Parse error: JSON nested deeper than {MAX_DEPTH} levels is not accepted"

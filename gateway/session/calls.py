@@ -90,8 +90,8 @@ class Calls:
         call = InFlight(client_token, stream)
         self._inflight[outgoing.id] = call
         self._by_client_id[request.id] = outgoing.id
-        call.relay = self._tasks.spawn(
-            self._relay(outgoing, request.id, stream, rewrite), name=f"call {request.method}"
+        call.relay = self._tasks.spawn_quiet(
+            self._relay(outgoing, request.id, stream, rewrite), name="relayed call"
         )
 
     def start_task(

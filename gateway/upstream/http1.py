@@ -81,6 +81,14 @@ class Http1Response:
             finally:
                 self._waiter = None
 
+    def whole(self) -> bytes | None:
+        """The whole body if it has all arrived and nothing has read any of it, else None."""
+        if not self._complete or self._error is not None:
+            return None
+        chunks, self._chunks = self._chunks, collections.deque()
+        self._buffered = 0
+        return chunks[0] if len(chunks) == 1 else b"".join(chunks)
+
     async def read(self) -> bytes:
         return b"".join([chunk async for chunk in self.iter_chunks()])
 

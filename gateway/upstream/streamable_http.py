@@ -50,6 +50,9 @@ class _Answer:
     content_length: int | None
     chunks: AsyncIterator[bytes]
     close: Callable[[], None]
+    #: The whole body if it has all arrived (most JSON answers come with their head), read
+    #: without running the chunk iterator; None if it has not.
+    whole: Callable[[], bytes | None] | None = None
 
     @classmethod
     def of_aiohttp(cls, resp: aiohttp.ClientResponse) -> _Answer:
@@ -58,7 +61,8 @@ class _Answer:
 
     @classmethod
     def of_http1(cls, resp: Http1Response) -> _Answer:
-        return cls(resp.status, resp.headers, resp.content_length, resp.iter_chunks(), resp.close)
+        chunks = resp.iter_chunks()
+        return cls(resp.status, resp.headers, resp.content_length, chunks, resp.close, resp.whole)
 
 
 class StreamableHttpTransport(Transport):
@@ -194,6 +198,11 @@ class StreamableHttpTransport(Transport):
         limit = self.max_message_bytes
         if resp.content_length is not None and resp.content_length > limit:
             raise _too_large(resp.content_length, limit)
+        whole = resp.whole() if resp.whole is not None else None
+        if whole is not None:
+            if len(whole) > limit:
+                raise _too_large(None, limit)
+            return whole
         body = bytearray()
         async for chunk in resp.chunks:
             body += chunk
