@@ -152,6 +152,31 @@ def test_with_id_copies_a_message_under_another_id_and_leaves_the_original() -> 
 
 
 @pytest.mark.parametrize(
+    "body",
+    [
+        b'{"jsonrpc":"2.0","id":7,"result":{"a":1},"io.example/x":[2]}',
+        b'{"jsonrpc":"2.0","id":"s","method":"tools/call","params":{"name":"n"}}',
+        b'{"jsonrpc":"2.0","id":null,"error":{"code":-1,"message":"m","data":3}}',
+        b'{"jsonrpc":"2.0","method":"notifications/progress"}',
+    ],
+)
+def test_copies_under_a_new_id_or_params_are_what_model_copy_makes(body: bytes) -> None:
+    # with_id and the params helpers build their copies without model_copy (it cost too much
+    # per call); they must stay indistinguishable from it, unknown members included.
+    message = jsonrpc.parse(body)
+    updates = [("id", 99), ("params", {"k": 1})]
+    fields = type(message).model_fields
+    for field, value in [(f, v) for f, v in updates if f in fields]:
+        ours = jsonrpc._replaced(message, field, value)
+        theirs = message.model_copy(update={field: value})
+        assert ours == theirs and type(ours) is type(theirs)
+        assert jsonrpc.dump(ours) == jsonrpc.dump(theirs)
+        assert ours.model_fields_set == theirs.model_fields_set
+        assert ours.model_extra == theirs.model_extra
+        assert jsonrpc.parse(body) == message  # the original is unchanged
+
+
+@pytest.mark.parametrize(
     ("meta", "token"),
     [
         ({"progressToken": "tok"}, "tok"),
