@@ -4,9 +4,11 @@ Each event is one JSON object on the `gateway.audit` logger, so an operator can 
 to its own file and a log shipper can parse it. Events name the principal where there is
 one, never a credential; tool arguments only with `audit.include_arguments`.
 
-The lines are written by a thread of their own (`QueueHandler` to `_Writer`): a slow disk,
+Once `configure`d, the lines are written by a thread of their own (`_Writer`): a slow disk,
 a full pipe or a rotation never holds up the event loop, and `stop()` at a clean shutdown
-writes everything queued before it returns.
+writes everything queued before it returns. The event loop only encodes the line and queues
+it; the log record its handler needs is made on the writer's thread (a `LogRecord` costs
+more than the line: two per task, in the lifecycle's profile).
 """
 
 from __future__ import annotations
@@ -34,14 +36,6 @@ _REST_SECONDS = 0.02
 _json = json.JSONEncoder(separators=(",", ":"), default=str)
 
 
-class _Enqueue(logging.handlers.QueueHandler):
-    """QueueHandler without its per-record copy and formatting: an audit record's message
-    is its finished line already, with no arguments or traceback to render."""
-
-    def prepare(self, record: logging.LogRecord) -> logging.LogRecord:
-        return record
-
-
 def configure(config: AuditConfig) -> None:
     """Send audit events, as bare JSON lines, to the configured file or stream (stdout
     unless asked: the human log is on stderr, and the two are not mixed unless asked)."""
@@ -64,22 +58,21 @@ def where(config: AuditConfig) -> str:
 class _Writer(threading.Thread):
     """Hands each queued record to `handler`, in order, until `stop()`."""
 
-    def __init__(
-        self, lines: queue.SimpleQueue[logging.LogRecord | None], handler: logging.Handler
-    ):
+    def __init__(self, handler: logging.Handler):
         super().__init__(name="audit-writer", daemon=True)
         self.handler = handler
-        self._lines = lines
+        #: Finished lines, then None: the end mark.
+        self.lines: queue.SimpleQueue[str | None] = queue.SimpleQueue()
         self._stopping = threading.Event()
 
     def run(self) -> None:
-        lines, handle = self._lines, self.handler.handle
+        lines, handle = self.lines, self.handler.handle
         while True:
-            record = lines.get()
-            while record is not None:
-                handle(record)
+            line = lines.get()
+            while line is not None:
+                handle(log.makeRecord(log.name, logging.INFO, __file__, 0, line, (), None))
                 try:
-                    record = lines.get_nowait()
+                    line = lines.get_nowait()
                 except queue.Empty:
                     break
             else:
@@ -87,7 +80,7 @@ class _Writer(threading.Thread):
             self._stopping.wait(_REST_SECONDS)
 
     def stop(self) -> None:
-        self._lines.put(None)
+        self.lines.put(None)
         self._stopping.set()
         self.join()
 
@@ -97,15 +90,10 @@ def start(handler: logging.Handler) -> None:
     stopped first, its queue written out)."""
     global _writer
     stop()
-    lines: queue.SimpleQueue[logging.LogRecord | None] = queue.SimpleQueue()
     for old in list(log.handlers):
         log.removeHandler(old)
         old.close()
-    log.addHandler(_Enqueue(lines))
-    log.setLevel(logging.INFO)
-    # Not into the gateway's own log as well: one line per event, in one place.
-    log.propagate = False
-    _writer = _Writer(lines, handler)
+    _writer = _Writer(handler)
     _writer.start()
 
 
@@ -120,12 +108,18 @@ def stop() -> None:
 
 
 def audit(event: str, **fields: Any) -> None:
-    """Record one event, e.g. audit("auth_failed", route="demo", reason="token expired")."""
-    if not log.isEnabledFor(logging.INFO):
+    """Record one event, e.g. audit("auth_failed", route="demo", reason="token expired").
+
+    Unconfigured (a library use, a test), the line goes to the `gateway.audit` logger."""
+    writer = _writer
+    if writer is None and not log.isEnabledFor(logging.INFO):
         return
     record = {"time": iso(utcnow()), "event": event}
     record.update({key: value for key, value in fields.items() if value is not None})
     line = _json.encode(record)
+    if writer is not None:
+        writer.lines.put(line)
+        return
     # A record made here rather than by log.info(): that one looks up the calling frame,
     # which no audit line shows, on every event.
     log.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, line, (), None))
