@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import re
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 
 from gateway.observability.tally import Tallies
 
@@ -24,19 +24,32 @@ def test_a_tally_exposes_the_samples_the_client_library_would() -> None:
     tallies = Tallies()
     counter = tallies.counter("x_requests", "Requests.", ["route", "outcome"])
     histogram = tallies.histogram("x_seconds", "Latency.", ["route"], BUCKETS)
+    gauge = tallies.gauge("x_active", "Active.", ["route"])
     tallies.register(ours)
     their_counter = Counter("x_requests", "Requests.", ["route", "outcome"], registry=theirs)
     their_histogram = Histogram(
         "x_seconds", "Latency.", ["route"], buckets=BUCKETS, registry=theirs
     )
+    their_gauge = Gauge("x_active", "Active.", ["route"], registry=theirs)
+    counter.touch("c", "ok")  # a series at zero before its first event
+    their_counter.labels("c", "ok")
+    gauge.set(0, "c")
+    their_gauge.labels("c").set(0)
     for n, value in enumerate(OBSERVED):
         route, outcome = ("a" if n % 3 else "b"), ("ok" if n % 2 else "error")
         counter.inc(route, outcome)
         their_counter.labels(route, outcome).inc()
         histogram.observe(value, route)
         their_histogram.labels(route).observe(value)
+        if n % 3:
+            gauge.inc(route)
+            their_gauge.labels(route).inc()
+        else:
+            gauge.dec(route)
+            their_gauge.labels(route).dec()
 
     assert _exposition(ours) == _exposition(theirs)
+    assert 'x_requests_total{outcome="ok",route="c"} 0.0' in _exposition(ours)
     # route b saw 0.001 (on the bound), 1.0 and 0.0
     assert 'x_seconds_bucket{le="0.001",route="b"} 2.0' in _exposition(ours)
 

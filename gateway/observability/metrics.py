@@ -78,27 +78,23 @@ class Metrics:
             ["route", "tool"],
             _LATENCY,
         )
-        tallies.register(r)
-        self.tasks_created = Counter(f"{p}_tasks_created", "Tasks created.", ["route"], registry=r)
-        self.tasks_finished = Counter(
-            f"{p}_tasks_finished",
-            "Tasks that reached a terminal status.",
-            ["route", "status"],
-            registry=r,
+        # ... and every task.
+        self.tasks_created = tallies.counter(f"{p}_tasks_created", "Tasks created.", ["route"])
+        self.tasks_finished = tallies.counter(
+            f"{p}_tasks_finished", "Tasks that reached a terminal status.", ["route", "status"]
         )
-        self.tasks_active = Gauge(
+        self.tasks_active = tallies.gauge(
             f"{p}_tasks_active",
             "Tasks now working or input_required in this process.",
             ["route", "status"],
-            registry=r,
         )
-        self.task_seconds = Histogram(
+        self.task_seconds = tallies.histogram(
             f"{p}_task_duration_seconds",
             "Time from creation to the terminal status.",
             ["route", "status"],
-            buckets=_LATENCY,
-            registry=r,
+            _LATENCY,
         )
+        tallies.register(r)
         self.task_reruns = Counter(
             f"{p}_task_reruns",
             "Tasks of tools safe to repeat found running after a restart: run again, or failed "
@@ -207,7 +203,7 @@ class Metrics:
         if route in self._tools:
             return
         self._tools[route] = set()
-        self.tasks_created.labels(route)
+        self.tasks_created.touch(route)
         self.auth_failures.labels(route)
         self.sessions.labels(route).set(0)
         self.children.labels(route).set(0)
@@ -216,9 +212,9 @@ class Metrics:
         self.oldest_task.labels(route).set_function(lambda: self.oldest_running(route))
         self.input_waits.labels(route)
         for status in ("working", "input_required"):
-            self.tasks_active.labels(route, status).set(0)
+            self.tasks_active.set(0, route, status)
         for status in ("completed", "failed", "cancelled"):
-            self.tasks_finished.labels(route, status)
+            self.tasks_finished.touch(route, status)
         for limit in ("requests", "sessions", "active_tasks", "stored_bytes"):
             self.limited.labels(route, limit)
 

@@ -38,12 +38,43 @@ class TallyCounter:
             found = 0.0
         self._values[values] = found + 1
 
+    def touch(self, *values: str) -> None:
+        """The series exists, at zero if it is new: dashboards show zeros rather than gaps."""
+        if values not in self._values:
+            self._values[values] = 0.0
+            self._created[values] = time.time()
+
     def collect(self) -> Metric:
         family = Metric(self.name, self.documentation, "counter")
         for values, count in self._values.items():
             labels = dict(zip(self.labelnames, values, strict=True))
             family.add_sample(f"{self.name}_total", labels, count)
             family.add_sample(f"{self.name}_created", labels, self._created[values])
+        return family
+
+
+class TallyGauge:
+    """A gauge by label values: `inc`, `dec` and `set(value, *values)`."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labelnames = list(labelnames)
+        self._values: dict[Labels, float] = {}
+
+    def inc(self, *values: str) -> None:
+        self._values[values] = self._values.get(values, 0.0) + 1
+
+    def dec(self, *values: str) -> None:
+        self._values[values] = self._values.get(values, 0.0) - 1
+
+    def set(self, value: float, *values: str) -> None:
+        self._values[values] = float(value)
+
+    def collect(self) -> Metric:
+        family = Metric(self.name, self.documentation, "gauge")
+        for values, value in self._values.items():
+            family.add_sample(self.name, dict(zip(self.labelnames, values, strict=True)), value)
         return family
 
 
@@ -96,13 +127,18 @@ class Tallies(Collector):
     knows their names (and refuses a second metric of the same name)."""
 
     def __init__(self) -> None:
-        self._members: list[TallyCounter | TallyHistogram] = []
+        self._members: list[TallyCounter | TallyGauge | TallyHistogram] = []
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(self)
 
     def counter(self, name: str, documentation: str, labelnames: Sequence[str]) -> TallyCounter:
         made = TallyCounter(name, documentation, labelnames)
+        self._members.append(made)
+        return made
+
+    def gauge(self, name: str, documentation: str, labelnames: Sequence[str]) -> TallyGauge:
+        made = TallyGauge(name, documentation, labelnames)
         self._members.append(made)
         return made
 

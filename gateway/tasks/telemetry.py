@@ -42,7 +42,7 @@ class TaskTelemetry:
         audit("task_limit", route=route, principal=principal, limit=cap, which=limit)
 
     def created(self, task: Task, principal: str | None, request: jsonrpc.Request) -> None:
-        self._metrics.child(self._metrics.tasks_created, task.route).inc()
+        self._metrics.tasks_created.inc(task.route)
         self._account(task)
         arguments = jsonrpc.param(request, "arguments") if self._audit_arguments else None
         audit(
@@ -109,7 +109,7 @@ class TaskTelemetry:
         live = self._live.pop(task_id, None)
         self._born.pop(task_id, None)
         if live is not None:
-            self._metrics.tasks_active.labels(live[0], live[1].value).dec()
+            self._metrics.tasks_active.dec(live[0], live[1].value)
         self._metrics.tasks_expired.inc()
         audit("task_expired", task_id=task_id)
 
@@ -119,18 +119,17 @@ class TaskTelemetry:
         previous = self._live.pop(task.task_id, None)
         if previous is not None:
             route, status, since = previous
-            metrics.child(metrics.tasks_active, route, status.value).dec()
+            metrics.tasks_active.dec(route, status.value)
             if status is TaskStatus.INPUT_REQUIRED:
                 metrics.input_wait_seconds.labels(route).observe(now - since)
         if task.status.terminal:
             self._born.pop(task.task_id, None)
             if previous is not None:  # a task of this process: it ends here
-                metrics.child(metrics.tasks_finished, task.route, task.status.value).inc()
+                metrics.tasks_finished.inc(task.route, task.status.value)
                 lifetime = (task.updated_at - task.created_at).total_seconds()
-                seconds = metrics.child(metrics.task_seconds, task.route, task.status.value)
-                seconds.observe(lifetime)
+                metrics.task_seconds.observe(lifetime, task.route, task.status.value)
             return
-        metrics.child(metrics.tasks_active, task.route, task.status.value).inc()
+        metrics.tasks_active.inc(task.route, task.status.value)
         if task.status is TaskStatus.INPUT_REQUIRED:
             metrics.input_waits.labels(task.route).inc()
         self._live[task.task_id] = (task.route, task.status, now)
