@@ -209,19 +209,24 @@ class TaskRunner:
         self._running[task.task_id] = _Running(
             task.task_id, run, host, outgoing.id, task.repeatable, task.attempt
         )
-        self._runs.add(run)
-        run.add_done_callback(self._runs.discard)
+        self._runs.add(run)  # (the run takes itself out as it ends: no done callback)
 
     @property
     def running(self) -> int:
         """Runs in flight, terminal writes not yet made included."""
+        self._forget_ended()
         return len(self._runs)
 
     async def idle(self) -> None:
         """Returns once no run is in flight, each task's terminal write made (the drain
         before a stop waits here; runs started meanwhile are waited for too)."""
-        while self._runs:
+        while self._forget_ended():
             await asyncio.wait(set(self._runs))
+
+    def _forget_ended(self) -> int:
+        # A run takes itself out as it ends, unless it was cancelled before its first step.
+        self._runs = {run for run in self._runs if not run.done()}
+        return len(self._runs)
 
     async def _run(
         self,
@@ -283,7 +288,10 @@ class TaskRunner:
             finally:
                 if self._tracing is not None:  # no terminal write here: it was stopped
                     self._tracing.task_ended(task.task_id, "stopped")
-                await host.end_task_call(outgoing.id)
+                try:
+                    await host.end_task_call(outgoing.id)
+                finally:
+                    self._runs.discard(asyncio.current_task())
 
     async def current(self, task: Task) -> Task:
         """`task`, or, when its call here has ended and its terminal write is under way,
