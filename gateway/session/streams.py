@@ -18,6 +18,7 @@ import logging
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator
 
+from gateway import timers
 from gateway.protocol import jsonrpc
 
 log = logging.getLogger(__name__)
@@ -117,16 +118,15 @@ class EventStream:
     async def first_change(self, seconds: float) -> None:
         """Returns at the stream's first event, its close or its turn to SSE framing, or
         after `seconds`, whichever comes first: the window in which a POST's answer may
-        still go back as plain JSON. (One timer and one future: this runs per request.)"""
+        still go back as plain JSON. (One alarm and one future: this runs per request.)"""
         if self._next > 1 or self.closed or self.sse:
             return
-        loop = asyncio.get_running_loop()
-        first = self._first = loop.create_future()
-        timer = loop.call_later(seconds, _resolve, first)
+        first = self._first = asyncio.get_running_loop().create_future()
+        alarm = timers.after(seconds, _resolve, first)
         try:
             await first
         finally:
-            timer.cancel()
+            alarm.cancel()
 
     def _wake(self) -> None:
         if self._changed is not None:

@@ -17,6 +17,7 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
+from gateway import timers
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import (
@@ -289,7 +290,7 @@ class UpstreamClient:
         future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
         self._pending[request.id] = future
         try:
-            async with asyncio.timeout(None if limit is None else limit.seconds):
+            async with timers.deadline(None if limit is None else limit.seconds):
                 try:
                     await self._transport.send(request)
                 except UpstreamSessionExpired:

@@ -1,0 +1,66 @@
+"""`gateway.timers`: alarms queued by delay, and `deadline`, which must behave as
+asyncio.timeout does (the relay's time limits and JSON window run on them)."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from gateway import timers
+
+
+async def test_alarms_go_off_in_time_and_cancelled_ones_never() -> None:
+    loop = asyncio.get_running_loop()
+    rang: list[tuple[str, float]] = []
+    started = loop.time()
+    for name, delay in [("a", 0.05), ("b", 0.05), ("c", 0.02)]:
+        timers.after(delay, lambda n=name: rang.append((n, loop.time() - started)))
+    timers.after(0.05, rang.append, ("never", 0.0)).cancel()
+    await asyncio.sleep(0.12)
+    assert [name for name, _ in rang] == ["c", "a", "b"]  # each delay's queue in its order
+    assert all(at >= delay - 0.002 for (_, at), delay in zip(rang, [0.02, 0.05, 0.05], strict=True))
+    assert loop not in timers._queues or not timers._queues[loop]  # empty queues are not kept
+
+
+async def test_many_cancelled_alarms_do_not_pile_up() -> None:
+    live = timers.after(3600, lambda: None)
+    for _ in range(10_000):  # a relayed call's time limit, set and cancelled per call
+        timers.after(3600, lambda: None).cancel()
+    queue = timers._queues[asyncio.get_running_loop()][3600]
+    assert len(queue._alarms) <= 2 * timers._COMPACT_AT + 2
+    live.cancel()
+
+
+async def test_a_deadline_cancels_the_block_and_raises_timeout_error() -> None:
+    with pytest.raises(TimeoutError):
+        async with timers.deadline(0.02):
+            await asyncio.sleep(5)
+    async with timers.deadline(5):  # not reached: nothing happens
+        await asyncio.sleep(0)
+    async with timers.deadline(None):
+        await asyncio.sleep(0)
+    current = asyncio.current_task()
+    assert current is not None and current.cancelling() == 0  # nothing left cancelled
+
+
+async def test_a_cancellation_from_elsewhere_stays_a_cancellation() -> None:
+    async def guarded() -> None:
+        async with timers.deadline(5):
+            await asyncio.sleep(5)
+
+    task = asyncio.create_task(guarded())  # noqa: TID251 - awaited below
+    await asyncio.sleep(0.01)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+
+
+async def test_an_outer_deadline_expiring_inside_an_inner_one_is_the_outer_ones() -> None:
+    with pytest.raises(TimeoutError):
+        async with timers.deadline(0.02):
+            try:
+                async with timers.deadline(5):
+                    await asyncio.sleep(5)
+            except TimeoutError:
+                pytest.fail("the inner deadline did not expire: its block must not say so")
