@@ -175,7 +175,7 @@ class EventStream:
             if self.closed:
                 return
             try:
-                async with asyncio.timeout(idle):
+                async with timers.deadline(idle):
                     await self.wait_changed()
             except TimeoutError:
                 yield None

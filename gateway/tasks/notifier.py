@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import collections
 
+from gateway import timers
+
 
 class Notifier:
     def __init__(self) -> None:
@@ -33,7 +35,7 @@ class Notifier:
         event = asyncio.Event()
         self._waiting[task_id].add(event)
         try:
-            async with asyncio.timeout(backstop_seconds):
+            async with timers.deadline(backstop_seconds):
                 await event.wait()
         except TimeoutError:
             pass

@@ -30,6 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from gateway import timers
 from gateway.aio import TaskSet
 from gateway.config import Limits, TaskPolicy
 from gateway.observability.metrics import Metrics
@@ -246,7 +247,7 @@ class TaskRunner:
                     await self._store.note_upstream_call(
                         task.task_id, host.upstream_session_id, outgoing.id
                     )
-                async with asyncio.timeout(time_left):
+                async with timers.deadline(time_left):
                     answer = await host.run_task_call(outgoing)
             except (TimeoutError, GatewayError) as exc:
                 self._telemetry.upstream_call(task, None, exc, started)
