@@ -104,9 +104,16 @@ _queues: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, dict[float, _Queue
 )
 
 
-def after(delay: float, callback: Callable[..., object], *args: Any) -> Alarm:
-    """Call `callback(*args)` on the running loop in `delay` seconds, unless cancelled."""
-    loop = asyncio.get_running_loop()
+def after(
+    delay: float,
+    callback: Callable[..., object],
+    *args: Any,
+    loop: asyncio.AbstractEventLoop | None = None,
+) -> Alarm:
+    """Call `callback(*args)` on `loop` (the running one) in `delay` seconds, unless
+    cancelled. A caller that has the loop passes it: on Python 3.11 each lookup of the
+    running loop is a getpid() system call."""
+    loop = loop or asyncio.get_running_loop()
     queues = _queues.get(loop)
     if queues is None:
         queues = _queues[loop] = {}
@@ -134,7 +141,7 @@ class deadline:  # noqa: N801 - used as asyncio.timeout is: `async with deadline
         self._task = task
         self._cancelling = task.cancelling()
         if self._seconds is not None:
-            self._alarm = after(self._seconds, self._expire)
+            self._alarm = after(self._seconds, self._expire, loop=task.get_loop())
         return self
 
     def _expire(self) -> None:

@@ -121,8 +121,9 @@ class EventStream:
         still go back as plain JSON. (One alarm and one future: this runs per request.)"""
         if self._next > 1 or self.closed or self.sse:
             return
-        first = self._first = asyncio.get_running_loop().create_future()
-        alarm = timers.after(seconds, _resolve, first)
+        loop = asyncio.get_running_loop()
+        first = self._first = loop.create_future()
+        alarm = timers.after(seconds, _resolve, first, loop=loop)
         try:
             await first
         finally:

@@ -136,6 +136,9 @@ class Connection(asyncio.Protocol):
 
     def __init__(self, pool: Owner) -> None:
         self._pool = pool
+        # Made by loop.create_connection, so on the running loop; kept, as each lookup of
+        # the running loop is a getpid() system call on Python 3.11.
+        self._loop = asyncio.get_running_loop()
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self._head: asyncio.Future[Http1Response] | None = None
@@ -154,7 +157,7 @@ class Connection(asyncio.Protocol):
 
     def send(self, data: bytes) -> asyncio.Future[Http1Response]:
         assert self.transport is not None
-        self._head = asyncio.get_running_loop().create_future()
+        self._head = self._loop.create_future()
         self._headers = CIMultiDict()
         self._head_bytes = 0
         self.transport.write(data)

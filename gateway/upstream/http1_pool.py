@@ -31,6 +31,13 @@ class Http1Pool:
         default = parsed.port is None or parsed.is_default_port()
         self._host_header = host if default else f"{host}:{parsed.port}"
         self._target = parsed.raw_path_qs or "/"
+        self._start = (
+            f"POST {self._target} HTTP/1.1\r\nHost: {self._host_header}\r\n"
+            "Accept-Encoding: identity\r\nContent-Length: "
+        )
+        #: Header lines already checked, by name and value: a session sends the same few on
+        #: every POST.
+        self._lines: dict[tuple[str, str], str] = {}
         self._connect_timeout = connect_timeout
         self._idle: list[Connection] = []
         self._all: set[Connection] = set()
@@ -42,18 +49,20 @@ class Http1Pool:
         Raises:
             Http1Error: a header name or value could end the head early (CR, LF or NUL).
         """
-        lines = [
-            f"POST {self._target} HTTP/1.1",
-            f"Host: {self._host_header}",
-            "Accept-Encoding: identity",
-            f"Content-Length: {length}",
-        ]
-        for name, value in headers.items():
-            if _unsafe(name) or _unsafe(value):
-                raise Http1Error(f"header {name[:40]!r} holds a line break, which HTTP forbids")
-            lines.append(f"{name}: {value}")
+        lines = [self._start, str(length), "\r\n"]
+        checked = self._lines
+        for item in headers.items():
+            line = checked.get(item)
+            if line is None:
+                name, value = item
+                if _unsafe(name) or _unsafe(value):
+                    raise Http1Error(f"header {name[:40]!r} holds a line break, which HTTP forbids")
+                if len(checked) >= _LINES_KEPT:
+                    checked.clear()  # (values that change, such as tokens, must not pile up)
+                line = checked[item] = f"{name}: {value}\r\n"
+            lines.append(line)
         lines.append("\r\n")
-        return "\r\n".join(lines).encode("latin-1", "strict")
+        return "".join(lines).encode("latin-1", "strict")
 
     async def post(self, headers: Mapping[str, str], body: bytes) -> Http1Response:
         """Send a POST and return its response once its head arrived; `async with` it, or
@@ -134,6 +143,9 @@ class Http1Pool:
             connection.abandon()
         self._idle.clear()
         self._all.clear()
+
+
+_LINES_KEPT = 256
 
 
 def _unsafe(text: str) -> bool:
