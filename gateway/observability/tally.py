@@ -10,6 +10,7 @@ with the same names, labels, buckets and `_created` samples the library's would 
 from __future__ import annotations
 
 import time
+from abc import ABC, abstractmethod
 from bisect import bisect_left
 from collections.abc import Iterator, Sequence
 
@@ -21,13 +22,27 @@ from prometheus_client.utils import floatToGoString
 Labels = tuple[str, ...]
 
 
-class TallyCounter:
-    """A counter by label values (`inc(*values)`); exposed as `<name>_total`."""
+class _Tally(ABC):
+    """A named metric with label names; its series are keyed by their label values."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
         self.name = name
         self.documentation = documentation
         self.labelnames = list(labelnames)
+
+    def _labels(self, values: Labels) -> dict[str, str]:
+        return dict(zip(self.labelnames, values, strict=True))
+
+    @abstractmethod
+    def collect(self) -> Metric:
+        """The Prometheus family, with a sample per series."""
+
+
+class TallyCounter(_Tally):
+    """A counter by label values (`inc(*values)`); exposed as `<name>_total`."""
+
+    def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
+        super().__init__(name, documentation, labelnames)
         self._values: dict[Labels, float] = {}
         self._created: dict[Labels, float] = {}
 
@@ -47,19 +62,17 @@ class TallyCounter:
     def collect(self) -> Metric:
         family = Metric(self.name, self.documentation, "counter")
         for values, count in self._values.items():
-            labels = dict(zip(self.labelnames, values, strict=True))
+            labels = self._labels(values)
             family.add_sample(f"{self.name}_total", labels, count)
             family.add_sample(f"{self.name}_created", labels, self._created[values])
         return family
 
 
-class TallyGauge:
+class TallyGauge(_Tally):
     """A gauge by label values: `inc`, `dec` and `set(value, *values)`."""
 
     def __init__(self, name: str, documentation: str, labelnames: Sequence[str]) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = list(labelnames)
+        super().__init__(name, documentation, labelnames)
         self._values: dict[Labels, float] = {}
 
     def inc(self, *values: str) -> None:
@@ -74,7 +87,7 @@ class TallyGauge:
     def collect(self) -> Metric:
         family = Metric(self.name, self.documentation, "gauge")
         for values, value in self._values.items():
-            family.add_sample(self.name, dict(zip(self.labelnames, values, strict=True)), value)
+            family.add_sample(self.name, self._labels(values), value)
         return family
 
 
@@ -87,15 +100,13 @@ class _Series:
         self.created = time.time()
 
 
-class TallyHistogram:
+class TallyHistogram(_Tally):
     """A histogram by label values (`observe(value, *values)`), buckets as `le` bounds."""
 
     def __init__(
         self, name: str, documentation: str, labelnames: Sequence[str], buckets: Sequence[float]
     ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labelnames = list(labelnames)
+        super().__init__(name, documentation, labelnames)
         self._bounds = tuple(float(b) for b in buckets)
         self._les = [floatToGoString(b) for b in (*self._bounds, float("inf"))]  # type: ignore[no-untyped-call]
         self._series: dict[Labels, _Series] = {}
@@ -111,7 +122,7 @@ class TallyHistogram:
     def collect(self) -> Metric:
         family = Metric(self.name, self.documentation, "histogram")
         for values, series in self._series.items():
-            labels = dict(zip(self.labelnames, values, strict=True))
+            labels = self._labels(values)
             cumulative = 0
             for le, count in zip(self._les, series.buckets, strict=True):
                 cumulative += count
@@ -127,7 +138,7 @@ class Tallies(Collector):
     knows their names (and refuses a second metric of the same name)."""
 
     def __init__(self) -> None:
-        self._members: list[TallyCounter | TallyGauge | TallyHistogram] = []
+        self._members: list[_Tally] = []
 
     def register(self, registry: CollectorRegistry) -> None:
         registry.register(self)
