@@ -77,6 +77,11 @@ _CLAIM = f"""
     ) RETURNING {TASK_COLUMNS}
 """
 
+#: The transaction-scoped advisory lock claims take turns on (any bigint the database's
+#: other users do not take: this one is "mcp-task" in ASCII).
+_CLAIM_LOCK = 0x6D63702D7461736B
+_CLAIM_TURN = "SELECT pg_advisory_xact_lock($1)"
+
 _FORGET_DEAD = f"""
     DELETE FROM replicas AS r
     WHERE lease_until < now() - interval '{_FORGET_REPLICAS_AFTER}' AND NOT EXISTS (
@@ -121,6 +126,13 @@ async def forget(db: Connection, task_ids: Collection[str]) -> None:
 async def claim(db: Connection, replica: str) -> list[Task]:
     """Makes `replica` the runner of every live task whose runner is gone, oldest first; then
     forgets the replicas long gone that run nothing."""
+    # Claims take turns. Two at once could both take the same orphan: under READ COMMITTED,
+    # the re-check of a row another claim has just taken did not always see that claim
+    # through the lease test (CI: 100 orphans, each claimed by both replicas, about one run
+    # in 25 under load). After the wait for the lock, the claim's statement sees every claim
+    # committed before it. Claims are rare (at a start, and once per lease), so the turn costs
+    # nothing that matters; rows that other work holds are still skipped, not waited for.
+    await db.execute(_CLAIM_TURN, _CLAIM_LOCK)
     tasks = [task_from_row(row) for row in await db.fetch(_CLAIM, replica)]
     await db.execute(_FORGET_DEAD)
     return sorted(tasks, key=lambda task: (task.created_at, task.task_id))
