@@ -3,14 +3,4 @@
 # calling the gateway across origins), and prints its path. Installs the `chromium` package if
 # missing (needs root and apt).
 set -euo pipefail
-
-if ! command -v chromium >/dev/null 2>&1; then
-  if [ "$(id -u)" -ne 0 ]; then
-    echo "chromium is not installed and installing it needs root (apt-get)" >&2
-    exit 1
-  fi
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq
-  apt-get install -y -qq --no-install-recommends chromium >/dev/null
-fi
-command -v chromium
+exec bash "$(dirname "$0")/debian-package.sh" chromium chromium
