@@ -251,9 +251,9 @@ class Metrics:
             self.child(self.upstream_up, route).set(up)
 
     def child(self, metric: M, *values: str) -> M:
-        """`metric.labels(*values)`, cached: for what runs on every request, task and store
-        write (`labels` takes a lock and builds its key each time). Children are never
-        removed."""
+        """`metric.labels(*values)`, cached: for the library's metrics that change often (a
+        store write's latency, upstream_up); `labels` takes a lock and builds its key each
+        time. Children are never removed. (What every request and task touches is a tally.)"""
         key = (metric, *values)
         found = self._children.get(key)
         if found is None:

@@ -80,7 +80,10 @@ class UpstreamClient:
         self._transport = make_transport(self)
         #: With tracing on: each call's span (None: no tracing, and no cost).
         self.spans = spans
-        self._config = config
+        #: What a bounded call is given (made once: `call` runs per request).
+        self._bounded = CallLimit(
+            config.request_timeout_seconds, "answer", "upstream.request_timeout_seconds"
+        )
         self._listener = listener
         self._ids = itertools.count(1)
         self._pending: dict[jsonrpc.RequestId, asyncio.Future[Answer]] = {}
@@ -274,9 +277,7 @@ class UpstreamClient:
             UpstreamError: no answer could be had (not a JSON-RPC error: that is returned).
         """
         if limit is None and bounded:
-            limit = CallLimit(
-                self._config.request_timeout_seconds, "answer", "upstream.request_timeout_seconds"
-            )
+            limit = self._bounded
         # Not a coroutine itself: an untraced call costs this one check, no extra frame.
         if self.spans is not None:
             return self.spans.call(partial(self._call, ready=ready, limit=limit), request)
