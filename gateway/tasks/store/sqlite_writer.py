@@ -17,10 +17,11 @@ waits for pages read from disk.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import contextlib
 import sqlite3
 import time
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -44,7 +45,7 @@ class GroupCommitWriter:
     def __init__(
         self,
         db: sqlite3.Connection,
-        thread: ThreadPoolExecutor,
+        thread: concurrent.futures.ThreadPoolExecutor,
         on_timing: Callable[[str, float], None] | None = None,
     ) -> None:
         self._db = db
@@ -102,33 +103,57 @@ class GroupCommitWriter:
         # failure stays its caller's alone.
         started = time.perf_counter()
         loop = asyncio.get_running_loop()
+        bulk = any(write.bulk for write in batch)
         try:
-            # Shielded: a cancelled writer must still learn how the transaction ended, since
-            # the thread finishes it regardless.
-            if any(write.bulk for write in batch):
-                settled = await asyncio.shield(
-                    loop.run_in_executor(self._thread, self._transaction, batch)
-                )
-            else:
-                settled = self._apply(batch)
-                await asyncio.shield(loop.run_in_executor(self._thread, self._end))
-        except Exception as exc:  # BEGIN or COMMIT failed: nothing of the batch was written
+            settled = None if bulk else self._apply(batch)
+        except Exception as exc:  # BEGIN failed: nothing of the batch was written
             _fail(batch, exc)
             return
         except BaseException:
             _fail(batch, RuntimeError("the task store is closed"))
             raise
+        # The thread's end of the transaction settles the callers from one callback on the
+        # loop: awaiting run_in_executor (and a shield around it) would put three turns of a
+        # busy loop between the COMMIT and the callers instead of one, on every durable write.
+        ended: asyncio.Future[None] = loop.create_future()
+        work = (lambda: self._transaction(batch)) if settled is None else self._end
+
+        def landed(done: concurrent.futures.Future[Any]) -> None:
+            with contextlib.suppress(RuntimeError):  # the loop is gone: so is every caller
+                loop.call_soon_threadsafe(self._settle, batch, settled, done, started, ended)
+
+        self._thread.submit(work).add_done_callback(landed)
+        # The next batch begins once this one has ended. Cancelling the writer here cancels
+        # only this wait: the thread ends the transaction regardless, and settles the callers.
+        await ended
+
+    def _settle(
+        self,
+        batch: list[_Write],
+        settled: list[tuple[_Write, Any, Exception | None]] | None,
+        done: concurrent.futures.Future[Any],
+        started: float,
+        ended: asyncio.Future[None],
+    ) -> None:
+        """On the loop, once the thread has ended the batch's transaction: its callers learn
+        how (each its own value or error, or the failed COMMIT's error for all)."""
+        if not ended.done():
+            ended.set_result(None)
+        error = RuntimeError("the task store is closed") if done.cancelled() else done.exception()
+        if error is not None:  # COMMIT failed (or BEGIN, for a bulk batch): nothing written
+            _fail(batch, error if isinstance(error, Exception) else RuntimeError(repr(error)))
+            return
         self.commits += 1
         self.last_commit = time.monotonic()
         if self._on_timing is not None:
             self._on_timing("commit", time.perf_counter() - started)
-        for write, value, error in settled:
+        for write, value, failure in settled if settled is not None else done.result():
             if write.future.done():  # the caller was cancelled; its write stands regardless
                 continue
-            if error is None:
+            if failure is None:
                 write.future.set_result(value)
             else:
-                write.future.set_exception(error)
+                write.future.set_exception(failure)
 
     def _transaction(self, batch: list[_Write]) -> list[tuple[_Write, Any, Exception | None]]:
         """On the writer's thread: `_apply`, then `_end`."""
