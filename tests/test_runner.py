@@ -448,9 +448,15 @@ async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_tas
     late = await parts.runner.current(task)  # past the wait: as last written
     assert late.status is TaskStatus.WORKING
     reading = asyncio.ensure_future(parts.runner.current(task))
+    # A read whose client goes away meanwhile is cancelled; the others still get theirs.
+    leaving = asyncio.ensure_future(parts.runner.current(task))
     await asyncio.sleep(0.05)
     assert not reading.done()
+    leaving.cancel()
     gate.set()
     latest = await reading
     assert latest.status is TaskStatus.COMPLETED
+    assert leaving.cancelled()
     await host.runs_ended()
+    stored = await parts.store.get_task(task.task_id)
+    assert stored is not None and stored.status is TaskStatus.COMPLETED

@@ -108,8 +108,9 @@ class TaskRunner:
         self._running: dict[str, _Running] = {}
         #: Every run until it has ended, its terminal write included: what a drain waits for.
         self._runs: set[asyncio.Task[None]] = set()
-        #: Runs whose call has ended and whose terminal write is under way (see `current`).
-        self._finishing: dict[str, asyncio.Future[None]] = {}
+        #: Runs whose call has ended and whose terminal write is under way, with the reads
+        #: waiting for that write (see `current`).
+        self._finishing: dict[str, set[asyncio.Future[None]]] = {}
 
     async def submit(
         self,
@@ -277,13 +278,15 @@ class TaskRunner:
                     # The terminal write comes first: what the host does with the end of
                     # the call (its session may be gone) cannot keep the task from ending.
                     status, message = status_for(outcome)
-                    written = asyncio.get_running_loop().create_future()
-                    self._finishing[task.task_id] = written
+                    readers: set[asyncio.Future[None]] = set()
+                    self._finishing[task.task_id] = readers
                     try:
                         done = await self._finish(task.task_id, status, message, outcome)
                     finally:
                         del self._finishing[task.task_id]
-                        written.set_result(None)
+                        for reader in readers:
+                            if not reader.done():  # (a read cancelled meanwhile)
+                                reader.set_result(None)
                     if done is not None:
                         self._changed(done, host)
             finally:
@@ -301,14 +304,21 @@ class TaskRunner:
         A poll that came just after the outcome did would otherwise read `working` and come
         again; it reads the durable state either way, a little later.
         """
-        written = self._finishing.get(task.task_id)
-        if written is None or task.status.terminal:
+        readers = self._finishing.get(task.task_id)
+        if readers is None or task.status.terminal:
             return task
+        # A future of this read's own, resolved by the run itself: the read resumes on the
+        # loop's next turn after the write, where waiting on a shared one (which a cancelled
+        # read must not cancel, so behind a shield) took two more.
+        landed = asyncio.get_running_loop().create_future()
+        readers.add(landed)
         try:
-            async with asyncio.timeout(_FINISH_WAIT):
-                await asyncio.shield(written)
+            async with timers.deadline(_FINISH_WAIT):
+                await landed
         except TimeoutError:
             return task  # the store is slow or away: the status as last written
+        finally:
+            readers.discard(landed)  # (a store away for long meets many reads)
         return await self._store.get_task(task.task_id) or task
 
     async def _finish(
