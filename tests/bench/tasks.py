@@ -554,17 +554,18 @@ class Stopped:
 
 @contextmanager
 def gateway(
-    name: str, config: str, port: int, logdir: Path, stopped: Stopped
+    name: str, config: str, port: int, logdir: Path, stopped: Stopped, root: Path = REPO_ROOT
 ) -> Iterator[subprocess.Popen[bytes]]:
+    """The gateway of the checkout at `root` (another version's, for `tests.bench.ab`)."""
     cfg = logdir / f"{name}.yaml"
     cfg.write_text(config)
     log = logdir / f"{name}.log"
     env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(REPO_ROOT), env.get("PYTHONPATH")]))
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
     argv = [sys.executable, "-m", "gateway", "--config", str(cfg)]
     with log.open("wb") as out:
         proc = subprocess.Popen(
-            argv, cwd=REPO_ROOT, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
+            argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
         )
     children: list[int] = []
     try:

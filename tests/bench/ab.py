@@ -1,0 +1,122 @@
+"""Two versions of the gateway, measured in the same run: a change's effect through the noise.
+
+A shared 2-core machine moves timed runs of the same code by 10-20 % (docs/benchmarks.md),
+which hides most single changes; the instruction count (`tests.bench.instructions`) sees
+them but not what they do to latency, such as a turn of the event loop fewer on every
+durable write. This serves the task benchmark's load (`tests.bench.tasks`: a task's whole
+lifecycle, or creation, at concurrency 32) to the gateway as it is in this checkout (B) and
+as it was at `--base` (A, a git revision, checked out into a temporary worktree), both
+running at once on their own SQLite files behind the same upstream. Rounds alternate which
+goes first, and each round's B/A ratio is printed with their median::
+
+    .venv/bin/python -m tests.bench.ab --base HEAD~1
+    .venv/bin/python -m tests.bench.ab --base main --kind create --rounds 12 --seconds 5
+
+A median within a few percent of 1.00 is no effect; the spread of the per-round ratios says
+how far to trust it. A script, not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections.abc import Iterator, Sequence
+from contextlib import ExitStack, contextmanager
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.bench.passthrough import HOST, REPO_ROOT, THIS_FILE, free_port, server
+from tests.bench.tasks import OPS, Stopped, gateway, gateway_config, measure, sqlite_store
+
+
+@dataclass
+class Side:
+    name: str
+    url: str
+    rates: list[float] = field(default_factory=list)
+    requests_per_op: list[float] = field(default_factory=list)
+
+
+@contextmanager
+def worktree(revision: str) -> Iterator[Path]:
+    """`revision` checked out (detached) into a temporary directory, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="bench-ab-") as tmp:
+        path = Path(tmp) / "base"
+        git = ["git", "-C", str(REPO_ROOT)]
+        try:
+            subprocess.run(
+                [*git, "worktree", "add", "--detach", "--quiet", str(path), revision],
+                check=True,
+                capture_output=True,
+                text=True,
+            )
+        except subprocess.CalledProcessError as exc:
+            why = exc.stderr.strip()
+            raise SystemExit(f"cannot check out --base {revision!r}: {why}") from None
+        try:
+            yield path
+        finally:
+            subprocess.run([*git, "worktree", "remove", "--force", str(path)], check=False)
+
+
+def summary(a: Side, b: Side) -> str:
+    ratios = [rb / ra for ra, rb in zip(a.rates, b.rates, strict=True) if ra > 0]
+    lines = [
+        f"{side.name}: median {statistics.median(side.rates):.0f} ops/s, rounds "
+        + " ".join(f"{r:.0f}" for r in side.rates)
+        + f"; {statistics.mean(side.requests_per_op):.2f} HTTP requests per op"
+        for side in (a, b)
+    ]
+    lines.append(
+        "B/A by round: "
+        + " ".join(f"{r:.2f}" for r in ratios)
+        + f"\nKEY B/A median: {statistics.median(ratios):.3f}"
+    )
+    return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    with ExitStack() as stack:
+        logdir = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="bench-ab-logs-")))
+        base = stack.enter_context(worktree(args.base))
+        up = free_port()
+        upstream = [sys.executable, str(THIS_FILE), "--serve-upstream", str(up)]
+        stack.enter_context(server("upstream", upstream, up, logdir, 15))
+        sides = []
+        for name, root in ((f"A ({args.base})", base), ("B (this checkout)", REPO_ROOT)):
+            port = free_port()
+            tag = name[0]
+            store = sqlite_store(logdir / f"{tag}.db")
+            config = gateway_config(port, store, f"http://{HOST}:{up}/mcp", 4)
+            stack.enter_context(gateway(f"gateway-{tag}", config, port, logdir, Stopped(), root))
+            sides.append(Side(name, f"http://{HOST}:{port}/bench/mcp"))
+        a, b = sides
+        for index in range(args.rounds):
+            for side in (a, b) if index % 2 == 0 else (b, a):
+                m = asyncio.run(measure(args.kind, [side.url], 32, args.seconds, args.warmup))
+                if m.errors.count:
+                    print(f"{side.name}: errors, e.g. {m.errors.samples[:3]}", file=sys.stderr)
+                    return 1
+                side.rates.append(m.requests / m.elapsed_s if m.elapsed_s else 0.0)
+                side.requests_per_op.append(m.http_requests / max(1, m.requests))
+                print(f"round {index + 1}/{args.rounds} {side.name}: {side.rates[-1]:.0f}/s")
+        print(f"\n{args.kind} at c=32, {args.seconds:g}s per round\n" + summary(a, b))
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--base", required=True, help="the git revision to compare against (A)")
+    p.add_argument("--kind", choices=sorted(OPS), default="lifecycle")
+    p.add_argument("--rounds", type=int, default=8, help="rounds, each measuring A and B (8)")
+    p.add_argument("--seconds", type=float, default=4.0, help="measured time per side (4)")
+    p.add_argument("--warmup", type=float, default=1.0, help="warm-up per side (1)")
+    return run(p.parse_args(argv))
+
+
+if __name__ == "__main__":
+    sys.exit(main())
