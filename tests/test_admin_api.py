@@ -20,6 +20,7 @@ import yaml
 
 from gateway import admin_cli
 from gateway.config import AdminConfig, ConfigError, load_settings, parse_settings
+from gateway.http import admin
 
 from .conftest import DEMO, ROOT, StartGateway, free_port
 from .helpers import audit_events, get_task, open_session, rpc, start_task
@@ -92,6 +93,29 @@ async def test_only_the_admin_token_opens_it_and_the_gateways_port_has_none_of_i
     failures = [r.getMessage() for r in caplog.records if "admin_auth_failed" in r.getMessage()]
     assert len(failures) == 8
     assert TOKEN not in caplog.text and KEYS["alice"] not in caplog.text
+
+
+async def test_refused_tokens_are_rate_limited_per_address_and_the_right_one_still_works(
+    gateway: Gateway, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Guessing the token, or flooding the audit trail with its refusals, stops at the burst:
+    # past it the answer is 429 and nothing more is written. The operator's own token is not
+    # locked out by someone else's guesses from the same (loopback) address.
+    caplog.set_level(logging.INFO, "gateway.audit")
+    statuses = []
+    for guess in range(admin.FAILURE_BURST + 5):
+        status, body = await gateway.ask("GET", "/admin/tasks", token=f"guess-{guess}")
+        statuses.append(status)
+    assert statuses == [401] * admin.FAILURE_BURST + [429] * 5
+    async with gateway.http.get(
+        f"{gateway.admin}/admin/tasks", headers={"Authorization": "Bearer again"}
+    ) as limited:
+        assert limited.status == 429
+        assert int(limited.headers["Retry-After"]) >= 1
+        assert "too many refused requests" in (await limited.json())["error"]
+    assert len(audit_events(caplog, "admin_auth_failed")) == admin.FAILURE_BURST
+    status, body = await gateway.ask("GET", "/admin/tasks")
+    assert status == 200 and body["tasks"] == []
 
 
 @pytest.mark.parametrize(

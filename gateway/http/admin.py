@@ -12,10 +12,14 @@
 
 Only `admin.listen` serves it (the gateway's port answers 404 there), and every request needs
 `Authorization: Bearer <the token in admin.token_env>`, compared in constant time: clients'
-credentials are refused with 401. Answers are JSON, errors `{"error": message}` (never a 500
-for what a caller sends); every action is audited with `"actor": "operator"`. The parts it
-works through are the gateway's own (store, runner, session registry), so a cancel here is a
-client's tasks/cancel, on this replica or another, and an ended session a client's DELETE.
+credentials are refused with 401. Refusals are rate-limited per client address (a burst of
+`FAILURE_BURST`, then one every `1 / FAILURE_RATE` seconds; past that 429, and no audit
+line): guessing the token, or flooding the audit trail with `admin_auth_failed`, stops at the
+burst. The right token is never refused for others' failures. Answers are JSON, errors
+`{"error": message}` (never a 500 for what a caller sends); every action is audited with
+`"actor": "operator"`. The parts it works through are the gateway's own (store, runner,
+session registry), so a cancel here is a client's tasks/cancel, on this replica or another,
+and an ended session a client's DELETE.
 """
 
 from __future__ import annotations
@@ -40,7 +44,8 @@ from gateway.http.admin_query import (
 )
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
-from gateway.protocol.errors import GatewayError, TaskError
+from gateway.protocol.errors import GatewayError, LimitExceeded, TaskError
+from gateway.security.limits import RateLimiter
 from gateway.session.registry import SessionRegistry
 from gateway.tasks.models import Task, TaskFilter, principal_of
 from gateway.tasks.runner import TaskRunner
@@ -54,6 +59,9 @@ OPERATOR = "operator"
 #: Tasks deleted per transaction by a purge: a large purge never holds the store's writer
 #: (and every client's write behind it) for long.
 PURGE_BATCH = 500
+#: Failed authentications per client address: a burst, then this many a second.
+FAILURE_BURST = 10
+FAILURE_RATE = 0.2
 
 
 class _Unknown(Exception):
@@ -66,6 +74,7 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
 
 def _guard(token: str) -> Middleware:
     expected = f"Bearer {token}".encode()
+    failures = RateLimiter(FAILURE_RATE, FAILURE_BURST)
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -74,6 +83,15 @@ def _guard(token: str) -> Middleware:
         except UnicodeEncodeError:
             given = b""
         if not hmac.compare_digest(given, expected):
+            try:
+                failures.check(str(request.remote))
+            except LimitExceeded as exc:
+                return _error(
+                    429,
+                    "too many refused requests from this address; retry after "
+                    f"{exc.headers['Retry-After']} s",
+                    exc.headers,
+                )
             audit("admin_auth_failed", remote=request.remote, path=printable(request.path, 200))
             return _error(
                 401,
