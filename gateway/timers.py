@@ -92,6 +92,8 @@ class _Queue:
                     {"message": "an alarm's callback failed", "exception": exc}
                 )
             alarms = self._alarms  # (a callback may have compacted the queue)
+        if self._timer is not None:  # a callback set an alarm of this delay: the head decides
+            self._timer.cancel()
         if alarms:
             self._timer = self._loop.call_at(alarms[0].when, self._ring)
         else:

@@ -64,3 +64,28 @@ async def test_an_outer_deadline_expiring_inside_an_inner_one_is_the_outer_ones(
                     await asyncio.sleep(5)
             except TimeoutError:
                 pytest.fail("the inner deadline did not expire: its block must not say so")
+
+
+async def test_an_alarm_set_by_another_of_its_delay_goes_off_once_and_in_its_turn() -> None:
+    # A callback may set an alarm of its own delay while its queue is ringing: the queue must
+    # still run one loop timer, for its head, or the alarms left behind fire late and an
+    # orphaned timer rings an empty, already dropped queue.
+    loop = asyncio.get_running_loop()
+    errors: list[dict[str, object]] = []
+    loop.set_exception_handler(lambda _, context: errors.append(context))
+    rang: list[str] = []
+
+    def first() -> None:
+        rang.append("first")
+        timers.after(0.03, rang.append, "set")
+
+    try:
+        timers.after(0.03, first)
+        await asyncio.sleep(0.01)
+        timers.after(0.03, rang.append, "second")  # due between the first and the one it sets
+        await asyncio.sleep(0.12)
+    finally:
+        loop.set_exception_handler(None)
+    assert rang == ["first", "second", "set"]
+    assert errors == []
+    assert loop not in timers._queues or not timers._queues[loop]
