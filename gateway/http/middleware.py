@@ -4,6 +4,7 @@ responses, and the request metrics."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import ipaddress
 import logging
 import time
@@ -91,6 +92,9 @@ def allowed_hosts(http: HttpConfig, listen_host: str) -> tuple[str, ...] | None:
     return LOOPBACK_HOSTS if loopback else None
 
 
+# Every request asks this of its Host header, which hardly ever changes between requests:
+# the verdicts for a few hundred values are kept (bounded against varied made-up hosts).
+@functools.lru_cache(maxsize=256)
 def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
     """Whether a Host header value (any port) is one of `allowed`, or `*.domain` of one."""
     host = host.strip().lower()
