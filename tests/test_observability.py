@@ -8,6 +8,7 @@ import logging
 import re
 import threading
 import time
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import aiohttp
@@ -211,6 +212,28 @@ def test_audit_log_is_json_lines_in_a_rotating_file(tmp_path: Path) -> None:
     assert [f.name for f in files] == ["audit.log", "audit.log.1", "audit.log.2"]
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert records and all(r["event"] == "auth_failed" and r["time"].endswith("Z") for r in records)
+
+
+def test_an_audit_lines_time_is_its_moment_in_utc_to_the_millisecond(tmp_path: Path) -> None:
+    """Printed as task times are (`tasks.models.iso`), across a change of second too."""
+    path = tmp_path / "audit.log"
+    audit.configure(AuditConfig(file=str(path)))
+    moments: list[tuple[datetime, datetime]] = []
+    try:
+        for _ in range(3):
+            before = datetime.now(UTC)
+            audit.audit("auth_failed", route="demo", reason="token expired")
+            moments.append((before, datetime.now(UTC)))
+            time.sleep(0.6)  # (each line in another second, or the next one's half)
+    finally:
+        forget_audit_handlers()
+    stamps = [json.loads(line)["time"] for line in path.read_text().splitlines()]
+    assert len(stamps) == 3
+    for stamp, (before, after) in zip(stamps, moments, strict=True):
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", stamp), stamp
+        moment = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+        # Milliseconds cut, not rounded, as isoformat(timespec="milliseconds") does.
+        assert before - timedelta(milliseconds=1) < moment <= after
 
 
 async def test_the_gauges_the_alerts_read_follow_the_tasks_and_the_store(
