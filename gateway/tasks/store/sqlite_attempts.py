@@ -84,7 +84,7 @@ def begin(
 ) -> Task | None:
     """Moves a live task below `attempt` to it, working with `message`, and withdraws its
     pending input requests; None (and nothing written) for any other task."""
-    params = (TaskStatus.WORKING, message, attempt, epoch_us(now), task_id, attempt)
+    params = (TaskStatus.WORKING.value, message, attempt, epoch_us(now), task_id, attempt)
     rows = db.execute(_BEGIN, params).fetchall()
     task = next((task_from_row(row) for row in rows), None)
     if task is not None:

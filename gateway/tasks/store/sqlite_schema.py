@@ -108,6 +108,13 @@ MIGRATIONS = [
     """,
 ]
 
+# The sqlite3 module binds an exact str, int, float or bytearray as it is and looks anything
+# else up among its adapters; for None, which it knows how to bind, the failed lookup raised
+# and formatted two AttributeErrors (some 4,000 instructions; a task's writes bind three or
+# four Nones). Found among the adapters, None is bound as NULL, as before. (Process-wide, but
+# the same NULL for every connection; enum members and bools are bound as plain values.)
+sqlite3.register_adapter(type(None), lambda _: None)
+
 #: The statuses of a running task, spelled exactly as the `tasks_live` partial index's WHERE:
 #: SQLite uses that index only for a query that repeats its condition literally (bound
 #: parameters do not count).
