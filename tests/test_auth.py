@@ -6,6 +6,7 @@ import base64
 import hashlib
 import hmac
 import json
+import re
 import time
 from pathlib import Path
 from typing import Any
@@ -17,7 +18,7 @@ from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
 from gateway.config import Settings, parse_settings
-from gateway.security.auth import Authenticator, Principal
+from gateway.security.auth import Authenticator, Principal, bearer_token, visible_ascii
 from gateway.security.errors import AuthError
 
 SECRET = "a-test-secret-that-is-at-least-32-bytes-long"
@@ -381,3 +382,35 @@ async def test_no_reason_contains_the_credential() -> None:
         assert token not in info.value.reason
         assert token not in str(info.value)
         assert info.value.__cause__ is None
+
+
+def _odd_strings() -> list[str]:
+    """Every character up to U+02FF alone, and set among visible ones, at each end and in
+    the middle, with the kinds of whitespace a header can carry."""
+    out = ["", " ", "key", "a b", "\t", "k\x7f", "k\x80"]
+    for code in range(0x300):
+        c = chr(code)
+        out += [c, f"{c}ab", f"a{c}b", f"ab{c}"]
+    return out
+
+
+def test_bearer_parsing_takes_exactly_what_rfc_6750s_ascii_grammar_allows() -> None:
+    """The credentials are read with string methods (the regex engine cost 3,000 instructions
+    per request); this holds them to the expression they replaced."""
+    grammar = re.compile(r"Bearer +([\x21-\x7e]+)", re.IGNORECASE | re.ASCII)
+    headers = [f"{scheme}{gap}{token}" for scheme in ("Bearer", "bEaReR", "Bearerx", "Bearér", "")
+               for gap in (" ", "  ", "\t", "") for token in _odd_strings()]  # fmt: skip
+    assert len(headers) > 10_000
+    for header in headers:
+        match = grammar.fullmatch(header.strip()) if header.strip() else None
+        try:
+            token: str | None = bearer_token(header)
+        except AuthError:
+            token = None
+        assert token == (match.group(1) if match else None), repr(header)
+
+
+def test_a_visible_ascii_string_is_what_the_session_id_pattern_matched() -> None:
+    pattern = re.compile(r"[\x21-\x7e]+")
+    for text in _odd_strings():
+        assert visible_ascii(text) == (pattern.fullmatch(text) is not None), repr(text)
