@@ -296,7 +296,7 @@ def request_outcome(status: int) -> str:
 def call_outcome(answer: jsonrpc.Message | None, error: BaseException | None = None) -> str:
     """One word for how an upstream call ended, for the `outcome` label."""
     # An answer first: nearly every call has one, and each check of an error's type (a
-    # union made, a miss through pydantic's metaclass) costs more than the answer's.
+    # union made, a miss through the models' ABC check) costs more than the answer's.
     if error is None:
         if type(answer) is jsonrpc.Response:
             return "tool_error" if answer.result.get("isError") is True else "ok"
