@@ -110,12 +110,19 @@ class _LingeringTransport:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._transport, name)
 
-    # Spelled out: these run for every response, and __getattr__ is the slow path.
+    # Spelled out: these run for every request or response, and __getattr__ is the slow path
+    # (Python first raises, and formats, an AttributeError for the name).
     def write(self, data: bytes | bytearray | memoryview) -> None:
         self._transport.write(data)
 
     def writelines(self, chunks: Any) -> None:
         self._transport.writelines(chunks)
+
+    def pause_reading(self) -> None:
+        self._transport.pause_reading()
+
+    def resume_reading(self) -> None:
+        self._transport.resume_reading()
 
     def linger(self) -> None:
         self._linger = True
