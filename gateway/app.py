@@ -43,6 +43,7 @@ from gateway.http import admin, cors, listen, middleware
 from gateway.http.admin import AdminApi
 from gateway.http.drain import Drain
 from gateway.http.health import Health
+from gateway.http.middleware import Handler
 from gateway.http.urls import add_routes
 from gateway.keys import (
     ALLOWED_HOSTS,
@@ -104,7 +105,6 @@ def create_app(
             set without the OpenTelemetry packages.
     """
     app = web.Application(
-        middlewares=[middleware.guard],
         # The endpoint enforces each route's limits.max_body_bytes itself, with a JSON-RPC
         # error body; aiohttp's own cap only has to stay out of its way.
         client_max_size=max(
@@ -125,7 +125,7 @@ def create_app(
         route.name: Route(settings, route, metrics, tracing=tracing) for route in settings.routes
     }
     app[RELOADS] = Reloads(settings)
-    add_routes(app, settings)
+    add_routes(app, settings, partial(_guarded, tracing=tracing))
     if tracing is not None:
         app.cleanup_ctx.append(partial(_traces, tracing=tracing))  # its cleanup runs last
     admin_sockets: list[socket.socket] = []
@@ -230,19 +230,26 @@ async def _components(
 def _tracing(
     app: web.Application, metrics: Metrics, processor: SpanProcessor | None
 ) -> Tracing | None:
-    """The tracer when `tracing` is configured, its middleware installed after `guard`
-    (imported only then: OpenTelemetry is an optional extra)."""
+    """The tracer when `tracing` is configured (imported only then: OpenTelemetry is an
+    optional extra)."""
     config = app[SETTINGS].tracing
     if config is None:
         return None
     try:
-        from gateway.http import traced
         from gateway.observability.traces import Tracing
     except ImportError as exc:
         raise ValueError(TRACING_MISSING) from exc
-    tracing = Tracing(config, metrics, processor)
-    app.middlewares.append(traced.middleware(tracing))
-    return tracing
+    return Tracing(config, metrics, processor)
+
+
+def _guarded(handler: Handler, tracing: Tracing | None) -> Handler:
+    """How each handler of the URL table is served: behind the guard, and with tracing on,
+    its server span inside that (the guard may hand on a copy of the request)."""
+    if tracing is not None:
+        from gateway.http.traced import spanned
+
+        handler = spanned(tracing, handler)
+    return middleware.guarded(handler)
 
 
 async def _traces(app: web.Application, tracing: Tracing) -> AsyncIterator[None]:

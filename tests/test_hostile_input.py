@@ -19,7 +19,7 @@ from aiohttp import web
 
 from gateway.app import create_app
 from gateway.config import ListenConfig
-from gateway.http import listen
+from gateway.http import listen, middleware
 from gateway.keys import STORE
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
@@ -282,8 +282,8 @@ async def test_a_defect_becomes_minus_32603_without_detail_logged_once_with_its_
     async def defect(request: web.Request) -> web.Response:
         raise KeyError("secret internal detail")
 
-    # A handler with a defect, behind the same middlewares as every route.
-    app.router.add_post("/defect", defect)
+    # A handler with a defect, behind the same guard as every handler of the URL table.
+    app.router.add_post("/defect", middleware.guarded(defect))
     runner = await listen.start(app, ListenConfig(port=0), make_settings().http)
     try:
         host, port = runner.addresses[0][:2]

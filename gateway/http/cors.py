@@ -3,7 +3,7 @@
 A page on another origin may call a route once the browser's preflight (OPTIONS) is answered
 for the MCP headers, and may read `Mcp-Session-Id` (and the protocol version) only if the
 answer exposes them. Origins outside the list never get here: the Origin check answers them 403
-first (`middleware.guard`), preflight included.
+first (`middleware.guarded`), preflight included.
 """
 
 from __future__ import annotations

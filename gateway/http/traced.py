@@ -1,8 +1,8 @@
 """The server span of each route request, when tracing is on (`observability.traces`).
 
-Installed after `middleware.guard` (which may hand on a copy of the request, with the client
+Wrapped inside `middleware.guarded` (which may hand on a copy of the request, with the client
 address a trusted proxy names): it notes when the request arrived, and ends its span with the
-HTTP status the answer has, or the one `guard` is about to give the exception. The endpoint
+HTTP status the answer has, or the one the guard is about to give the exception. The endpoint
 starts the span once the body is parsed, as its `_meta` may carry the client's trace context.
 """
 
@@ -12,18 +12,16 @@ import asyncio
 import time
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 
 from gateway.http.middleware import METHOD, ROUTE, Handler
 from gateway.observability.traces import STARTED, Tracing
 from gateway.protocol.errors import GatewayError
 
 
-def middleware(tracing: Tracing) -> Middleware:
-    """The middleware that dates and ends the server spans of `tracing`."""
+def spanned(tracing: Tracing, handler: Handler) -> Handler:
+    """`handler`, its requests' server spans dated and ended in `tracing`."""
 
-    @web.middleware
-    async def traced(request: web.Request, handler: Handler) -> web.StreamResponse:
+    async def serve(request: web.Request) -> web.StreamResponse:
         request[STARTED] = time.time_ns()
         status = 500
         try:
@@ -44,4 +42,4 @@ def middleware(tracing: Tracing) -> Middleware:
             if route is not None:
                 tracing.end_request(request, route, request.get(METHOD, request.method), status)
 
-    return traced
+    return serve

@@ -24,12 +24,15 @@ in `gateway.tasks.runner`.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from aiohttp import web
 
 from gateway.config import Settings
 from gateway.http import admission, cors
 from gateway.http import endpoint as mcp_endpoint
 from gateway.http.health import Health
+from gateway.http.middleware import Handler
 from gateway.http.resource_metadata import metadata_response
 from gateway.http.routing import RouteTable
 from gateway.keys import HEALTH, METRICS, ROUTE_TABLE, ROUTES, SESSIONS
@@ -80,12 +83,17 @@ def _retiring(request: web.Request, table: RouteTable) -> Route | None:
     return route if request.headers.get(admission.SESSION_HEADER) else None
 
 
-def add_routes(app: web.Application, settings: Settings) -> None:
+def add_routes(
+    app: web.Application, settings: Settings, guarded: Callable[[Handler], Handler]
+) -> None:
+    """The table above, each handler served as `guarded` makes it (`middleware.guarded`)."""
     app[ROUTE_TABLE] = RouteTable(app[ROUTES])
-    app.router.add_get("/healthz", healthz)
-    app.router.add_get("/readyz", readyz)
-    app.router.add_get("/livez", Health.live)
+    app.router.add_get("/healthz", guarded(healthz))
+    app.router.add_get("/readyz", guarded(readyz))
+    app.router.add_get("/livez", guarded(Health.live))
     if settings.metrics.enabled and settings.metrics.listen is None:
-        app.router.add_get("/metrics", app[METRICS].handler(settings.metrics.bearer_token))
-    # Last, and indexed under "/": aiohttp tries the fixed paths above first.
-    app.router.add_route("*", "/{path:.*}", configured)
+        metrics = app[METRICS].handler(settings.metrics.bearer_token)
+        app.router.add_get("/metrics", guarded(metrics))
+    # Last, and indexed under "/": aiohttp tries the fixed paths above first. Any method, so
+    # that the router never answers itself: every answer passes the guard.
+    app.router.add_route("*", "/{path:.*}", guarded(configured))
