@@ -125,7 +125,7 @@ def create_app(
         route.name: Route(settings, route, metrics, tracing=tracing) for route in settings.routes
     }
     app[RELOADS] = Reloads(settings)
-    add_routes(app, settings, partial(_guarded, tracing=tracing))
+    add_routes(app, settings, partial(_guarded, app=app, tracing=tracing))
     if tracing is not None:
         app.cleanup_ctx.append(partial(_traces, tracing=tracing))  # its cleanup runs last
     admin_sockets: list[socket.socket] = []
@@ -242,14 +242,14 @@ def _tracing(
     return Tracing(config, metrics, processor)
 
 
-def _guarded(handler: Handler, tracing: Tracing | None) -> Handler:
+def _guarded(handler: Handler, app: web.Application, tracing: Tracing | None) -> Handler:
     """How each handler of the URL table is served: behind the guard, and with tracing on,
     its server span inside that (the guard may hand on a copy of the request)."""
     if tracing is not None:
         from gateway.http.traced import spanned
 
         handler = spanned(tracing, handler)
-    return middleware.guarded(handler)
+    return middleware.guarded(app, handler)
 
 
 async def _traces(app: web.Application, tracing: Tracing) -> AsyncIterator[None]:

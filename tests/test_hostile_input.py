@@ -283,7 +283,7 @@ async def test_a_defect_becomes_minus_32603_without_detail_logged_once_with_its_
         raise KeyError("secret internal detail")
 
     # A handler with a defect, behind the same guard as every handler of the URL table.
-    app.router.add_post("/defect", middleware.guarded(defect))
+    app.router.add_post("/defect", middleware.guarded(app, defect))
     runner = await listen.start(app, ListenConfig(port=0), make_settings().http)
     try:
         host, port = runner.addresses[0][:2]

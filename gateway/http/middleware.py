@@ -113,21 +113,20 @@ def host_allowed(host: str, allowed: tuple[str, ...]) -> bool:
     return False
 
 
-def _check_origin(request: web.Request) -> None:
+def _check_origin(
+    request: web.Request, hosts: tuple[str, ...] | None, origins: tuple[str, ...]
+) -> None:
     # Browsers send Origin; a page on another site reaching a loopback gateway through DNS
     # rebinding is exactly what the transports spec's MUST on Origin validation stops.
     # After a rebinding the page is same-origin and may send no Origin at all, but its Host
     # is still the attacker's name: hence the Host check.
-    hosts = request.app[ALLOWED_HOSTS]
     if hosts is not None and not host_allowed(request.headers.get("Host", ""), hosts):
         raise MisdirectedRequest(
             f"Misdirected Request: Host {printable(request.headers.get('Host', ''), 80)!r} "
             "is not served here (http.allowed_hosts)"
         )
     origin = request.headers.get("Origin")
-    if origin is not None and not origin_allowed(
-        origin, request.app[SETTINGS].http.allowed_origins
-    ):
+    if origin is not None and not origin_allowed(origin, origins):
         raise ForbiddenOrigin(
             f"Forbidden: Origin {printable(origin, 80)!r} is not allowed (http.allowed_origins)"
         )
@@ -140,7 +139,7 @@ METHOD = web.RequestKey("method", str)
 GENERATION = web.RequestKey("generation", str)
 
 
-def guarded(handler: Handler) -> Handler:
+def guarded(app: web.Application, handler: Handler) -> Handler:
     """`handler` behind the guard, which every request passes: the Host and Origin checks,
     exceptions turned into answers, and the metrics, which see the status an error became.
 
@@ -148,16 +147,18 @@ def guarded(handler: Handler) -> Handler:
     aiohttp middleware: aiohttp runs an app that has any middleware through a layer of its own
     too (`_fix_request_current_app`), with a partial called per request, which was 2 % of a
     poll's instructions. One guard rather than three checks: each layer costs a call and a
-    coroutine on every request."""
+    coroutine on every request. What it reads of `app` is read once: the `http` section and
+    the metrics stay as they are for the app's life (a reload does not change them)."""
+    hosts, proxies = app[ALLOWED_HOSTS], app[TRUSTED_PROXIES]
+    origins, metrics = app[SETTINGS].http.allowed_origins, app[METRICS]
 
     async def guard(request: web.Request) -> web.StreamResponse:
         started = time.perf_counter()
         status = 500
-        proxies = request.app[TRUSTED_PROXIES]
         request = forwarded.apply(request, proxies)
         try:
             try:
-                _check_origin(request)
+                _check_origin(request, hosts, origins)
                 response = await handler(request)
             except web.HTTPException:
                 raise  # aiohttp's answers as exceptions (the URL table's 404 and 405)
@@ -173,7 +174,6 @@ def guarded(handler: Handler) -> Handler:
         finally:
             route = request.get(ROUTE)
             if route is not None:
-                metrics = request.app[METRICS]
                 method = metrics.method(request.get(METHOD, request.method))
                 outcome = request_outcome(status)
                 generation = request.get(GENERATION, LEGACY_GENERATION)
