@@ -66,7 +66,7 @@ async def connected(request_timeout: float | None = 300) -> tuple[UpstreamClient
     return upstream, transport
 
 
-def tool_call(request_id: int) -> jsonrpc.Request:
+def tool_call(request_id: jsonrpc.RequestId) -> jsonrpc.Request:
     return jsonrpc.Request(
         jsonrpc="2.0", id=request_id, method="tools/call", params={"name": "echo"}
     )

@@ -13,6 +13,7 @@ import asyncio
 import contextlib
 import itertools
 import logging
+import secrets
 from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
@@ -85,6 +86,12 @@ class UpstreamClient:
             config.request_timeout_seconds, "answer", "upstream.request_timeout_seconds"
         )
         self._listener = listener
+        # Every replica that continues one upstream session, and every process that adopts
+        # a stored one after a restart, has a client of its own; a stateful upstream routes
+        # answers by id within its session, so ids counted from 1 by each would be crossed.
+        # A prefix of 64 random bits per client keeps them apart (JSON-RPC ids may be
+        # strings), with no coordination between replicas.
+        self._id_prefix = f"{secrets.token_hex(8)}-"
         self._ids = itertools.count(1)
         self._pending: dict[jsonrpc.RequestId, asyncio.Future[Answer]] = {}
         #: Requests the upstream made that we have not answered yet.
@@ -104,8 +111,9 @@ class UpstreamClient:
         #: Told when a replayed handshake gave the session a new upstream session.
         self.on_reestablished: Callable[[], None] | None = None
 
-    def next_id(self) -> int:
-        return next(self._ids)
+    def next_id(self) -> str:
+        """An id no other client of this upstream session sends: see `_id_prefix`."""
+        return f"{self._id_prefix}{next(self._ids)}"
 
     @property
     def busy(self) -> bool:

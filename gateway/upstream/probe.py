@@ -104,7 +104,9 @@ def _initialize() -> jsonrpc.JsonObject:
     }
 
 
-def _request(request_id: int, method: str, params: jsonrpc.JsonObject) -> jsonrpc.Request:
+def _request(
+    request_id: jsonrpc.RequestId, method: str, params: jsonrpc.JsonObject
+) -> jsonrpc.Request:
     return jsonrpc.Request(jsonrpc="2.0", id=request_id, method=method, params=params)
 
 
