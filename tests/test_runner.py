@@ -441,15 +441,17 @@ async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_tas
         return await finish_task(*args, **kwargs)
 
     monkeypatch.setattr(parts.store, "finish_task", held)
-    assert await parts.runner.current(task) is task  # the call runs: nothing to wait for
+    landing = parts.runner.landing(task.task_id)
+    assert landing is None  # the call runs: nothing to wait for
     call = await host.call()
     host.scripted.answer(call, RESULT)
     await writing.wait()
-    late = await parts.runner.current(task)  # past the wait: as last written
+    late = await parts.runner.current(task, parts.runner.landing(task.task_id))
+    assert late is task  # past the wait: as last written
     assert late.status is TaskStatus.WORKING
-    reading = asyncio.ensure_future(parts.runner.current(task))
+    reading = asyncio.ensure_future(parts.runner.current(task, parts.runner.landing(task.task_id)))
     # A read whose client goes away meanwhile is cancelled; the others still get theirs.
-    leaving = asyncio.ensure_future(parts.runner.current(task))
+    leaving = asyncio.ensure_future(parts.runner.current(task, parts.runner.landing(task.task_id)))
     await asyncio.sleep(0.05)
     assert not reading.done()
     leaving.cancel()
@@ -457,6 +459,34 @@ async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_tas
     latest = await reading
     assert latest.status is TaskStatus.COMPLETED
     assert leaving.cancelled()
+
+
+async def test_a_read_begun_before_the_terminal_write_landed_and_answered_after_it_is_terminal(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The write under way is noticed before the read (`landing`): one landing between the
+    read and the answer cannot leave a poll that came after the call's end with `working`."""
+    host = await connected()
+    task = await submit(parts, host)
+    gate, writing = asyncio.Event(), asyncio.Event()
+    finish_task = parts.store.finish_task
+
+    async def held(*args: Any, **kwargs: Any) -> Task | None:
+        writing.set()
+        await gate.wait()
+        return await finish_task(*args, **kwargs)
+
+    monkeypatch.setattr(parts.store, "finish_task", held)
+    host.scripted.answer(await host.call(), RESULT)
+    await writing.wait()
+    landing = parts.runner.landing(task.task_id)
+    read = await parts.store.get_task(task.task_id)  # the read, before the write lands
+    assert read is not None and read.status is TaskStatus.WORKING
+    gate.set()
+    await host.runs_ended()  # the write has landed: no wake-up is left to wait for
+    async with asyncio.timeout(0.5):  # far under _FINISH_WAIT: the landing was heard
+        latest = await parts.runner.current(read, landing)
+    assert latest.status is TaskStatus.COMPLETED
     await host.runs_ended()
     stored = await parts.store.get_task(task.task_id)
     assert stored is not None and stored.status is TaskStatus.COMPLETED

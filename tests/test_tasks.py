@@ -15,6 +15,10 @@ from mcp import types
 from mcp.shared.exceptions import McpError
 
 from gateway.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
+from gateway.tasks import api_2025
+from gateway.tasks.models import Task
+from gateway.tasks.notifier import Notifier
+from gateway.tasks.store.sqlite import SqliteTaskStore
 
 from .conftest import DEMO, ROOT, StartGateway, mcp_client
 from .fakes import FAULT_HOOKS
@@ -30,6 +34,7 @@ from .helpers import (
     text,
     wait_terminal,
 )
+from .test_observability import sample, scrape
 
 # -- capabilities and tool policy
 
@@ -165,6 +170,60 @@ async def test_blocking_tasks_result_streams_keep_alives_until_the_task_ends(
             body = (await resp.content.read()).decode()
     assert ": keep-alive" in body  # nothing between gateway and client sees an idle stream
     assert '"text":"slept 0.8 s"' in body and f'"taskId":"{task_id}"' in body
+
+
+async def test_a_terminal_write_between_the_results_read_and_its_wait_answers_at_once(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blocking tasks/result watches the task before it reads it: a terminal write that
+    lands after its read saw `working`, before its wait began, answers it at once (the
+    contract: within milliseconds of the write), never at the backstop poll seconds later."""
+    url = f"{await start_gateway(route())}/t/mcp"
+    landed = asyncio.Event()
+    finish, find = SqliteTaskStore.finish_task, SqliteTaskStore.find_task
+
+    async def finishing(self: SqliteTaskStore, *args: Any, **kwargs: Any) -> Task | None:
+        done = await finish(self, *args, **kwargs)
+        landed.set()
+        return done
+
+    async def read_before_the_write(self: SqliteTaskStore, task_id: str, owner: str) -> Task | None:
+        task = await find(self, task_id, owner)
+        assert task is not None and not task.status.terminal
+        await landed.wait()  # the write lands between the read and the wait
+        return task
+
+    monkeypatch.setattr(SqliteTaskStore, "finish_task", finishing)
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 0.3, "steps": 1})
+        monkeypatch.setattr(SqliteTaskStore, "find_task", read_before_the_write)
+        message = result_request(task_id, 2)
+        async with http.post(url, json=message, headers=headers(session_id)) as resp:
+            await landed.wait()
+            async with asyncio.timeout(1):  # the backstop is 5 s
+                body = (await resp.content.read()).decode()
+    assert '"text":"slept 0.3 s"' in body
+
+
+async def test_a_lost_wake_up_still_ends_the_wait_at_the_backstop_and_is_counted(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Correctness never depends on a wake-up (a replica's NOTIFY may be lost): the wait
+    re-reads the task at the backstop poll, and a metric counts each time that poll, not a
+    wake-up, brought the news."""
+    monkeypatch.setattr(api_2025, "_BACKSTOP_SECONDS", 0.3)
+    monkeypatch.setattr(Notifier, "task_changed", lambda self, task_id: None)
+    base = await start_gateway(route())
+    url = f"{base}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 0.1, "steps": 1})
+        message = result_request(task_id, 2)
+        async with http.post(url, json=message, headers=headers(session_id)) as resp:
+            body = (await resp.content.read()).decode()
+    assert '"text":"slept 0.1 s"' in body
+    assert sample(await scrape(f"{base}/metrics"), "mcp_gateway_task_wakeups_lost_total") == 1
 
 
 async def test_requested_ttl_is_clamped_to_the_maximum_and_reported(

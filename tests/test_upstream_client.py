@@ -115,6 +115,21 @@ async def test_an_upstream_question_it_withdraws_or_loses_with_its_process_frees
     assert not upstream.busy
 
 
+# -- ids
+
+
+async def test_two_clients_of_one_upstream_session_never_send_the_same_request_id() -> None:
+    """Replicas that carry on one upstream session each have a client of their own (so does
+    a process that adopts a stored session after a restart): a stateful upstream routes its
+    answers by id within the session, so an id two of them could send crosses answers."""
+    clients = [client()[0] for _ in range(50)]
+    sent = [one.next_id() for one in clients for _ in range(100)]
+    assert len(set(sent)) == len(sent)
+    assert all(isinstance(request_id, str) for request_id in sent)  # ids may be strings
+    first, second = clients[0].next_id(), clients[0].next_id()
+    assert first != second and first.rsplit("-", 1)[0] == second.rsplit("-", 1)[0]
+
+
 # -- answers
 
 

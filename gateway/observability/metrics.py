@@ -121,6 +121,12 @@ class Metrics:
             ["route"],
             registry=r,
         )
+        self.wakeups_lost = Counter(
+            f"{p}_task_wakeups_lost_total",
+            "Waits for a task that its backstop poll ended with a change no wake-up reported.",
+            ["route"],
+            registry=r,
+        )
         self.sessions = Gauge(
             f"{p}_sessions_active", "Live client sessions.", ["route"], registry=r
         )
@@ -208,6 +214,7 @@ class Metrics:
         self.sessions.labels(route).set(0)
         self.children.labels(route).set(0)
         self.result_waiters.labels(route).set(0)
+        self.wakeups_lost.labels(route)
         self.child_exits.labels(route)
         self.oldest_task.labels(route).set_function(lambda: self.oldest_running(route))
         self.input_waits.labels(route)

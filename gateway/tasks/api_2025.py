@@ -30,7 +30,7 @@ from gateway.session.session import Session
 from gateway.session.shared_questions import parse_stored_id
 from gateway.session.streams import EventStream
 from gateway.tasks.models import Task, TaskStatus, epoch_us, from_epoch_us
-from gateway.tasks.notifier import Notifier
+from gateway.tasks.notifier import Notifier, Watch
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 
@@ -66,12 +66,15 @@ class TaskApi:
         try:
             if request.method == "tasks/list":
                 return await self._list(session, request, policy)
-            task = await self._find(session, jsonrpc.param(request, "taskId"))
+            task_id = jsonrpc.param(request, "taskId")
+            if request.method == "tasks/result":
+                return await self._result(session, request, task_id)
             if request.method == "tasks/get":
-                return _ok(request, (await self._runner.current(task)).wire())
-            if request.method == "tasks/cancel":
-                return _ok(request, (await self._runner.cancel(task)).wire())
-            return await self._result(session, request, task)
+                landing = self._runner.landing(task_id)  # before the read, as a watch is
+                task = await self._find(session, task_id)
+                return _ok(request, (await self._runner.current(task, landing)).wire())
+            task = await self._find(session, task_id)
+            return _ok(request, (await self._runner.cancel(task)).wire())
         except TaskError as exc:
             return jsonrpc.error_response(request.id, exc.code, exc.message)
 
@@ -114,18 +117,36 @@ class TaskApi:
             )
 
     async def _result(
-        self, session: Session, request: jsonrpc.Request, task: Task
+        self, session: Session, request: jsonrpc.Request, task_id: object
     ) -> Answer | EventStream:
-        if task.status.terminal:
-            return await self._final(request.id, task.task_id)
-        stream = session.open_result_stream(task.task_id)
-        session.spawn(self._wait(session, request.id, task, stream), "tasks/result wait")
-        return stream
+        if not isinstance(task_id, str):
+            raise TaskError("params.taskId must be a string")
+        # Watched before the read: a terminal write landing between the two has set the
+        # watch, and the wait returns at once instead of at the backstop.
+        watch = self._notifier.watch(task_id)
+        waiting = False
+        try:
+            task = await self._find(session, task_id)
+            if task.status.terminal:
+                return await self._final(request.id, task_id)
+            stream = session.open_result_stream(task_id)
+            session.spawn(self._wait(session, request.id, task, stream, watch), "tasks/result wait")
+            waiting = True
+            return stream
+        finally:
+            if not waiting:
+                watch.close()
 
     async def _wait(
-        self, session: Session, request_id: jsonrpc.RequestId, task: Task, stream: EventStream
+        self,
+        session: Session,
+        request_id: jsonrpc.RequestId,
+        task: Task,
+        stream: EventStream,
+        watch: Watch,
     ) -> None:
-        waiters = session.route.metrics.result_waiters.labels(session.route.name)
+        metrics, route = session.route.metrics, session.route.name
+        waiters = metrics.result_waiters.labels(route)
         waiters.inc()
         task_id = task.task_id
         try:
@@ -133,8 +154,10 @@ class TaskApi:
                 if task.status is TaskStatus.INPUT_REQUIRED:
                     rows = await self._store.pending_inputs(task_id)
                     session.ask_stored(rows, stream, self._settle)
-                await self._notifier.wait_task(task_id, _BACKSTOP_SECONDS)
+                woken = await watch.wait(_BACKSTOP_SECONDS)
                 found = await self._store.get_task(task_id)
+                if not woken and (found is None or found.status is not task.status):
+                    metrics.wakeups_lost.labels(route).inc()  # a wake-up was lost
                 if found is None:
                     stream.push(jsonrpc.dump(jsonrpc.error_response(request_id, -32602, NOT_FOUND)))
                     return
@@ -144,6 +167,7 @@ class TaskApi:
                     return
                 task = found
         finally:
+            watch.close()
             waiters.dec()
             session.close_result_stream(task_id, stream)
 

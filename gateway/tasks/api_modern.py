@@ -114,9 +114,12 @@ class ModernTaskApi:
 
     async def answer(self, request: jsonrpc.Request, owner: str, principal: str | None) -> Answer:
         try:
-            task = await self._find(jsonrpc.param(request, "taskId"), owner, principal)
+            task_id = jsonrpc.param(request, "taskId")
             if request.method == "tasks/get":
-                return _ok(request, await self._get(await self._runner.current(task)))
+                landing = self._runner.landing(task_id)  # before the read, as a watch is
+                task = await self._find(task_id, owner, principal)
+                return _ok(request, await self._get(await self._runner.current(task, landing)))
+            task = await self._find(task_id, owner, principal)
             if request.method == "tasks/update":
                 await self._update(task, jsonrpc.param(request, "inputResponses"))
             else:

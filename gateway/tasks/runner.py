@@ -297,28 +297,40 @@ class TaskRunner:
                 finally:
                     self._runs.discard(asyncio.current_task())
 
-    async def current(self, task: Task) -> Task:
-        """`task`, or, when its call here has ended and its terminal write is under way,
-        the task once that write has landed (a few milliseconds, within `_FINISH_WAIT`).
+    def landing(self, task_id: object) -> asyncio.Future[None] | None:
+        """Taken before a read of the task: when its call here has ended and its terminal
+        write is under way, a future that resolves once the write has landed (else None).
 
-        A poll that came just after the outcome did would otherwise read `working` and come
-        again; it reads the durable state either way, a little later.
+        Taken after the read, a write landing between the two would go unseen, and a poll
+        that came after the call's end would read `working`.
         """
-        readers = self._finishing.get(task.task_id)
-        if readers is None or task.status.terminal:
-            return task
+        readers = self._finishing.get(task_id) if isinstance(task_id, str) else None
+        if readers is None:
+            return None
         # A future of this read's own, resolved by the run itself: the read resumes on the
         # loop's next turn after the write, where waiting on a shared one (which a cancelled
         # read must not cancel, so behind a shield) took two more.
         landed = asyncio.get_running_loop().create_future()
         readers.add(landed)
+        return landed
+
+    async def current(self, task: Task, landing: asyncio.Future[None] | None) -> Task:
+        """`task` as read after `landing(task.task_id)`, or, when that found a terminal write
+        under way and the read came before it landed, the task once it has (a few
+        milliseconds, within `_FINISH_WAIT`)."""
+        if landing is None:
+            return task
         try:
+            if task.status.terminal:
+                return task
             async with timers.deadline(_FINISH_WAIT):
-                await landed
+                await landing
         except TimeoutError:
             return task  # the store is slow or away: the status as last written
         finally:
-            readers.discard(landed)  # (a store away for long meets many reads)
+            readers = self._finishing.get(task.task_id)
+            if readers is not None:
+                readers.discard(landing)  # (a store away for long meets many reads)
         return await self._store.get_task(task.task_id) or task
 
     async def _finish(
