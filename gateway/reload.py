@@ -121,9 +121,15 @@ def on_sighup(
         try:
             yield
         finally:
-            loop.remove_signal_handler(signal.SIGHUP)
+            # Replaced, not removed: removing restores SIGHUP's default action, and one
+            # arriving while the stop goes on (the drain, the cleanup) would kill the process.
+            loop.add_signal_handler(signal.SIGHUP, _stopping)
 
     app.cleanup_ctx.append(hangups)
+
+
+def _stopping() -> None:
+    log.info("SIGHUP: the gateway is stopping; the configuration is not reloaded")
 
 
 def _hangup(app: web.Application, path: str | None) -> None:

@@ -265,3 +265,37 @@ async def test_a_second_signal_ends_the_drain_and_stops_at_once(tmp_path: Path) 
             proc.kill()
     assert code == 0 and took < 3
     assert task_statuses(tmp_path / "gateway.db") == [("failed", SHUTDOWN_MESSAGE, 1)]
+
+
+async def test_sighups_all_through_the_stop_neither_kill_the_process_nor_cut_the_drain(
+    tmp_path: Path,
+) -> None:
+    """Every signal the gateway handles stays handled until it exits: SIGHUPs every 20 ms
+    from SIGTERM on (the drain, "shutting down", the cleanup, the loop's close) are logged,
+    and the stop ends as it would without them."""
+    port = free_port()
+    config = write_config(tmp_path, port, drain_seconds=0.5)
+    log = tmp_path / "gateway.log"
+    url = f"http://127.0.0.1:{port}/demo/mcp"
+    proc = start_process(config, port, log=log)
+    try:
+        async with aiohttp.ClientSession() as http:
+            session_id, _ = await raw_session(http, url)
+            await start_task(http, url, session_id, "slow", {"seconds": 60, "steps": 1})
+        proc.send_signal(signal.SIGTERM)
+        hangups = 0
+        async with asyncio.timeout(20):
+            while proc.poll() is None:
+                proc.send_signal(signal.SIGHUP)
+                hangups += 1
+                await asyncio.sleep(0.02)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    text = log.read_text()
+    assert proc.returncode == 0, text[-2000:]
+    assert hangups > 10
+    assert "shutting down" in text and text.rstrip().endswith("stopped")
+    assert "SIGHUP: the gateway is stopping; the configuration is not reloaded" in text
+    assert "Traceback" not in text
+    assert task_statuses(tmp_path / "gateway.db") == [("failed", SHUTDOWN_MESSAGE, 1)]

@@ -170,10 +170,9 @@ async def serve(
             await signals.unless_now(drain())
         log.info("shutting down")
     finally:
-        try:
-            await runner.cleanup()
-        finally:
-            signals.remove()
+        # The handlers stay until the loop closes (`run` then ignores the signals): removed
+        # here, a signal during the cleanup would take their default action, and kill.
+        await runner.cleanup()
     log.info("stopped")
 
 
@@ -271,6 +270,10 @@ def run(
         _cancel_rest(loop)
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
+        # Closing the loop gave the signals it handled their default actions back: this
+        # process has stopped, and a signal now must not kill it before it exits.
+        for sig in (*Signals.STOPPING, signal.SIGHUP):
+            signal.signal(sig, signal.SIG_IGN)
 
 
 def _cancel_rest(loop: asyncio.AbstractEventLoop) -> None:
