@@ -253,6 +253,8 @@ def principal_of(claims: dict[str, Any], claim: str) -> str:
     name = claims.get(claim)
     if not isinstance(name, str) or not name:
         raise AuthError(f"claim {claim} must be a non-empty string")
+    if "\x00" in name:  # a principal is kept with its tasks, and no store holds a NUL alike
+        raise AuthError(f"claim {claim} must not hold a NUL character")
     return name
 
 

@@ -29,7 +29,7 @@ from gateway.session.questions import Settle
 from gateway.session.session import Session
 from gateway.session.shared_questions import parse_stored_id
 from gateway.session.streams import EventStream
-from gateway.tasks.models import Task, TaskStatus, epoch_us, from_epoch_us
+from gateway.tasks.models import Task, TaskStatus, epoch_us, from_epoch_us, names_nothing_stored
 from gateway.tasks.notifier import Notifier, Watch
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
@@ -83,6 +83,8 @@ class TaskApi:
         # field on the request (the TS client sends one) is ignored, as the spec requires.
         if not isinstance(task_id, str):
             raise TaskError("params.taskId must be a string")
+        if names_nothing_stored(task_id):
+            raise TaskError(NOT_FOUND)
         # One query by id and owner: another owner's task and an unknown id cost the same,
         # so neither the answer nor its timing tells them apart.
         task = await self._store.find_task(task_id, session.owner)

@@ -23,7 +23,7 @@ from gateway.session.modern_call import UpstreamCall
 from gateway.session.modern_task import ModernTaskHost
 from gateway.session.shared_questions import AnswerHost
 from gateway.tasks.api_2025 import EXPIRED, NOT_FOUND
-from gateway.tasks.models import InputRequest, Task, TaskStatus, iso
+from gateway.tasks.models import InputRequest, Task, TaskStatus, iso, names_nothing_stored
 from gateway.tasks.runner import INPUT_MESSAGE, TaskRunner
 from gateway.tasks.store import TaskStore
 
@@ -131,6 +131,8 @@ class ModernTaskApi:
     async def _find(self, task_id: object, owner: str, principal: str | None) -> Task:
         if not isinstance(task_id, str):
             raise TaskError("params.taskId must be a string")
+        if names_nothing_stored(task_id):
+            raise TaskError(NOT_FOUND)
         # One query by id and owner, as in the 2025-11-25 API: a foreign task and an
         # unknown id cannot be told apart, by the answer or by its timing.
         task = await self._store.find_task(task_id, owner)
@@ -184,6 +186,8 @@ class ModernTaskApi:
         the call runs on another replica (or on none: the row is then withdrawn with the
         task), the answer waits in the store, and the replica running the call hears of it
         (`answered_elsewhere`)."""
+        if names_nothing_stored(key):
+            return False  # no question has such a key: ignored, as an unknown key is
         host = self._hosts.get(task_id)
         if host is not None:
             return await host.answer(key, response)

@@ -97,6 +97,18 @@ def owner_of(route: str, principal: str | None) -> str | None:
     return f"principal:{route}:{principal}" if principal else None
 
 
+def names_nothing_stored(task_id: str) -> bool:
+    """True for an id no store holds: one with a NUL, which PostgreSQL's text cannot hold
+    (SQLite can), so that a client's id never reaches a store that would fail on it."""
+    return "\x00" in task_id
+
+
+def storable_text(text: str) -> str:
+    """Free text a task keeps (a tool's name, an upstream's message) with each NUL replaced
+    by U+FFFD: PostgreSQL's text cannot hold one, and both stores keep the same."""
+    return text.replace("\x00", "\ufffd") if "\x00" in text else text
+
+
 def principal_of(task: Task) -> str | None:
     """The principal a task belongs to (`owner_of` read back); None for a task of a caller
     without one (a session's, or an anonymous 2026-07-28 caller's)."""
@@ -186,9 +198,12 @@ def status_for(outcome: Outcome) -> tuple[TaskStatus, str | None]:
     """
     if outcome.kind == "error":
         message = outcome.body.get("message")
-        return TaskStatus.FAILED, message if isinstance(message, str) else "the call failed"
+        if not isinstance(message, str):
+            return TaskStatus.FAILED, "the call failed"
+        return TaskStatus.FAILED, storable_text(message)
     if outcome.body.get("isError") is True:
-        return TaskStatus.FAILED, _first_text(outcome.body) or "the tool reported an error"
+        text = _first_text(outcome.body)
+        return TaskStatus.FAILED, storable_text(text) if text else "the tool reported an error"
     return TaskStatus.COMPLETED, None
 
 

@@ -14,6 +14,7 @@ from datetime import datetime
 from typing import Any
 
 from gateway.aio import TaskSet
+from gateway.tasks.models import storable_text
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.store import TaskStore
 
@@ -26,7 +27,7 @@ def progress_message(params: dict[str, Any]) -> str | None:
     total = params.get("total")
     text = f"{progress:g}/{total:g}" if isinstance(total, int | float) else f"{progress:g}"
     message = params.get("message")
-    return f"{text}: {message}" if isinstance(message, str) and message else text
+    return f"{text}: {storable_text(message)}" if isinstance(message, str) and message else text
 
 
 class ProgressNotes:

@@ -44,7 +44,7 @@ from gateway.protocol.errors import (
 )
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.host import TaskHost
-from gateway.tasks.models import Task, TaskStatus, status_for
+from gateway.tasks.models import Task, TaskStatus, status_for, storable_text
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.progress import ProgressNotes
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, Bounds, Fail, Rerun, after_loss
@@ -148,7 +148,7 @@ class TaskRunner:
             task_id=self._new_id(),
             owner=host.owner,
             route=route,
-            tool=name if isinstance(name, str) else "",
+            tool=storable_text(name) if isinstance(name, str) else "",
             status=TaskStatus.WORKING,
             created_at=now,
             updated_at=now,
