@@ -175,6 +175,7 @@ async def test_hs256_token_with_right_claims_is_accepted() -> None:
         (_claims(sub=None), SECRET, "token is missing claim sub"),
         (_claims(aud=None), SECRET, "token is missing claim aud"),
         (_claims(sub=""), SECRET, "claim sub must be a non-empty string"),
+        (_claims(sub="al\u0000ice"), SECRET, "claim sub must not hold a NUL character"),
     ],
     ids=[
         "expired",
@@ -186,6 +187,7 @@ async def test_hs256_token_with_right_claims_is_accepted() -> None:
         "no-principal",
         "no-audience",
         "empty-principal",
+        "nul-in-principal",
     ],
 )
 async def test_hs256_token_is_rejected(claims: dict[str, Any], secret: str, reason: str) -> None:
