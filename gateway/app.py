@@ -208,7 +208,7 @@ async def _components(
     admin_site = None
     if settings.admin is not None:
         api = AdminApi(store, runner, app[SESSIONS], clock)
-        admin_site = await admin.serve(api, settings.admin.token, admin_sockets)
+        admin_site = await admin.serve(api, settings.admin.token, admin_sockets, settings.http)
     try:
         yield
     finally:

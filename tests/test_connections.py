@@ -14,7 +14,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .conftest import mcp_client
+from .conftest import free_port, mcp_client
 from .helpers import gateway_process, headers, raw_session, rpc
 
 #: Another loopback address: the "attacker" in these tests, so caps on it leave 127.0.0.1 free.
@@ -153,3 +153,61 @@ def test_an_unknown_log_level_is_a_usage_error(tmp_path: Path, level: str) -> No
     )
     assert done.returncode == 2
     assert "unknown log level" in done.stderr.decode()
+
+
+async def test_the_admin_port_is_guarded_as_the_gateways_port_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With 256 descriptors, 300 connections to the admin port that never finish a request
+    head, no token needed, once took the whole gateway down and flooded the log. Now its
+    connections have the head deadline and caps of the gateway's port: the oldest idle one
+    makes room, bad requests are answered without a traceback, and both ports serve."""
+    monkeypatch.setenv("ADMIN_TOKEN", "admin-token-for-the-test")
+    admin_port = free_port()
+    extra = (
+        "http: {max_connections_per_address: null, header_timeout_seconds: 2}\n"
+        f"admin: {{listen: {{host: 127.0.0.1, port: {admin_port}}}, token_env: ADMIN_TOKEN}}"
+    )
+    with gateway_process(tmp_path, extra, nofile=256) as (base, _port, err):
+        flood = []
+        for _ in range(300):
+            try:
+                flood.append(await connect(admin_port))
+            except OSError:
+                break
+        for _, writer in flood:
+            writer.write(b"GET /admin/tasks HTTP/1.1\r\n")  # a head begun, never finished
+        await asyncio.sleep(0.2)
+        assert await healthz(base) == 200
+        async with mcp_client(f"{base}/demo/mcp") as client:
+            result = await client.call_tool("echo", {"text": "still served"})
+            assert result.content[0].text == "still served"  # type: ignore[union-attr]
+        token = {"Authorization": "Bearer admin-token-for-the-test"}
+        async with aiohttp.ClientSession() as http:
+            async with asyncio.timeout(5):
+                async with http.get(
+                    f"http://127.0.0.1:{admin_port}/admin/tasks", headers=token
+                ) as resp:
+                    assert resp.status == 200
+        async with asyncio.timeout(10):  # the head deadline ends what is left of the flood
+            for reader, _ in flood[-5:]:
+                assert (await reader.read()).startswith(b"HTTP/1.1 408 ")
+        for raw, status in (
+            (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"431"),
+            (
+                b"GET /admin/tasks HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer a\x00b\r\n\r\n",
+                b"400",
+            ),
+        ):
+            reader, writer = await connect(admin_port)
+            writer.write(raw)
+            async with asyncio.timeout(5):
+                assert (await reader.read()).split(b" ")[1] == status
+            writer.close()
+        for _, writer in flood:
+            writer.close()
+    log = err.read_text()
+    assert "at the connection limit" in log
+    assert "Traceback" not in log and "out of system resource" not in log
+    assert "Error handling request" not in log
+    assert len(log) < 200_000

@@ -33,6 +33,7 @@ from datetime import datetime
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
 
+from gateway.config import HttpConfig
 from gateway.http.admin_query import (
     BadQuery,
     checked_text,
@@ -42,6 +43,7 @@ from gateway.http.admin_query import (
     task_filter,
     task_row,
 )
+from gateway.http.server import ConnectionGuard, GuardedRunner
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
 from gateway.protocol.errors import GatewayError, LimitExceeded, TaskError
@@ -220,9 +222,19 @@ def _filters(request: web.Request) -> dict[str, str]:
     return {key: printable(value, 200) for key, value in request.query.items()}
 
 
-async def serve(api: AdminApi, token: str, sockets: list[socket.socket]) -> web.AppRunner:
-    """Serves `api` on the bound `sockets`; the caller cleans the runner up."""
-    runner = web.AppRunner(api.app(token), access_log=None)
+#: Connections the admin listener holds at once: a few operators and their scripts. At the cap
+#: the oldest one idle or still sending its head makes room, so a flood cannot shut them out.
+MAX_CONNECTIONS = 64
+
+
+async def serve(
+    api: AdminApi, token: str, sockets: list[socket.socket], http: HttpConfig
+) -> web.AppRunner:
+    """Serves `api` on the bound `sockets`, on the guarded server the gateway's port runs
+    (a deadline per request head, caps per address and in all, bad requests answered without
+    a traceback: `http.server`); the caller cleans the runner up."""
+    guard = ConnectionGuard(http, MAX_CONNECTIONS)
+    runner = GuardedRunner(api.app(token), guard, access_log=None)
     await runner.setup()
     try:
         for sock in sockets:

@@ -32,6 +32,8 @@ from gateway.observability.logs import printable
 log = logging.getLogger(__name__)
 
 _LINGER_SECONDS = 2.0
+#: What aiohttp's parsers say of a head over their limits (431); any other fault is a 400.
+_TOO_BIG = ("overflow", "too many headers", "too large", "too long")
 _TOO_MANY = (
     b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 5\r\nConnection: close\r\n"
     b"Content-Type: text/plain\r\nContent-Length: 52\r\n\r\n"
@@ -206,7 +208,7 @@ class GuardedHandler(web_protocol.RequestHandler):
     ) -> web.StreamResponse:
         if status >= 500 or not isinstance(exc, BadHttpMessage):
             return super().handle_error(request, status, exc, message)
-        if isinstance(exc, LineTooLong) or "header" in (message or "").lower():
+        if isinstance(exc, LineTooLong) or any(w in (message or "").lower() for w in _TOO_BIG):
             status, text = 431, "Request Header Fields Too Large: a header over the limit"
             self._lingering.linger()  # the client may still be sending the rest of it
         else:
