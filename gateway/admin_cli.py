@@ -129,7 +129,9 @@ def main(argv: list[str]) -> int:
             )
         _run(args, admin)
     except ConfigError as exc:
-        print(f"mcp-task-gateway: configuration error:\n{exc}", file=sys.stderr)
+        # One problem is one line, as every other failure of these commands is.
+        sep = "\n" if "\n" in str(exc) else " "
+        print(f"mcp-task-gateway: configuration error:{sep}{exc}", file=sys.stderr)
         return 2
     except _Failed as exc:
         print(f"mcp-task-gateway: {exc}", file=sys.stderr)

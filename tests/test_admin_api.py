@@ -273,6 +273,8 @@ ADMIN_ENV = {"ADMIN_TOKEN": TOKEN, "ALICE_KEY": KEYS["alice"]}
         ({"admin": {}}, {}, "admin.token_env: environment variable ADMIN_TOKEN is not set"),
         ({"admin": {}}, {"ADMIN_TOKEN": ""}, "admin.token_env: environment variable"),
         ({"admin": {}}, {"ADMIN_TOKEN": "short"}, "shorter than 16 characters"),
+        ({"admin": {}}, {"ADMIN_TOKEN": TOKEN + "\n"}, "(a trailing newline?)"),
+        ({"admin": {}}, {"ADMIN_TOKEN": "a token with spaces in"}, "holds whitespace"),
         ({"admin": {"listen": {"port": 8080}}}, ADMIN_ENV, "admin.listen.port: 8080 is listen"),
         ({"admin": {"listen": {"port": 0}}}, ADMIN_ENV, "admin.listen.port: must be a fixed"),
         ({"admin": {"listen": {"port": -1}}}, ADMIN_ENV, "admin.listen.port: Input should be"),

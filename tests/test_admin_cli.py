@@ -257,6 +257,10 @@ async def test_each_failure_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     cases = {
         "no admin section": await command("tasks", "list", "--config", str(plain)),
         "token unset": await command("tasks", "list", *c, env=operator_env(ADMIN_TOKEN=None)),
+        # Written with `echo` to a file and read back: no header can carry the newline.
+        "token with a newline": await command(
+            "tasks", "list", *c, env=operator_env(ADMIN_TOKEN=TOKEN + "\n")
+        ),
         "not running": await command("sessions", "list", *c),
         "bad age": await command("tasks", "list", *c, "--older-than", "3w"),
         "bad status": await command("tasks", "purge", *c, "--status", "working"),
@@ -271,8 +275,14 @@ async def test_each_failure_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
         "(README, Operations: admin: {listen: {host: 127.0.0.1, port: 8081}, token_env: "
         "ADMIN_TOKEN})"
     )
-    assert said["token unset"].splitlines()[1] == (
-        f"{config}: admin.token_env: environment variable ADMIN_TOKEN is not set (or empty)"
+    assert said["token unset"].strip() == (
+        f"mcp-task-gateway: configuration error: {config}: admin.token_env: environment "
+        "variable ADMIN_TOKEN is not set (or empty)"
+    )
+    assert said["token with a newline"].strip() == (
+        f"mcp-task-gateway: configuration error: {config}: admin.token_env: the token in "
+        "ADMIN_TOKEN holds whitespace or a character an HTTP header cannot carry (a trailing "
+        "newline?): use printable ASCII only"
     )
     assert said["not running"].startswith(
         f"mcp-task-gateway: cannot reach the admin API at http://127.0.0.1:{admin_port}/admin/"

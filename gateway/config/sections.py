@@ -259,6 +259,14 @@ class AdminConfig(Section):
             token = secret_from_env(info, self.token_env)
         except ValueError as exc:
             raise refusal("token_env", str(exc)) from None
+        if not all("!" <= c <= "~" for c in token):
+            # A trailing newline (a token written with `echo` to a file) is the usual one:
+            # no request could carry it, and the command would fail on every call.
+            raise refusal(
+                "token_env",
+                f"the token in {self.token_env} holds whitespace or a character an HTTP header "
+                "cannot carry (a trailing newline?): use printable ASCII only",
+            )
         if len(token) < ADMIN_TOKEN_MIN_CHARS:
             raise refusal(
                 "token_env",
