@@ -96,7 +96,10 @@ async def reload(app: web.Application, path: str | Path) -> ReloadResult:
     state = app[RELOADS]
     async with state.lock:
         try:
-            settings, needs_restart = _load(str(path), state)
+            # Reading and validating a big file (thousands of API keys) takes seconds: off
+            # the loop, which goes on serving meanwhile. Under the lock, nothing changes
+            # what `_load` reads of `state`.
+            settings, needs_restart = await asyncio.to_thread(_load, str(path), state)
             built = await _build(app, str(path), settings)
         except ConfigError as exc:
             result = ReloadResult("refused", error=str(exc))

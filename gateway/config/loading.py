@@ -8,6 +8,7 @@ alone, for the operator's command.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from pathlib import Path
@@ -28,6 +29,7 @@ _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: No configuration is this large; a bigger file (or /dev/zero) is refused before it is read.
 _MAX_FILE_BYTES = 16 * 1024 * 1024
+_FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
 def _substitute_env(value: Any, where: str, env: dict[str, str], unset: list[str]) -> Any:
@@ -193,6 +195,11 @@ def _read(path: str | Path) -> Any:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    # libyaml's parser when PyYAML has it (its wheels do): the pure-Python one takes seconds
+    # for a file of thousands of API keys. A file it refuses is read again by the pure-Python
+    # one, whose messages say more (and which says when nesting is too deep).
+    with contextlib.suppress(yaml.YAMLError):
+        return yaml.load(text, Loader=_FAST_LOADER)  # noqa: S506 - a safe loader
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
