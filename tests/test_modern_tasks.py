@@ -488,6 +488,48 @@ async def test_calls_waiting_for_answers_are_capped_per_caller(
     assert (status, fourth["result"]["resultType"]) == (200, "input_required")
 
 
+async def test_a_burst_of_calls_that_ask_cannot_take_the_routes_children_from_others(
+    start_gateway: StartGateway,
+) -> None:
+    """Twenty concurrent calls that ask, from one caller allowed four sessions: the cap
+    counts them from their start, not once parked (all twenty passed a count of the parked,
+    took the route's ten children, and left another caller's plain calls 503 until the
+    parks expired). Four are parked, the rest refused at once, and others are served."""
+    keys = {"alice": "alice-key-0123456789", "bob": "bob-key-0123456789ab"}
+    auth = {
+        "api_keys": [
+            {"principal": who, "sha256": hashlib.sha256(key.encode()).hexdigest()}
+            for who, key in keys.items()
+        ]
+    }
+    routes = [{"name": "demo", "upstream": {**DEMO, "max_children": 10}}]
+    base = await start_gateway(routes, auth=auth, limits={"sessions_per_principal": 4})
+    url = f"{base}/demo/mcp"
+
+    def as_(who: str) -> dict[str, str]:
+        return {"Authorization": f"Bearer {keys[who]}"}
+
+    async with aiohttp.ClientSession() as http:
+        burst = await asyncio.gather(
+            *(
+                modern_rpc(http, url, "tools/call", call("ask"), WITH_ELICITATION, n, as_("alice"))
+                for n in range(20)
+            )
+        )
+        others = await asyncio.gather(
+            *(
+                modern_rpc(http, url, "tools/call", call("echo", text="b"), {}, n, as_("bob"))
+                for n in range(5)
+            )
+        )
+    statuses = sorted(status for status, _ in burst)
+    assert statuses == [200] * 4 + [429] * 16
+    parked = [body for status, body in burst if status == 200]
+    assert all(body["result"]["resultType"] == "input_required" for body in parked)
+    assert [status for status, _ in others] == [200] * 5
+    assert all(body["result"]["content"][0]["text"] == "b" for _, body in others)
+
+
 async def test_progress_streams_on_the_requests_own_response_under_its_own_token(
     demo: str,
 ) -> None:

@@ -62,8 +62,34 @@ async def call(
     """The request's answer, or the SSE response it was written to (when the upstream's
     progress under the request's own token went out first)."""
     progress = CallStream(request, checked.request)
-    answer = await _answer(request, route, caller, checked, decision, progress)
+    with _may_park(request.app[PARKED_CALLS], route, caller, checked, decision):
+        answer = await _answer(request, route, caller, checked, decision, progress)
     return await progress.finish(answer)
+
+
+def _may_park(
+    parked: ParkedCalls,
+    route: Route,
+    caller: admission.Caller,
+    checked: modern.ModernRequest,
+    decision: modern.Call,
+) -> contextlib.AbstractContextManager[None]:
+    """Each parked call keeps an upstream session (a stdio child, perhaps) until its retry or
+    expiry: a caller may have as many as it may have sessions on the session path, parked
+    and running together. Only a call whose questions the gateway bridges may park.
+
+    Raises:
+        LimitExceeded: the caller has its share already.
+    """
+    native_wire = route.upstream.config.modern == "native"
+    if native_wire or not (decision.retry or question_capabilities(checked.capabilities)):
+        return contextlib.nullcontext()
+    cap = None if decision.retry else route.limits.sessions_per_principal
+    try:
+        return parked.running(caller.limit_key, cap)
+    except LimitExceeded:
+        route.metrics.limited.labels(route.name, "sessions").inc()
+        raise
 
 
 async def _answer(
@@ -95,7 +121,6 @@ async def _answer(
         except BadRequestState as exc:
             return jsonrpc.error_response(message.id, exc.code, exc.message)
     else:
-        _check_parked(app[PARKED_CALLS], route, caller)
         lease = await app[HELD_SESSIONS].lease(
             route,
             caller.principal,
@@ -175,18 +200,6 @@ async def _answer(
             # Shielded: a handler cancelled by its client's going away must still stop
             # the call upstream and give its session back.
             await asyncio.shield(upstream_call.end(abandon))
-
-
-def _check_parked(parked: ParkedCalls, route: Route, caller: admission.Caller) -> None:
-    """Each parked call keeps an upstream session (a stdio child, perhaps) until its retry
-    or expiry: a caller may have as many as it may have sessions on the session path."""
-    cap = route.limits.sessions_per_principal
-    if cap is not None and parked.held_by(caller.limit_key) >= cap:
-        route.metrics.limited.labels(route.name, "sessions").inc()
-        raise LimitExceeded(
-            f"Too many calls waiting for this caller's answers: {cap} "
-            "(limits.sessions_per_principal); answer or let one expire first"
-        )
 
 
 async def native_headers(

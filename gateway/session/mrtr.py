@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
+import contextlib
 import hashlib
 import hmac
 import json
@@ -26,7 +27,7 @@ from dataclasses import dataclass
 
 from gateway.aio import TaskSet
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import INVALID_PARAMS, GatewayError
+from gateway.protocol.errors import INVALID_PARAMS, GatewayError, LimitExceeded
 from gateway.session.modern_call import UpstreamCall
 
 #: Parameters of a retry that are not part of the request it retries.
@@ -48,6 +49,21 @@ class _Parked:
     timer: asyncio.Task[None] | None = None
 
 
+class _Counted(contextlib.AbstractContextManager[None]):
+    """Takes a running call off its holder's count as it ends (see `ParkedCalls.running`)."""
+
+    def __init__(self, counts: dict[str, int], holder: str) -> None:
+        self._counts = counts
+        self._holder = holder
+
+    def __exit__(self, *exc_info: object) -> None:
+        left = self._counts[self._holder] - 1
+        if left:
+            self._counts[self._holder] = left
+        else:
+            del self._counts[self._holder]
+
+
 def request_digest(request: jsonrpc.Request) -> bytes:
     """What identifies a request across its retries: its method and salient parameters."""
     params = {k: v for k, v in (request.params or {}).items() if k not in ROUND_PARAMS}
@@ -61,13 +77,36 @@ class ParkedCalls:
         self._key = hmac.new(secret, b"mcp-task-gateway requestState", hashlib.sha256).digest()
         self._clock = clock
         self._parked: dict[str, _Parked] = {}
+        #: Per holder, its calls that may park running now (see `running`).
+        self._running: dict[str, int] = {}
         self._tasks = TaskSet("parked calls")
 
     def __len__(self) -> int:
         return len(self._parked)
 
     def held_by(self, holder: str) -> int:
-        return sum(1 for parked in self._parked.values() if parked.holder == holder)
+        """Calls `holder` has parked, and calls of its that may park running now."""
+        parked = sum(1 for entry in self._parked.values() if entry.holder == holder)
+        return parked + self._running.get(holder, 0)
+
+    def running(self, holder: str, cap: int | None) -> contextlib.AbstractContextManager[None]:
+        """Count a call that may park against `holder` while it runs, from before it starts
+        (a call parks only later: a count of the parked alone lets a burst of calls all pass
+        it, each then holding an upstream session while it waits for its retry). Parked,
+        the call counts as parked. A `cap` of None counts it without a check (a retry,
+        which held its place while parked).
+
+        Raises:
+            LimitExceeded: `holder` has `cap` such calls parked or running (raised here,
+                before the call starts, not on entering the context).
+        """
+        if cap is not None and self.held_by(holder) >= cap:
+            raise LimitExceeded(
+                f"Too many calls waiting for this caller's answers: {cap} "
+                "(limits.sessions_per_principal); answer or let one expire first"
+            )
+        self._running[holder] = self._running.get(holder, 0) + 1
+        return _Counted(self._running, holder)
 
     def park(
         self,
