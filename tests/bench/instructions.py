@@ -34,7 +34,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.bench import passthrough, tasks
+from tests.bench import lifecycles, passthrough, tasks
 from tests.bench.passthrough import AUTHORIZATION, HOST, THIS_FILE, free_port, wait_for_port
 
 KINDS = ("relay", "create", "get", "result")
@@ -163,7 +163,7 @@ def count_relay(target: str, calls: int, logdir: Path, upstream_url: str) -> Cou
 async def _finished_task(url: str) -> tuple[str | None, str]:
     """A session and a task of it that has completed (what tasks/get and result read)."""
     async with aiohttp.ClientSession() as http:
-        client = tasks.TaskClient(http, url)
+        client = lifecycles.TaskClient(http, url)
         await client.open()
         task_id = await client.create_task("echo", {"text": "hi"})
         for _ in range(600):

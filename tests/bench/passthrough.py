@@ -245,10 +245,10 @@ async def _read_sse_response(resp: aiohttp.ClientResponse, want_id: int) -> Json
     async for raw in resp.content:
         line = raw.decode().rstrip("\r\n")
         if line == "":
-            if not data:
+            text, data = "\n".join(data), []
+            if not text:  # no data (a priming event's empty one): nothing is dispatched
                 continue
-            msg = json.loads("\n".join(data))
-            data = []
+            msg = json.loads(text)
             if (
                 isinstance(msg, dict)
                 and msg.get("id") == want_id

@@ -1,13 +1,18 @@
 """Tasks benchmark: task creation and lifecycle throughput, and memory with tasks in flight.
 
-Three measurements of ``python -m gateway --config FILE`` serving MCP Tasks (2025-11-25):
+Three measurements of ``python -m gateway --config FILE`` serving MCP Tasks (the client patterns
+are in ``tests/bench/lifecycles.py``):
 
 1. ``create``    -- ``tools/call echo`` with ``task: {}`` on the ``bench`` route (upstream: the
    passthrough benchmark's tiny responder); every answer must be a CreateTaskResult whose task
    is ``working``. At concurrency 32 (target >= 1,000 creations/s, durable commits) and 1.
-2. ``lifecycle`` -- create, ``tasks/get`` back-to-back until ``completed`` (no pollInterval
-   sleep: this measures the gateway, not a polite client), then ``tasks/result``, whose text
-   must equal what was sent. At concurrency 32.
+2. the client patterns of ``--patterns``, at concurrency 32, each result's text checked:
+   ``lifecycle`` (polling: create, ``tasks/get`` back-to-back until ``completed``, no
+   pollInterval sleep, then ``tasks/result``), ``blocking`` (create, ``tasks/result`` at once,
+   which waits for the end, then ``tasks/get``; every round also prints its ``tasks/result``
+   waits: p99, max and how many took over 1 s) and ``modern`` (2026-07-28, no session:
+   ``tools/call`` with the tasks extension, then ``tasks/get`` until the result is inlined).
+   ``tests/bench/pattern_report.py`` prints the later two beside the polling one.
 3. ``memory``    -- VmRSS of a freshly started gateway at idle, then with 1,000 and 10,000
    ``slow`` tasks (600 s) in flight on the ``demo`` stdio route, 1,000 tasks per session (each
    session has its own stdio child, which is not counted). Target: 10,000 under 600 MiB.
@@ -18,7 +23,8 @@ task servers with the same ``echo`` tool (``tests/bench/task_refs.py``): the Pyt
 (``tests/bench/ts-tasks/server.mjs``, installed by ``.ci/ts-tasks.sh``; without it the default
 ``--reference both`` says so and measures the Python one alone). The gateway's figures are
 printed as ratios of each reference's, of the medians and round by round (target: a lifecycle
-at c=32 at least 0.5x the reference's rate, with every state change durable; goal: 1.0x).
+at c=32 at least 0.5x the reference's rate, with every state change durable; goal: 1.0x). The
+references speak 2025-11-25 alone: ``modern`` runs on the gateway only.
 ``--reference python`` or ``ts`` measures one, ``none`` neither. Every answer of a reference
 is checked as the gateway's are, and its errors make the run invalid too.
 
@@ -27,15 +33,17 @@ gateway on its file), ``postgres1`` (one replica on a fresh PostgreSQL database)
 ``postgres3`` (three replicas on one fresh database, the workers spread round-robin over their
 ports); the PostgreSQL server is the one ``.ci/postgres.sh`` runs. Part 3 runs on SQLite.
 
-Every measurement of parts 1 and 2 opens its own MCP sessions (one per worker) and ends them
-with DELETE afterwards; rounds are interleaved (each round runs each measurement on every
-reference and store in turn, back to back) and the median round is reported. Every server runs
-in its own subprocess; the load generator is this process. A script, not a test::
+Every measurement of parts 1 and 2 opens its own MCP sessions (one per worker; none for
+``modern``) and ends them with DELETE afterwards; rounds are interleaved (each round runs each
+measurement on every reference and store in turn, back to back) and the median round is
+reported. Every server runs in its own subprocess; the load generator is this process. A
+script, not a test::
 
     .venv/bin/python -m tests.bench.tasks
     .venv/bin/python -m tests.bench.tasks --seconds 3 --rounds 1 --skip-memory --json
     .venv/bin/python -m tests.bench.tasks --stores sqlite      # without PostgreSQL
     .venv/bin/python -m tests.bench.tasks --stores sqlite --rounds 3 --seconds 5 --skip-memory
+    .venv/bin/python -m tests.bench.tasks --stores sqlite --skip-memory --patterns blocking
 """
 
 from __future__ import annotations
@@ -51,13 +59,23 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 
+from tests.bench.lifecycles import (
+    GATEWAY_ONLY,
+    OPS,
+    PATTERNS,
+    SESSIONLESS,
+    Op,
+    TaskClient,
+    legend,
+    plan,
+)
 from tests.bench.passthrough import (
     HOST,
     MAX_ERROR_SAMPLES,
@@ -66,7 +84,6 @@ from tests.bench.passthrough import (
     BenchError,
     ErrorLog,
     JsonObj,
-    McpClient,
     Measurement,
     Summary,
     free_port,
@@ -75,6 +92,7 @@ from tests.bench.passthrough import (
     wait_for_port,
 )
 from tests.bench.passthrough import THIS_FILE as PASSTHROUGH_FILE
+from tests.bench.pattern_report import TaskMeasurement, report_patterns, round_note
 from tests.bench.replicas import (
     REPLICAS,
     STORES,
@@ -90,16 +108,10 @@ KEY_CONCURRENCY = 32
 CREATE_TARGET_PER_S = 1000.0
 MEMORY_TARGET_TASKS = 10_000
 MEMORY_TARGET_MIB = 600.0
-RELATED_TASK = "io.modelcontextprotocol/related-task"
-
-# (measurement, concurrency) in the order each round runs them.
-THROUGHPUT_PLAN = (("create", KEY_CONCURRENCY), ("create", 1), ("lifecycle", KEY_CONCURRENCY))
 
 # Hard bounds so that no loop can run away even if the clock or the gateway misbehaves.
 MAX_OPS_PER_WORKER = 1_000_000
 MAX_ERRORS_PER_MEASUREMENT = 10_000
-MAX_POLLS_PER_TASK = 100_000
-LIFECYCLE_TIMEOUT_S = 10.0
 
 # Memory: tasks that stay `working` for the whole measurement.
 SLOW_ARGS: JsonObj = {"seconds": 600, "steps": 1}
@@ -115,106 +127,12 @@ GATEWAY_STOP_TIMEOUT_S = 15.0
 CHILD_EXIT_TIMEOUT_S = 5.0
 
 MIB = 1024 * 1024
-
-
-# --------------------------------------------------------------------------------------------
-# Client: the passthrough benchmark's MCP session plus the task methods.
-# --------------------------------------------------------------------------------------------
-
-
-class TaskClient(McpClient):
-    async def create_task(self, tool: str, arguments: JsonObj) -> str:
-        """A task-augmented tools/call; returns the taskId of the CreateTaskResult."""
-        params = {"name": tool, "arguments": arguments, "task": {}}
-        result, _ = await self.request("tools/call", params)
-        task = result.get("task")
-        if (
-            not isinstance(task, dict)
-            or not isinstance(task.get("taskId"), str)
-            or not task["taskId"]
-            or task.get("status") != "working"
-            or not isinstance(task.get("createdAt"), str)
-        ):
-            raise BenchError(f"not a CreateTaskResult with status working: {str(result)[:200]}")
-        return str(task["taskId"])
-
-    async def task_status(self, task_id: str) -> str:
-        result, _ = await self.request("tasks/get", {"taskId": task_id})
-        status = result.get("status")
-        if result.get("taskId") != task_id or not isinstance(status, str):
-            raise BenchError(f"tasks/get {task_id}: not its Task: {str(result)[:200]}")
-        return status
-
-    async def task_result(self, task_id: str) -> JsonObj:
-        result, _ = await self.request("tasks/result", {"taskId": task_id})
-        return result
-
-    async def close(self) -> None:
-        """End the session (DELETE), so that measurements do not pile up sessions."""
-        if "Mcp-Session-Id" not in self._headers:
-            return
-        async with self._http.delete(self._url, headers=self._headers) as resp:
-            await resp.read()
-            if resp.status not in (200, 202, 204):
-                raise BenchError(f"DELETE session: HTTP {resp.status}")
-
-
-def _check_echo(result: JsonObj, task_id: str, text: str) -> None:
-    content = result.get("content")
-    first = content[0] if isinstance(content, list) and content else None
-    got = first.get("text") if isinstance(first, dict) else None
-    if result.get("isError") or got != text:
-        raise BenchError(f"tasks/result mismatch: sent {text!r}, got {str(result)[:200]}")
-    meta = result.get("_meta")
-    related = meta.get(RELATED_TASK) if isinstance(meta, dict) else None
-    if not isinstance(related, dict) or related.get("taskId") != task_id:
-        raise BenchError(f"tasks/result lacks related-task meta for {task_id}: {str(meta)[:200]}")
-
-
-# One unit of work: returns how many HTTP requests it made.
-Op = Callable[[TaskClient, str], Awaitable[int]]
-
-
-async def op_create(client: TaskClient, text: str) -> int:
-    await client.create_task("echo", {"text": text})
-    return 1
-
-
-async def op_lifecycle(client: TaskClient, text: str) -> int:
-    task_id = await client.create_task("echo", {"text": text})
-    requests = 1
-    give_up = time.perf_counter() + LIFECYCLE_TIMEOUT_S
-    # Polled back-to-back on purpose (pollInterval is ignored): the gateway is what is measured.
-    for _ in range(MAX_POLLS_PER_TASK):
-        status = await client.task_status(task_id)
-        requests += 1
-        if status == "completed":
-            break
-        if status != "working":
-            raise BenchError(f"task {task_id} ended {status!r}, expected completed")
-        if time.perf_counter() > give_up:
-            raise BenchError(f"task {task_id} not completed within {LIFECYCLE_TIMEOUT_S:g}s")
-    else:
-        raise BenchError(f"task {task_id} not completed after {MAX_POLLS_PER_TASK} polls")
-    result = await client.task_result(task_id)
-    _check_echo(result, task_id, text)
-    return requests + 1
-
-
-OPS: dict[str, Op] = {"create": op_create, "lifecycle": op_lifecycle}
 CLIENT_ERRORS = (BenchError, aiohttp.ClientError, TimeoutError, ValueError)
 
 
 # --------------------------------------------------------------------------------------------
 # Throughput: parts 1 and 2.
 # --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class TaskMeasurement(Measurement):
-    """A passthrough Measurement (requests = completed operations) plus HTTP requests sent."""
-
-    http_requests: int = 0
 
 
 async def _drive(
@@ -243,7 +161,8 @@ async def _drive(
 async def measure(
     kind: str, urls: Sequence[str], concurrency: int, seconds: float, warmup: float
 ) -> TaskMeasurement:
-    """`concurrency` workers, worker i with its own session on urls[i mod len(urls)]."""
+    """`concurrency` workers, worker i on urls[i mod len(urls)] (with a session of its own,
+    unless the pattern is session-less)."""
     op = OPS[kind]
     errors = ErrorLog()
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
@@ -255,7 +174,7 @@ async def measure(
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
         clients = [TaskClient(http, urls[i % len(urls)]) for i in range(concurrency)]
         try:
-            await asyncio.gather(*(c.open() for c in clients))
+            await asyncio.gather(*(c.open() for c in clients if kind not in SESSIONLESS))
         except CLIENT_ERRORS as exc:
             errors.add(f"session setup: {type(exc).__name__}: {exc}")
         else:
@@ -269,6 +188,8 @@ async def measure(
                     for i, c in enumerate(clients)
                 )
             )
+            for c in clients:
+                c.waits.clear()
             started = time.perf_counter()
             deadline = started + seconds
             await asyncio.gather(
@@ -292,32 +213,40 @@ async def measure(
         latencies_s=flat,
         errors=errors,
         http_requests=sum(sum(s) for s in sent),
+        waits_s=[w for c in clients for w in c.waits],
     )
+
+
+Runs = dict[tuple[str, str, int], list[Measurement]]
 
 
 async def run_throughput(
     args: argparse.Namespace, targets: dict[str, list[str]]
-) -> dict[str, list[Summary]]:
-    """Every store's measurements (THROUGHPUT_PLAN order); `targets`: a store's gateway URLs."""
-    runs: dict[tuple[str, str, int], list[Measurement]] = {}
+) -> tuple[dict[str, list[Summary]], Runs]:
+    """Every target's summaries (plan order; a reference's without GATEWAY_ONLY patterns) and
+    every round's measurements; `targets`: a store's gateway URLs, or a reference's URL."""
+    runs: Runs = {}
     # Interleave (round -> measurement -> store): a noisy spell hits every one alike, and the
     # figures that make a ratio are measured back to back.
     for rnd in range(1, args.rounds + 1):
-        for kind, c in THROUGHPUT_PLAN:
+        for kind, c in args.plan:
             for store, urls in targets.items():
+                if store not in REPLICAS and kind in GATEWAY_ONLY:
+                    continue
                 on = "" if store == "sqlite" else f" on {store}"
                 m = await measure(kind, urls, c, args.seconds, args.warmup)
                 runs.setdefault((store, kind, c), []).append(m)
                 print(
                     f"round {rnd}/{args.rounds} {kind:<9} c={c:<3} {m.rps:9.1f}/s "
-                    f"errors={m.errors.count}{on}",
+                    f"errors={m.errors.count}{on}{round_note(m)}",
                     file=sys.stderr,
                     flush=True,
                 )
-    return {
-        store: [summarise(runs[(store, *key)], "median") for key in THROUGHPUT_PLAN]
+    summaries = {
+        store: [summarise(runs[(store, *k)], "median") for k in args.plan if (store, *k) in runs]
         for store in targets
     }
+    return summaries, runs
 
 
 # --------------------------------------------------------------------------------------------
@@ -522,15 +451,19 @@ def sqlite_store(db_path: Path) -> str:
     return f"{{path: {json.dumps(str(db_path))}}}"
 
 
-def gateway_config(port: int, store: str, upstream_url: str, max_children: int) -> str:
-    """`store`: the store section, sqlite_store() or replicas.postgres_store()."""
+def gateway_config(
+    port: int, store: str, upstream_url: str, max_children: int, modern: bool = False
+) -> str:
+    """`store`: the store section, sqlite_store() or replicas.postgres_store(); `modern`: the
+    bench route makes every 2026-07-28 echo a task, at once (keys older gateways reject)."""
+    window = ", sync_window_ms: 0, tools: {echo: required}" if modern else ""
     return (
         f"listen: {{host: {HOST}, port: {port}}}\n"
         f"store: {store}\n"
         "routes:\n"
         "  - name: bench\n"
         f"    upstream: {{transport: streamable_http, url: {json.dumps(upstream_url)}}}\n"
-        "    tasks: {default_ttl_ms: 600000}\n"
+        f"    tasks: {{default_ttl_ms: 600000{window}}}\n"
         "  - name: demo\n"
         "    upstream:\n"
         "      transport: stdio\n"
@@ -674,12 +607,7 @@ def report(
             rows.append(summary_row(s))
             if (s.target, s.concurrency) == ("create", KEY_CONCURRENCY) and s.valid:
                 key_rate = m.rps
-        print(
-            "  create    = tools/call echo with task:{} -> CreateTaskResult(status working)\n"
-            "  lifecycle = create + tasks/get polled back-to-back (pollInterval NOT slept: this\n"
-            "              measures the gateway) until completed + tasks/result, text checked;\n"
-            "              http/op is the HTTP requests per lifecycle (create + polls + result)"
-        )
+        print(legend([kind for kind, _ in args.plan]))
         verdict = (
             "n/a (invalid)"
             if key_rate is None
@@ -696,7 +624,7 @@ def report(
     compared: JsonObj | None = None
     if any(store != "sqlite" for store in stores):
         store_rows = {store: [summary_row(s) for s in ss] for store, ss in stores.items()}
-        compared = report_stores(args, THROUGHPUT_PLAN, store_rows)
+        compared = report_stores(args, args.plan, store_rows)
 
     mem_json: JsonObj | None = None
     key_mib: float | None = None
@@ -813,6 +741,13 @@ def _csv_levels(value: str) -> list[int]:
     return nums
 
 
+def csv_patterns(value: str) -> list[str]:
+    names = {v.strip() for v in value.split(",") if v.strip()}
+    if not names or names - set(PATTERNS):
+        raise argparse.ArgumentTypeError(f"patterns: some of {','.join(PATTERNS)}; got {value!r}")
+    return [name for name in PATTERNS if name in names]
+
+
 def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     p.add_argument("--seconds", type=float, default=5.0, help="measured time per round (5)")
@@ -839,8 +774,15 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help="measure parts 1-2 against in-memory task servers too: the Python SDK's, the "
         "TypeScript SDK's (needs .ci/ts-tasks.sh), both (if installed) or none (both)",
     )
+    p.add_argument(
+        "--patterns",
+        type=csv_patterns,
+        default=list(PATTERNS),
+        help=f"comma-separated client patterns measured after creation ({','.join(PATTERNS)})",
+    )
     p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
     args = p.parse_args(argv)
+    args.plan = plan(args.patterns)
     if not 0 < args.seconds <= 600 or not 0 <= args.warmup <= 60 or not 1 <= args.rounds <= 20:
         p.error("need 0 < --seconds <= 600, 0 <= --warmup <= 60, 1 <= --rounds <= 20")
     return args
@@ -862,6 +804,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print("--reference ts: nothing to measure it against; stopping", file=sys.stderr)
         return 2
     ref_runs: dict[str, list[Summary]] = {}
+    measured: Runs = {}
+    modern = "modern" in args.patterns
     with tempfile.TemporaryDirectory(prefix="bench-tasks-") as tmp:
         tmpdir = Path(tmp)
         try:
@@ -886,7 +830,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 if "sqlite" in args.stores:
                     port = free_port()
                     section = sqlite_store(tmpdir / "gw1.db")
-                    config = gateway_config(port, section, upstream_url, max_children)
+                    config = gateway_config(port, section, upstream_url, max_children, modern)
                     stops["throughput"] = Stopped()
                     proc = stack.enter_context(
                         gateway("gateway-throughput", config, port, tmpdir, stops["throughput"])
@@ -899,12 +843,14 @@ def main(argv: Sequence[str] | None = None) -> int:
                         section = postgres_store(db_url)
                         ports = [free_port() for _ in range(REPLICAS[name])]
                         for i, port in enumerate(ports, 1):
-                            config = gateway_config(port, section, upstream_url, max_children)
+                            config = gateway_config(
+                                port, section, upstream_url, max_children, modern
+                            )
                             stack.enter_context(
                                 gateway(f"gateway-{name}-{i}", config, port, tmpdir, Stopped())
                             )
                         targets[name] = [f"http://{HOST}:{p}/bench/mcp" for p in ports]
-                stores = asyncio.run(run_throughput(args, targets))
+                stores, measured = asyncio.run(run_throughput(args, targets))
                 if proc is not None and proc.poll() is None:
                     throughput_rss = rss_bytes(proc.pid)
             for ref in refs:
@@ -946,6 +892,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for ref in refs
     }
     summary["references_missing"] = missing
+    every = {**stores, **{ref_log(ref.name): ref_runs[ref.name] for ref in refs}}
+    summary["patterns"] = report_patterns(every, measured)
     for name, why in missing.items():
         print(f"\nthe {name} reference was not measured: {why}")
     summary["valid"] = summary["valid"] and all(s.valid for runs in ref_runs.values() for s in runs)
