@@ -8,19 +8,22 @@ there, its answer to a question) reaches the runner as a wake-up through the sto
 arriving: every round here (a third of `store.lease_seconds`) renews this replica's lease,
 re-checks the runs here, and claims the tasks of replicas whose lease has expired, which get
 the decision a restart gives (`TaskRunner.recover`): failed, or run again here for tools
-safe to repeat. With SQLite there is one process per file and none of this runs.
+safe to repeat; after an outage of the store, only once every live replica has had a lease
+to renew its own. With SQLite there is one process per file and none of this runs.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import time
 
 from aiohttp import web
 
 from gateway import reruns
 from gateway.aio import TaskSet
 from gateway.keys import MODERN_TASK_API, RUNNER, SETTINGS, STORE
+from gateway.protocol.errors import StoreUnreachable
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, REPLICA_LOST_MESSAGE
 
@@ -54,15 +57,29 @@ async def start(app: web.Application, notifier: Notifier, tasks: TaskSet) -> Non
 
 
 async def _keep(app: web.Application) -> None:
-    interval = app[SETTINGS].store.lease_seconds / 3
+    lease = app[SETTINGS].store.lease_seconds
+    interval = lease / 3
+    #: Since when this replica has reached the store without a break (it did at start).
+    reachable_since: float | None = time.monotonic()
     while True:
         await asyncio.sleep(interval)
         try:
             await app[STORE].renew_lease()
+            if reachable_since is None:
+                reachable_since = time.monotonic()
+                log.info("the task store is reachable again: leases are claimed after %g s", lease)
             await app[RUNNER].changed_elsewhere(None)
             await app[MODERN_TASK_API].answered_elsewhere(None)
-            claimed = await app[RUNNER].recover(reruns.bounds_of(app), lost_message(app))
-            await reruns.start(app, claimed)
+            # An outage every replica saw lapsed every lease at once: that is no replica's
+            # death. Their tasks (whose outcomes may be in hand, waiting to be written) are
+            # claimed only once each live replica has had a whole lease to renew its own.
+            if time.monotonic() - reachable_since >= lease:
+                claimed = await app[RUNNER].recover(reruns.bounds_of(app), lost_message(app))
+                await reruns.start(app, claimed)
+        except StoreUnreachable:
+            if reachable_since is not None:
+                log.warning("the task store is unreachable: this replica's lease waits for it")
+            reachable_since = None
         except Exception:
             # The next round tries again; a lease that lapses meanwhile costs this replica
             # its tasks (fenced writes), never a task run twice at once.

@@ -223,6 +223,7 @@ class TaskStore(Protocol):
 
     @property
     def last_commit(self) -> float:
-        """`time.monotonic()` of the latest successful commit (0.0 before the first)."""
+        """`time.monotonic()` of the latest successful commit (0.0 before the first; -inf
+        after the store was found unreachable, until the next commit)."""
 
     async def close(self) -> None: ...

@@ -335,7 +335,7 @@ class PostgresTaskStore:
     async def _read(self, sql: str, *params: Any) -> list[Record]:
         self._check_open()
         started = time.perf_counter()
-        with _unreachable_as_503():
+        with self._unreachable_as_503():
             rows = await self._pool.fetch(sql, *params)
         if self._on_timing is not None:
             self._on_timing("read", time.perf_counter() - started)
@@ -344,7 +344,7 @@ class PostgresTaskStore:
     async def _write(self, run: Callable[[Connection], Awaitable[T]]) -> T:
         self._check_open()
         started = time.perf_counter()
-        with _unreachable_as_503():
+        with self._unreachable_as_503():
             async with self._pool.acquire() as db, db.transaction():
                 value = await run(db)
         self.commits += 1
@@ -357,6 +357,21 @@ class PostgresTaskStore:
         if self._closed:
             raise RuntimeError("the task store is closed")
 
+    @contextlib.contextmanager
+    def _unreachable_as_503(self) -> Iterator[None]:
+        # OSError is a ConnectionError too, which the HTTP layer would take for a client that
+        # went away: the client would get a bare 500 instead of being told to retry.
+        try:
+            yield
+        except _UNREACHABLE as exc:
+            # No commit before this one proves the store takes writes now: the health check
+            # asks again (a load balancer stops sending what would get 503 within seconds).
+            self._last_commit = float("-inf")
+            raise StoreUnreachable(
+                "the task store is unreachable just now; send the request again shortly",
+                headers={"Retry-After": "1"},
+            ) from exc
+
 
 #: Errors that say the server cannot be used now, not that a statement is wrong.
 _UNREACHABLE = (
@@ -365,19 +380,6 @@ _UNREACHABLE = (
     asyncpg.InterfaceError,
     asyncpg.exceptions.OperatorInterventionError,
 )
-
-
-@contextlib.contextmanager
-def _unreachable_as_503() -> Iterator[None]:
-    # OSError is a ConnectionError too, which the HTTP layer would take for a client that
-    # went away: the client would get a bare 500 instead of being told to retry.
-    try:
-        yield
-    except _UNREACHABLE as exc:
-        raise StoreUnreachable(
-            "the task store is unreachable just now; send the request again shortly",
-            headers={"Retry-After": "1"},
-        ) from exc
 
 
 def _application_name(replica: str) -> str:
