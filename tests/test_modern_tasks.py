@@ -488,6 +488,31 @@ async def test_calls_waiting_for_answers_are_capped_per_caller(
     assert (status, fourth["result"]["resultType"]) == (200, "input_required")
 
 
+async def test_a_required_tool_whose_upstream_asks_at_once_is_a_task_from_its_first_moment(
+    start_gateway: StartGateway,
+) -> None:
+    """The natural "confirm, then act" tool asks before anything else. Its call is a task from
+    the start: the question is the task's first input request (tasks/get lists it,
+    tasks/update answers it), never an MRTR round that leaves no task behind."""
+    policy = {"tools": {"ask": "required"}}
+    base = await start_gateway([{"name": "demo", "upstream": DEMO, "tasks": policy}])
+    url = f"{base}/demo/mcp"
+    both = {**WITH_TASKS, **WITH_ELICITATION}
+    async with aiohttp.ClientSession() as http:
+        status, created = await modern_rpc(http, url, "tools/call", call("ask"), both)
+        assert status == 200 and created["result"]["resultType"] == "task", created
+        task_id = created["result"]["taskId"]
+        waiting = await modern_inputs(http, url, task_id, 1)
+        (key,) = waiting["inputRequests"]
+        assert waiting["inputRequests"][key]["method"] == "elicitation/create"
+        answer = {key: {"action": "accept", "content": {"name": "Ada"}}}
+        params = {"taskId": task_id, "inputResponses": answer}
+        await modern_rpc(http, url, "tasks/update", params, both)
+        done = await modern_terminal(http, url, task_id)
+    assert done["status"] == "completed"
+    assert done["result"]["content"][0]["text"] == "Hello, Ada!"
+
+
 async def test_a_burst_of_calls_that_ask_cannot_take_the_routes_children_from_others(
     start_gateway: StartGateway,
 ) -> None:

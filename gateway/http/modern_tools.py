@@ -4,8 +4,9 @@ A new call starts upstream on a session leased for the caller (`session.held`); 
 carrying `requestState` finds its parked call again (`session.mrtr`) and first hands the
 upstream the answers in `inputResponses`. Then the call runs until one of:
 
-* it ends: the answer goes back as the call's result, unless the route says the tool runs
-  only as a task (`required`), which makes it an already finished task;
+* it ends: the answer goes back as the call's result (for a tool the route runs only as a
+  task, `required`, the call is a task from its first moment, with no window: a question its
+  upstream asks at once is the task's first input request);
 * the upstream asks something (elicitation, sampling or roots, of a kind the request
   declared): an `InputRequiredResult`; the call is parked for the retry. With replicas, a
   call that may become a task becomes one instead, with the question as its first input
@@ -35,7 +36,7 @@ from gateway.route import Route
 from gateway.session.held import question_capabilities
 from gateway.session.modern_call import Asked, Finished, ModernCall, Running, UpstreamCall
 from gateway.session.mrtr import BadRequestState, ParkedCalls
-from gateway.session.native_call import NativeCall, input_required
+from gateway.session.native_call import NativeCall
 from gateway.tasks.api_modern import create_task_result
 from gateway.tasks.models import owner_of
 from gateway.tasks.recovery import kept_call
@@ -139,7 +140,12 @@ async def _answer(
         for key, response in responses.items() if not native_wire else ():
             await upstream_call.answer(key, response)  # keys not asked for are ignored
         policy = route.policy
-        window = policy.sync_window_ms / 1000 if decision.task else None
+        # A `required` tool's call is a task from its first moment: a question its upstream
+        # asks at once is the task's (inputRequests), never an MRTR round. The window and
+        # MRTR rounds are for `optional` tools.
+        window = None
+        if decision.task:
+            window = 0.0 if decision.task == "required" else policy.sync_window_ms / 1000
         # A call that will not become a task gets the time a task of the tool would get.
         limit = None if decision.task else policy.time_limit_seconds
         try:
@@ -159,10 +165,9 @@ async def _answer(
             handed_over = True
             asks = {ask.key: ask.wire() for ask in state.asks}
             return modern_results.input_required(message.id, asks, token)
-        if isinstance(state, Finished) and (
-            decision.task != "required" or input_required(state.answer)
-        ):
-            # (An upstream's own MRTR round is answered as it came: a round before a task.)
+        if isinstance(state, Finished) and decision.task != "required":
+            # (An optional tool's upstream MRTR round is answered as it came: a round before a
+            # task; a required tool's is the task's, `NativeCall.result` takes it.)
             abandon = None
             answer = jsonrpc.with_id(state.answer, message.id)
             if isinstance(answer, jsonrpc.Response):
