@@ -524,11 +524,12 @@ start_gateway() { # start_gateway NAME PORT ROUTES_YAML: start it in the backgro
   GW_PORT[$name]="$port"
   PIDS+=("${GW_PID[$name]}")
 }
-# everything_route [MODERN]: the route over the everything-server; MODERN is its upstream.modern
-# (the 2026-07-28 gateway relays natively: the server's MRTR tools answer only on that wire)
+# everything_route: the route over the everything-server, with the default configuration: its
+# upstream.modern is `auto`, so the 2026-07-28 gateway learns from server/discover to relay
+# natively (the server's MRTR tools answer only on that wire), as an operator's would
 everything_route() {
-  printf '  - name: %s\n    upstream:\n      transport: streamable_http\n      url: %s\n      modern: %s\n' \
-    "$ROUTE" "$EV_URL" "${1:-bridge}"
+  printf '  - name: %s\n    upstream:\n      transport: streamable_http\n      url: %s\n' \
+    "$ROUTE" "$EV_URL"
 }
 # gateway_ready NAME PARTS...: wait for it; on failure the parts' gateway halves are NOT RUN
 gateway_ready() {
@@ -554,7 +555,7 @@ if needs_gateway 2025-11-25; then
   start_gateway gateway "${CONFORMANCE_GATEWAY_PORT:-$(free_port)}" "$(everything_route)"$'\n'
 fi
 gw26_routes=""
-needs_gateway 2026-07-28 && gw26_routes+="$(everything_route native)"$'\n'
+needs_gateway 2026-07-28 && gw26_routes+="$(everything_route)"$'\n'
 needs_gateway tasks && gw26_routes+="$("$TOOL_PYTHON" "$HERE/tasks_fixture.py" --print-route --port "$FX_PORT" --route "$TASKS_ROUTE")"$'\n'
 if [ -n "$gw26_routes" ]; then
   start_gateway gateway-2026 "${CONFORMANCE_GATEWAY_2026_PORT:-$(free_port)}" "$gw26_routes"

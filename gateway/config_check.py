@@ -5,9 +5,11 @@ unset variable a `${VAR}` or a `*_env` key names is listed, never a value), the 
 as the gateway builds it (key files, signing keys), then every route's upstream is probed at
 once (`reachability.check`). The table goes to stdout, one row per route:
 
-    ROUTE  TRANSPORT  UPSTREAM  TOOLS  TASKS
+    ROUTE  TRANSPORT  UPSTREAM  TOOLS  TASKS  MODERN
 
-and what went wrong to stderr. Exit 0 when every upstream answered, 2 otherwise.
+(MODERN: how 2026-07-28 callers reach the upstream, `native` or `bridge`, `(auto)` when
+server/discover decided it), and what went wrong to stderr. Exit 0 when every upstream
+answered, 2 otherwise.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from gateway.config import ConfigError, RouteConfig, TaskPolicy, load_settings
 from gateway.observability import logs
 from gateway.reachability import DEFAULT_TIMEOUT, Outcome, check
 
-HEADER = ("ROUTE", "TRANSPORT", "UPSTREAM", "TOOLS", "TASKS")
+HEADER = ("ROUTE", "TRANSPORT", "UPSTREAM", "TOOLS", "TASKS", "MODERN")
 
 
 def main(argv: list[str]) -> int:
@@ -95,7 +97,7 @@ async def _check_all(routes: Sequence[RouteConfig], seconds: float) -> list[Outc
 
 
 def table(outcomes: Sequence[Outcome]) -> str:
-    """The header and one row per route, in columns; TASKS, the last, is not padded."""
+    """The header and one row per route, in columns; the last is not padded."""
     rows = [HEADER, *(_row(outcome) for outcome in outcomes)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
     return "\n".join(
@@ -104,14 +106,18 @@ def table(outcomes: Sequence[Outcome]) -> str:
     )
 
 
-def _row(outcome: Outcome) -> tuple[str, str, str, str, str]:
+def _row(outcome: Outcome) -> tuple[str, ...]:
     route = outcome.route
-    if outcome.reached is not None:
-        tools = str(outcome.reached.tools)
+    reached = outcome.reached
+    modern = "-"
+    if reached is not None:
+        tools = str(reached.tools)
+        modern = reached.modern if reached.learned is None else f"{reached.modern}(auto)"
     else:
         tools = "?" if outcome.refused is not None else "-"
     upstream = route.upstream
-    return (route.name, upstream.transport, _shown(upstream.location), tools, tasks(route.tasks))
+    location = _shown(upstream.location)
+    return (route.name, upstream.transport, location, tools, tasks(route.tasks), modern)
 
 
 def tasks(policy: TaskPolicy) -> str:

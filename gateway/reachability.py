@@ -89,11 +89,14 @@ async def _report(route: RouteConfig, seconds: float) -> None:
     if outcome.reached is not None:
         reached = outcome.reached
         log.info(
-            "route %s: upstream %s answered: protocol %s, %d tools",
+            "route %s: upstream %s answered: protocol %s, %d tools; 2026-07-28 callers: %s",
             route.name,
             where,
             reached.protocol_version,
             reached.tools,
+            reached.modern
+            if reached.learned is None
+            else f"{reached.modern} (auto: {reached.learned})",
         )
     elif outcome.refused is not None:
         log.info(

@@ -59,10 +59,15 @@ async def config_check(
 
 
 def rows(stdout: str) -> dict[str, list[str]]:
-    """The table by route: its cells (TASKS, the last, may hold spaces)."""
+    """The table by route: its cells (TASKS may hold spaces; MODERN, the last, does not)."""
     header, *lines = stdout.splitlines()
     assert header.split() == list(HEADER)
-    return {cells[0]: cells for cells in (line.split(None, 4) for line in lines)}
+    table = {}
+    for line in lines:
+        rest, modern = line.rsplit(None, 1)
+        cells = rest.split(None, 4)
+        table[cells[0]] = [*cells, modern]
+    return table
 
 
 def write(tmp_path: Path, text: str) -> str:
@@ -101,10 +106,13 @@ async def test_every_upstream_answering_gets_exit_0_and_a_row_per_route_with_its
         sys.executable,  # `python` is the gateway's own interpreter; arguments are not shown
         str(STDIO_TOOLS),
         "optional; required: slow; forbidden: echo; repeatable: annotated",
+        "bridge",  # stdio: 2026-07-28 callers are always bridged
     ]
     assert table["sdk"][1:3] == ["streamable_http", sdk_upstream]
     assert int(table["sdk"][3]) > 0 and table["sdk"][4] == "optional"
-    assert table["legacy"] == ["legacy", "sse", sse_url, str(len(DEMO_TOOLS)), "off"]
+    # mcp 1.30's server answers server/discover with -32601: `auto` bridges it.
+    assert table["sdk"][5] == "bridge(auto)"
+    assert table["legacy"] == ["legacy", "sse", sse_url, str(len(DEMO_TOOLS)), "off", "bridge"]
     assert f"{config}: valid, and every upstream answered" in err
     # The stdio child was started for the check, and is gone with it.
     (child,) = pids(pid_dir)

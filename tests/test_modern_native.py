@@ -47,9 +47,14 @@ def native_upstream() -> Iterator[str]:
         proc.wait(10)
 
 
-@pytest.fixture
-async def native(start_gateway: StartGateway, native_upstream: str) -> str:
-    upstream = {"transport": "streamable_http", "url": native_upstream, "modern": "native"}
+#: `native` said, and `auto` (the default, nothing said): its server/discover lists 2026-07-28.
+@pytest.fixture(params=["native", "auto"])
+async def native(
+    request: pytest.FixtureRequest, start_gateway: StartGateway, native_upstream: str
+) -> str:
+    upstream = {"transport": "streamable_http", "url": native_upstream}
+    if request.param == "native":
+        upstream["modern"] = "native"
     tasks = {"tools": {"slow": "optional", "slow_greet": "optional"}}
     return f"{await start_gateway([{'name': 'n', 'upstream': upstream, 'tasks': tasks}])}/n/mcp"
 

@@ -52,8 +52,9 @@ class UpstreamConfig(Section):
     #: How 2026-07-28 callers are served: `bridge` over 2025-11-25 sessions the gateway holds
     #: for them (the upstream's mid-call questions become MRTR rounds); `native` on the
     #: 2026-07-28 wire, for a streamable_http upstream that speaks it (its MRTR rounds pass
-    #: through). 2025-11-25 callers always get sessions.
-    modern: Literal["bridge", "native"] = "bridge"
+    #: through); `auto` natively if the upstream's server/discover says it speaks 2026-07-28,
+    #: else bridged (`gateway.upstream.generation`). 2025-11-25 callers always get sessions.
+    modern: Literal["auto", "bridge", "native"] = "auto"
     _inherited: dict[str, str] = PrivateAttr(default_factory=dict)
 
     @property

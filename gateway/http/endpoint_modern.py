@@ -33,6 +33,7 @@ from gateway.protocol.errors import (
     METHOD_NOT_FOUND,
     InvalidRequest,
     UpstreamError,
+    UpstreamNotModern,
     UpstreamUnavailable,
 )
 from gateway.route import Route
@@ -56,7 +57,7 @@ async def post(
     if mismatch is not None:
         return refuse(message.id, modern.Reject(HEADER_MISMATCH, mismatch))
     decision = modern.decide(checked, route.policy)
-    native_wire = route.upstream.config.modern == "native"
+    native_wire = await route.upstream.wire.native()
     if isinstance(decision, modern.Reject):
         if (
             native_wire
@@ -71,10 +72,21 @@ async def post(
         answer = await request.app[MODERN_TASK_API].answer(message, owner, caller.principal)
         return reply(answer)
     if isinstance(decision, modern.Call):
-        answered = await modern_tools.call(request, route, caller, checked, decision)
+        answered = await modern_tools.call(request, route, caller, checked, decision, native_wire)
         return answered if isinstance(answered, web.StreamResponse) else reply(answered)
     if native_wire:
         return await _native(request, route, caller, message, decision)
+    return await _bridged(request, route, caller, message, decision)
+
+
+async def _bridged(
+    request: web.Request,
+    route: Route,
+    caller: admission.Caller,
+    message: jsonrpc.Request,
+    decision: modern.Discover | modern.Forward,
+) -> web.StreamResponse:
+    """A request answered over a 2025-11-25 session the gateway holds for the caller."""
     lease = await request.app[HELD_SESSIONS].lease(
         route, caller.principal, {}, forwarded_headers(request, route)
     )
@@ -114,6 +126,10 @@ async def _native(
             lambda _: None,
             route.upstream.spans,
         )
+    except UpstreamNotModern:
+        # Refused unrun, as a 2025-11-25 server refuses it: that is what the upstream is now.
+        route.upstream.wire.refused()
+        return await _bridged(request, route, caller, message, decision)
     except UpstreamError as exc:
         return reply(upstream_failed(message.id, exc))
     if isinstance(answer, jsonrpc.Response):

@@ -30,7 +30,13 @@ from gateway.http import admission
 from gateway.http.modern_stream import CallStream
 from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER, SETTINGS
 from gateway.protocol import jsonrpc, modern, modern_results
-from gateway.protocol.errors import INTERNAL_ERROR, LimitExceeded, TaskError, UpstreamError
+from gateway.protocol.errors import (
+    INTERNAL_ERROR,
+    LimitExceeded,
+    TaskError,
+    UpstreamError,
+    UpstreamNotModern,
+)
 from gateway.protocol.versions import MODERN_PROTOCOL_VERSION
 from gateway.route import Route
 from gateway.session.held import question_capabilities
@@ -59,12 +65,14 @@ async def call(
     caller: admission.Caller,
     checked: modern.ModernRequest,
     decision: modern.Call,
+    native_wire: bool,
 ) -> Answer | web.StreamResponse:
     """The request's answer, or the SSE response it was written to (when the upstream's
-    progress under the request's own token went out first)."""
+    progress under the request's own token went out first). `native_wire`: the upstream is
+    spoken to in 2026-07-28 (`upstream.generation`)."""
     progress = CallStream(request, checked.request)
-    with _may_park(request.app[PARKED_CALLS], route, caller, checked, decision):
-        answer = await _answer(request, route, caller, checked, decision, progress)
+    with _may_park(request.app[PARKED_CALLS], route, caller, checked, decision, native_wire):
+        answer = await _answer(request, route, caller, checked, decision, progress, native_wire)
     return await progress.finish(answer)
 
 
@@ -74,6 +82,7 @@ def _may_park(
     caller: admission.Caller,
     checked: modern.ModernRequest,
     decision: modern.Call,
+    native_wire: bool,
 ) -> contextlib.AbstractContextManager[None]:
     """Each parked call keeps an upstream session (a stdio child, perhaps) until its retry or
     expiry: a caller may have as many as it may have sessions on the session path, parked
@@ -82,7 +91,6 @@ def _may_park(
     Raises:
         LimitExceeded: the caller has its share already.
     """
-    native_wire = route.upstream.config.modern == "native"
     if native_wire or not (decision.retry or question_capabilities(checked.capabilities)):
         return contextlib.nullcontext()
     cap = None if decision.retry else route.limits.sessions_per_principal
@@ -100,11 +108,11 @@ async def _answer(
     checked: modern.ModernRequest,
     decision: modern.Call,
     progress: CallStream,
+    native_wire: bool,
 ) -> Answer:
     app = request.app
     message = checked.request
     owner = modern_owner(route, caller)
-    native_wire = route.upstream.config.modern == "native"
     upstream_call: UpstreamCall
     if native_wire:
         # The upstream does its own MRTR: a retry is a new call carrying its state.
@@ -196,6 +204,8 @@ async def _answer(
         return create_task_result(message.id, task)
     except UpstreamError as exc:
         abandon = "the upstream failed"
+        if isinstance(exc, UpstreamNotModern):
+            route.upstream.wire.refused()  # the client's next request goes bridged
         return upstream_failed(message.id, exc)
     except _ClientGone:
         return jsonrpc.error_response(message.id, INTERNAL_ERROR, CLIENT_GONE)

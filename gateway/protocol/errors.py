@@ -151,6 +151,11 @@ class UpstreamRefused(UpstreamUnavailable):
     check tells it from one that cannot be reached."""
 
 
+class UpstreamNotModern(UpstreamRefused):
+    """A request on the 2026-07-28 wire refused as a 2025-11-25 server refuses it (it wants a
+    session, or names the version unsupported): the upstream does not speak 2026-07-28."""
+
+
 class UpstreamTimeout(UpstreamError):
     pass
 

@@ -23,6 +23,7 @@ import aiohttp
 from gateway.config import RouteConfig
 from gateway.upstream.base import Transport
 from gateway.upstream.client import Answer, CallLimit, UpstreamClient
+from gateway.upstream.generation import ModernWire
 from gateway.upstream.http1_pool import Http1Pool
 from gateway.upstream.identity import identity_for
 from gateway.upstream.legacy_sse import SseTransport
@@ -49,6 +50,8 @@ class UpstreamRoute:
         self.identity = identity_for(route.name, route.upstream, self._client)
         #: With tracing on: the span each call gets (its context goes in `_meta` and headers).
         self.spans: UpstreamSpans | None = None
+        #: The wire 2026-07-28 callers reach the upstream on (`upstream.modern`).
+        self.wire = ModernWire(route.name, route.upstream, self._client, self._anonymous_headers)
 
     def _client(self) -> aiohttp.ClientSession:
         if self._http is None:
@@ -97,6 +100,9 @@ class UpstreamRoute:
         gateway's own say)."""
         identity = await self.identity.headers(principal)
         return {**forwarded, **self.config.headers, **identity}
+
+    async def _anonymous_headers(self) -> dict[str, str]:
+        return await self.request_headers({}, None)
 
     def http(self) -> aiohttp.ClientSession:
         return self._client()

@@ -17,8 +17,10 @@ import aiohttp
 
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import (
+    UNSUPPORTED_PROTOCOL_VERSION,
     InvalidRequest,
     ParseError,
+    UpstreamNotModern,
     UpstreamProtocolError,
     UpstreamUnavailable,
 )
@@ -59,6 +61,7 @@ def exchange(
     `spans` (tracing on), under a span whose context goes in `_meta` and the headers.
 
     Raises:
+        UpstreamNotModern: it refused the request as a 2025-11-25 server does.
         UpstreamUnavailable: the upstream could not be reached, or refused without an answer.
         UpstreamProtocolError: it answered with something that is not MCP.
     """
@@ -102,12 +105,20 @@ def _read_json(body: bytes, status: int, request_id: jsonrpc.RequestId) -> Answe
         if status >= 400:
             raise UpstreamUnavailable(f"the upstream answered HTTP {status}") from exc
         raise UpstreamProtocolError(f"the upstream sent an invalid answer: {exc.message}") from exc
+    if isinstance(message, jsonrpc.ErrorResponse) and status >= 400 and _older(message.error):
+        raise UpstreamNotModern(f"the upstream refused the request: {message.error.message}")
     if isinstance(message, jsonrpc.ErrorResponse) and message.id is None:
         # An HTTP-level refusal with a JSON-RPC body but no id still answers this request.
         return jsonrpc.with_id(message, request_id)
     if isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse):
         return message
     raise UpstreamProtocolError("the upstream answered a request with something else")
+
+
+def _older(error: jsonrpc.ErrorObject) -> bool:
+    """An HTTP refusal as a 2025-11-25 server gives a session-less request: it wants a
+    session (no 2026-07-28 server does), or names the version unsupported."""
+    return error.code == UNSUPPORTED_PROTOCOL_VERSION or "session" in error.message.lower()
 
 
 async def _read_stream(

@@ -38,6 +38,10 @@ class Reached:
 
     tools: int
     protocol_version: str | None
+    #: How its 2026-07-28 callers are served: `native` or `bridge`.
+    modern: str = "bridge"
+    #: With `upstream.modern: auto`, what decided it (what server/discover said).
+    learned: str | None = None
 
 
 class _NoCaller:
@@ -85,6 +89,8 @@ async def probe(route: RouteConfig, seconds: float) -> Reached:
             )
             step = "tools/list"
             tools = await _count_tools(client)
+            step = "server/discover"
+            await upstream.wire.native()  # (bounded by its own timeout; never raises)
     except TimeoutError:
         raise UpstreamTimeout(f"no answer to {step} within {seconds:g} s") from None
     except UpstreamError as exc:
@@ -93,7 +99,7 @@ async def probe(route: RouteConfig, seconds: float) -> Reached:
     finally:
         await client.close()  # outside the timeout: a stdio child is always stopped
         await upstream.close()
-    return Reached(tools, client.protocol_version)
+    return Reached(tools, client.protocol_version, *upstream.wire.describe())
 
 
 def _initialize() -> jsonrpc.JsonObject:
