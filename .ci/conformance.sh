@@ -53,6 +53,8 @@
 # tool venvs; CONFORMANCE_EVERYTHING_PORT, CONFORMANCE_GATEWAY_PORT (the 2025-11-25 gateway),
 # CONFORMANCE_GATEWAY_2026_PORT and CONFORMANCE_TASKS_FIXTURE_PORT pin ports (default: free ports);
 # CONFORMANCE_BUDGET_S (540) stops starting scenarios once the run is that old;
+# CONFORMANCE_TASKS_WORK_BEFORE (0) is the tasks fixture's --work-before: seconds its tools
+# work before they ask or fail (0: at once, as plain tools do; 1 for the delayed variant);
 # TASKS_FIXTURE_LOG_LEVEL=INFO makes the tasks fixture log every request it gets.
 # Exit status: 0 only if every selected part passes; 2 on bad usage.
 set -Eeuo pipefail
@@ -72,6 +74,9 @@ TASKS_TIMEOUT_MS="${CONFORMANCE_TASKS_TIMEOUT_MS:-60000}"
 JOBS="${CONFORMANCE_JOBS:-3}"
 BUDGET_S="${CONFORMANCE_BUDGET_S:-540}"
 STRICT="${CONFORMANCE_STRICT:-1}"
+# The tasks fixture's tools ask (and fail) at once, as plain tools do; 1.0 is the variant whose
+# questions come a second into the call, during the task.
+FX_WORK_BEFORE="${CONFORMANCE_TASKS_WORK_BEFORE:-0}"
 VERBOSE=0
 LIST_ONLY=0
 SETUP_ONLY=0
@@ -476,7 +481,7 @@ FX_PID=""
 FX_URL=""
 if [ $need_fixture = 1 ]; then
   FX_PORT="${CONFORMANCE_TASKS_FIXTURE_PORT:-$(free_port)}"
-  "$EV_VENV/bin/python" "$HERE/tasks_fixture.py" --port "$FX_PORT" \
+  "$EV_VENV/bin/python" "$HERE/tasks_fixture.py" --port "$FX_PORT" --work-before "$FX_WORK_BEFORE" \
     > "$RESULTS/logs/tasks-fixture.log" 2>&1 &
   FX_PID=$!
   PIDS+=("$FX_PID")
@@ -498,7 +503,7 @@ if [ -n "$FX_PID" ]; then
   FX_URL="http://127.0.0.1:$FX_PORT/mcp"
   log "tasks fixture (pid $FX_PID) at $FX_URL"
   # Its own check, directly and meanwhile: the tools answer, and ask when the window needs them to.
-  timeout -k 5 60 "$EV_VENV/bin/python" "$HERE/tasks_fixture_check.py" "$FX_URL" \
+  timeout -k 5 60 "$EV_VENV/bin/python" "$HERE/tasks_fixture_check.py" "$FX_URL" "$FX_WORK_BEFORE" \
     > "$RESULTS/logs/tasks-fixture-check.log" 2>&1 &
   CHECK_PID=$!
   PIDS+=("$CHECK_PID")

@@ -57,11 +57,15 @@ TASK_POLICY: dict[str, str] = {
     "protocol_error_job": "required",
     "confirm_delete": "required",
     "multi_input": "required",
-    "test_tool_with_task": "required",
+    # `optional`: tasks-mrtr-composition wants one MRTR round, then a task. The sync window and
+    # MRTR rounds are for optional tools; a required tool's call is a task from its first
+    # moment, its question the task's (confirm_delete and multi_input).
+    "test_tool_with_task": "optional",
 }
-#: Work before the first question (confirm_delete, multi_input) or before failing: well past the
-#: gateway's 250 ms sync window, well inside the suite's 5 s wait for input_required.
-WORK_BEFORE_ASKING_S = 1.0
+#: Work before the first question (confirm_delete, multi_input) or before failing: none by
+#: default, as a plain "confirm, then act" tool asks at once (`--work-before` delays it, the
+#: variant in which the question comes during the task, after the gateway's sync window).
+WORK_BEFORE_ASKING_S = float(os.environ.get("TASKS_FIXTURE_WORK_BEFORE", "0"))
 #: Work after test_tool_with_task's answer: the retry must outlast the window and become a task.
 WORK_AFTER_ANSWER_S = 1.5
 
@@ -74,6 +78,11 @@ def route_yaml(port: int, route: str = ROUTE, indent: str = "  ") -> str:
         "  upstream:",
         "    transport: streamable_http",
         f"    url: http://127.0.0.1:{port}/mcp",
+        # Its tools ask mid-call (ctx.elicit, as a 2025-11-25 server does), which the
+        # 2026-07-28 wire cannot carry, though its server/discover lists 2026-07-28 (mcp 2.3
+        # speaks both): `auto` would choose native, so the route says bridge, as an operator
+        # of such a server would.
+        "    modern: bridge",
         "  tasks:",
         "    default: optional",
         f"    tools: {{{tools}}}",
@@ -128,19 +137,19 @@ def build_server() -> Any:
 
     @server.tool()
     async def failing_job() -> str:
-        """Works about a second, then fails as a tool (an isError result, not a protocol error)."""
+        """Fails as a tool (an isError result, not a protocol error), after WORK_BEFORE_ASKING_S."""
         await anyio.sleep(WORK_BEFORE_ASKING_S)
         raise ToolError("failing_job failed on purpose")
 
     @server.tool()
     async def protocol_error_job() -> str:
-        """Works about a second, then fails with a JSON-RPC error (-32603), not a tool result."""
+        """Fails with a JSON-RPC error (-32603), not a tool result, after WORK_BEFORE_ASKING_S."""
         await anyio.sleep(WORK_BEFORE_ASKING_S)
         raise MCPError(code=-32603, message="protocol_error_job failed on purpose")
 
     @server.tool()
     async def confirm_delete(ctx: Context, filename: str = "file.txt") -> str:
-        """Works about a second, asks once for confirmation (elicitation), then answers."""
+        """Asks once for confirmation (elicitation; after WORK_BEFORE_ASKING_S), then answers."""
         await anyio.sleep(WORK_BEFORE_ASKING_S)
         answer = await ctx.elicit(f"Delete {filename}?", Confirmation)
         if answer.action == "accept" and answer.data.confirm:
@@ -149,7 +158,7 @@ def build_server() -> Any:
 
     @server.tool()
     async def multi_input(ctx: Context) -> str:
-        """Works about a second, then asks two questions at the same time; answers with both."""
+        """Asks two questions at the same time (after WORK_BEFORE_ASKING_S); answers with both."""
         await anyio.sleep(WORK_BEFORE_ASKING_S)
         answers: dict[str, str] = {}
 
@@ -193,6 +202,12 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--host", default="127.0.0.1", help="interface (default 127.0.0.1)")
     parser.add_argument(
+        "--work-before",
+        type=float,
+        help="seconds of work before the first question or failure (env "
+        "TASKS_FIXTURE_WORK_BEFORE, default 0: at once)",
+    )
+    parser.add_argument(
         "--print-route", action="store_true", help="print the gateway route entry and exit"
     )
     parser.add_argument(
@@ -215,6 +230,9 @@ def main(argv: list[str]) -> int:
         with open(args.write_config, "w", encoding="utf-8") as out:
             out.write(gateway_config(port, args.gateway_port, args.store))
         return 0
+    if args.work_before is not None:
+        global WORK_BEFORE_ASKING_S
+        WORK_BEFORE_ASKING_S = args.work_before
     # MCPServer.run binds 127.0.0.1 by default and then turns on its DNS rebinding protection.
     build_server().run("streamable-http", host=args.host, port=port)
     return 0
