@@ -51,13 +51,11 @@ def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20)
     raise TimeoutError(f"nothing listens on port {port}")
 
 
-def start_sdk_upstream() -> tuple[str, subprocess.Popen[bytes]]:
-    """The SDK's FastMCP server over Streamable HTTP as a child process, once it listens."""
+def start_upstream(*command: str) -> tuple[str, subprocess.Popen[bytes]]:
+    """`command PORT` (a Streamable HTTP server at /mcp) as a child process, once it listens."""
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, str(ROOT / "tests" / "sdk_upstream.py"), str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        [*command, str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     try:
         wait_for_port(port, proc)
@@ -68,10 +66,31 @@ def start_sdk_upstream() -> tuple[str, subprocess.Popen[bytes]]:
     return f"http://127.0.0.1:{port}/mcp", proc
 
 
+def start_sdk_upstream() -> tuple[str, subprocess.Popen[bytes]]:
+    """The SDK's FastMCP server over Streamable HTTP as a child process, once it listens."""
+    return start_upstream(sys.executable, str(ROOT / "tests" / "sdk_upstream.py"))
+
+
 @pytest.fixture(scope="session")
 def sdk_upstream() -> Iterator[str]:
     """The SDK's FastMCP server over Streamable HTTP, as a real child process."""
     url, proc = start_sdk_upstream()
+    try:
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@pytest.fixture(scope="session")
+def mcp2_upstream() -> Iterator[str]:
+    """Python mcp 2.3's MCPServer (tests/mcp2_upstream.py) as a real child process, stateful
+    with SSE answers as the SDK runs by default; skipped like `helpers.needs_mcp2` without it."""
+    from .helpers import MCP2_PYTHON, needs_mcp2  # here: helpers imports this module
+
+    if needs_mcp2.args[0]:
+        pytest.skip(needs_mcp2.kwargs["reason"])
+    url, proc = start_upstream(str(MCP2_PYTHON), str(ROOT / "tests" / "mcp2_upstream.py"))
     try:
         yield url
     finally:

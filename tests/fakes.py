@@ -10,6 +10,11 @@
   drives: it answers `initialize` and keeps the rest for the test to answer or speak to;
   `ScriptedRoute` gives a route's sessions one each.
 
+The first two answer in the session that asked, under the id it was asked with, at once (no
+waits to let the gateway's windows win), and refuse a request whose id is already in flight in
+its session (HTTP 400): a server that routes answers by id, as every SDK server does, would
+cross the two. For a real stateful server, see tests/mcp2_upstream.py.
+
 Run one standalone with `python -m tests.fakes {sse,streamable} [--port N]`.
 """
 
@@ -41,6 +46,8 @@ from gateway.upstream.base import Sink, Transport
 from gateway.upstream.streamable_http import UpstreamSessionExpired
 
 SESSION_NOT_FOUND = -32001
+#: Why a fake refuses a request: a server that routes answers by id cannot tell two apart.
+DUPLICATE_ID = "a request with this id is already in flight in this session"
 
 
 @dataclass
@@ -48,6 +55,8 @@ class _SseSession:
     server: LegacyServer
     # None ends the stream: the server is shutting down.
     outbox: "asyncio.Queue[Message | None]"
+    #: The ids of the client's requests not answered (nor cancelled) yet.
+    in_flight: set[Any] = field(default_factory=set)
 
 
 SSE_SESSIONS = web.AppKey("sse_sessions", dict[str, _SseSession])
@@ -75,7 +84,14 @@ def _sse_event(event: str, data: str) -> bytes:
 async def _open_sse_stream(request: web.Request) -> web.StreamResponse:
     tools = request.app[SSE_TOOLS]
     outbox: asyncio.Queue[Message | None] = asyncio.Queue()
-    session = _SseSession(LegacyServer(tools, outbox.put), outbox)
+    in_flight: set[Any] = set()
+
+    async def send(message: Message) -> None:
+        if "method" not in message:  # an answer: its request is no longer in flight
+            in_flight.discard(message.get("id"))
+        await outbox.put(message)
+
+    session = _SseSession(LegacyServer(tools, send), outbox, in_flight)
     session_id = secrets.token_hex(16)
     response = web.StreamResponse(
         headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
@@ -102,6 +118,13 @@ async def _post_sse_message(request: web.Request) -> web.Response:
         message = await request.json()
     except json.JSONDecodeError as exc:
         raise web.HTTPBadRequest(text=f"invalid JSON: {exc}") from exc
+    if "method" in message and "id" in message:
+        if message["id"] in session.in_flight:
+            # Its answer could be taken for the other's on the one stream: refused, loudly.
+            raise web.HTTPBadRequest(text=DUPLICATE_ID)
+        session.in_flight.add(message["id"])
+    elif message.get("method") == "notifications/cancelled":
+        session.in_flight.discard(message.get("params", {}).get("requestId"))
     await session.server.handle(message)
     return web.Response(status=202, text="Accepted")
 
@@ -134,6 +157,9 @@ class _JsonSession:
     def __init__(self, tools: Sequence[Tool[Any]]) -> None:
         self.server = LegacyServer(tools, self._deliver)
         self._waiting: dict[Any, asyncio.Future[Message]] = {}
+
+    def in_flight(self, request_id: Any) -> bool:
+        return request_id in self._waiting
 
     async def ask(self, request: Message) -> Message:
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
@@ -213,6 +239,9 @@ async def _post_mcp(request: web.Request) -> web.StreamResponse:
         await session.server.handle(message)
         return web.Response(status=202)
 
+    if session.in_flight(message["id"]):
+        # Its answer could be taken for the other's: refused on its own POST, loudly.
+        return _json_error(400, INVALID_REQUEST, DUPLICATE_ID)
     tool = message.get("params", {}).get("name") if message["method"] == "tools/call" else None
     if tool is not None:
         hooks.arrived[tool].set()
@@ -256,6 +285,9 @@ RECEIVED = web.AppKey("received", list[dict[str, Any]])
 
 
 def recording_upstream() -> web.Application:
+    # Bends on purpose, to record what the gateway sends: stateless (no Mcp-Session-Id, as an
+    # SDK server in stateless mode); each answer goes at once on the POST that asked, so none
+    # can be taken for another's.
     async def post(request: web.Request) -> web.Response:
         request.app[SEEN].append(request.headers)
         message: dict[str, Any] = await request.json()
@@ -281,7 +313,11 @@ def recording_upstream() -> web.Application:
 class ScriptedUpstream(Transport):
     """The upstream seam in-process: `initialize` is answered at once with `handshake` (or
     refused when `refusal` is set); everything sent is kept in `sent`, and the test answers
-    (`answer`), speaks first (`say`) or loses the connection (`sink.on_lost`)."""
+    (`answer`), speaks first (`say`) or loses the connection (`sink.on_lost`).
+
+    Not a server: the test plays the upstream, and answers the request it names; one client
+    uses it, so no other can send an id it has in flight (tests/mcp2_upstream.py is the
+    real server for what ids do across clients)."""
 
     def __init__(self, sink: Sink) -> None:
         super().__init__(sink)

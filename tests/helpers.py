@@ -229,6 +229,20 @@ def result_request(task_id: str, request_id: int = 2) -> dict[str, Any]:
     }
 
 
+#: The real HTTP servers a journey runs against, by the kind it is parametrized with (the
+#: fixture that starts each): mcp 1.30's FastMCP and mcp 2.3's MCPServer, both stateful with
+#: SSE answers, as the SDKs run by default.
+SDK_SERVERS = {"streamable_http": "sdk_upstream", "mcp2": "mcp2_upstream"}
+
+
+def upstream_of(kind: str, request: pytest.FixtureRequest) -> dict[str, Any]:
+    """The upstream of a route for `kind`: the stdio demo, or the server SDK_SERVERS names,
+    started on first use (mcp2 skips the test where mcp 2.3 is not installed)."""
+    if kind == "stdio":
+        return DEMO
+    return {"transport": "streamable_http", "url": request.getfixturevalue(SDK_SERVERS[kind])}
+
+
 def route(upstream: dict[str, Any] | None = None, **tasks: Any) -> list[dict[str, Any]]:
     """Route `t` (the demo unless `upstream` is given) with the task policy `tasks`."""
     # These tests run without authentication, where tasks/list is offered only on opt-in.

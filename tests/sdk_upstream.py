@@ -42,12 +42,13 @@ def echo(text: str) -> str:
 
 
 @server.tool()
-async def slow(steps: int, ctx: Context) -> str:  # type: ignore[type-arg]
-    """Reports progress for each step."""
+async def slow(steps: int, ctx: Context, text: str = "") -> str:  # type: ignore[type-arg]
+    """Reports progress for each step; answers `text`, if given, so a caller can tell its
+    answer from another call's."""
     for i in range(steps):
         await ctx.report_progress(i + 1, steps, f"step {i + 1}/{steps}")
         await asyncio.sleep(0.05)
-    return f"{steps} steps done"
+    return text or f"{steps} steps done"
 
 
 @server.tool(annotations=ToolAnnotations(readOnlyHint=True))
@@ -71,6 +72,8 @@ async def ask(ctx: Context) -> str:  # type: ignore[type-arg]
 @server.tool()
 async def ask_both(ctx: Context) -> str:  # type: ignore[type-arg]
     """Works a moment, then asks two questions at once and waits for both."""
+    # A tool that works before it asks, as real ones do: its questions come after the sync
+    # window, so a 2026-07-28 call is a task by then; `ask` asks at once (an MRTR round).
     await asyncio.sleep(0.5)
     first, second = await asyncio.gather(
         ctx.elicit("First name?", Name), ctx.elicit("Last name?", Name)

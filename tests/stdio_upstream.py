@@ -4,6 +4,11 @@ with knobs the demo lacks.
 `python tests/stdio_upstream.py [--only-version V] [--pid-dir DIR]`: speaks only protocol
 version V if given, and writes a file named after its pid into DIR so tests can watch the
 real process come and go.
+
+It asks at once and answers under the id it was asked with, on the one stream stdio has. It
+bends on one point, its core's (`LegacyServer` starts a second call under an id already in
+flight, where an SDK server would cross them): a stdio child has one client, whose ids come
+from one counter, so none can arrive twice.
 """
 
 import argparse

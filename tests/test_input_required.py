@@ -40,6 +40,7 @@ from .helpers import (
     rpc,
     start_task,
     text,
+    upstream_of,
 )
 
 KIDS = {"transport": "stdio", "command": ["python", str(ROOT / "tests" / "stdio_upstream.py")]}
@@ -47,10 +48,6 @@ KIDS = {"transport": "stdio", "command": ["python", str(ROOT / "tests" / "stdio_
 
 def route(upstream: dict[str, Any], **tasks: Any) -> list[dict[str, Any]]:
     return [{"name": "t", "upstream": upstream, "tasks": tasks}]
-
-
-def upstreams(sdk_upstream: str) -> dict[str, dict[str, Any]]:
-    return {"stdio": DEMO, "streamable_http": {"transport": "streamable_http", "url": sdk_upstream}}
 
 
 class Recorder:
@@ -99,11 +96,11 @@ async def settle(recorder: Recorder, status: str) -> None:
             await asyncio.sleep(0.02)
 
 
-@pytest.mark.parametrize("kind", ["stdio", "streamable_http"])
+@pytest.mark.parametrize("kind", ["stdio", "streamable_http", "mcp2"])
 async def test_elicitation_during_a_task_reaches_the_waiting_tasks_result_and_the_answer_returns(
-    kind: str, start_gateway: StartGateway, sdk_upstream: str
+    kind: str, start_gateway: StartGateway, request: pytest.FixtureRequest
 ) -> None:
-    base = await start_gateway(route(upstreams(sdk_upstream)[kind]))
+    base = await start_gateway(route(upstream_of(kind, request)))
     recorder = Recorder()
     async with recorder.client(f"{base}/t/mcp") as client:
         created = await client.experimental.call_tool_as_task("ask", {})
@@ -122,9 +119,9 @@ async def test_elicitation_during_a_task_reaches_the_waiting_tasks_result_and_th
 
 @pytest.mark.parametrize("kind", ["stdio", "streamable_http"])
 async def test_sampling_during_a_task_reaches_the_client_and_the_answer_returns(
-    kind: str, start_gateway: StartGateway, sdk_upstream: str
+    kind: str, start_gateway: StartGateway, request: pytest.FixtureRequest
 ) -> None:
-    base = await start_gateway(route(upstreams(sdk_upstream)[kind]))
+    base = await start_gateway(route(upstream_of(kind, request)))
     recorder = Recorder()
     async with recorder.client(f"{base}/t/mcp") as client:
         created = await client.experimental.call_tool_as_task("sample", {"prompt": "hi"})
@@ -137,10 +134,11 @@ async def test_sampling_during_a_task_reaches_the_client_and_the_answer_returns(
     assert recorder.statuses == ["input_required", "working", "completed"]
 
 
+@pytest.mark.parametrize("kind", ["streamable_http", "mcp2"])
 async def test_questions_of_two_tasks_in_one_session_each_reach_their_own_call(
-    start_gateway: StartGateway, sdk_upstream: str
+    kind: str, start_gateway: StartGateway, request: pytest.FixtureRequest
 ) -> None:
-    base = await start_gateway(route({"transport": "streamable_http", "url": sdk_upstream}))
+    base = await start_gateway(route(upstream_of(kind, request)))
     recorder = Recorder()
     async with recorder.client(f"{base}/t/mcp") as client:
         one, two = [await client.experimental.call_tool_as_task("ask", {}) for _ in range(2)]

@@ -7,12 +7,15 @@ marks the tool safe to repeat)."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import json
 import os
+import secrets
 import subprocess
 import sys
 import time
 from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -263,13 +266,15 @@ async def test_a_thousand_tasks_over_three_replicas_one_killed_nothing_stuck_not
     group = replicas_of("routes:\n" + http_route("r", sdk_upstream))
     urls = [group.url(name, "r") for name in "abc"]
     created: dict[str, str] = {}  # task id -> the replica that made it
+    nonces: dict[str, str] = {}  # task id -> the text its call asked to be answered
     refused = 0
     slots = asyncio.Semaphore(24)
 
     async def make(n: int) -> None:
         nonlocal refused
         url = urls[n % 3]  # round-robin: no stickiness
-        call = {"name": "slow", "arguments": {"steps": 8}}  # 0.4 s: past the sync window
+        nonce = f"call {n} {secrets.token_hex(8)}"
+        call = {"name": "slow", "arguments": {"steps": 8, "text": nonce}}  # 0.4 s: a task
         async with slots:
             try:
                 _, body = await modern_rpc(http, url, "tools/call", call, WITH_TASKS, n)
@@ -278,6 +283,7 @@ async def test_a_thousand_tasks_over_three_replicas_one_killed_nothing_stuck_not
                 return
         if "result" in body:
             created[body["result"]["taskId"]] = url
+            nonces[body["result"]["taskId"]] = nonce
         else:
             refused += 1
 
@@ -308,8 +314,163 @@ async def test_a_thousand_tasks_over_three_replicas_one_killed_nothing_stuck_not
     assert {t["statusMessage"] for t in lost_with_b} == {
         "interrupted: the gateway replica running it was lost"
     }
+    # Each its own call's answer, never another's.
     completed = [t for t in finals.values() if t["status"] == "completed"]
-    assert all(t["result"]["content"][0]["text"] == "8 steps done" for t in completed)
+    answers = {t["taskId"]: t["result"]["content"][0]["text"] for t in completed}
+    swapped = {nonces[t]: text for t, text in answers.items() if text != nonces[t]}
+    assert not swapped, f"{len(swapped)} of {len(answers)}: {list(swapped.items())[:3]}"
+
+
+#: Issue 33's load: a thousand task calls of one client session at 32 at a time, its requests
+#: spread over three replicas, against the Python mcp 2.3 server in its default stateful mode.
+SPREAD_TASKS, SPREAD_CONCURRENCY = 1000, 32
+#: The same for 2026-07-28 callers, fewer: each call is an upstream exchange of its own.
+SESSION_LESS_TASKS = 150
+#: How long a client waits on tasks/result before it moves on to its next call (each call
+#: upstream takes 0.3 s); the tasks it left are looked at again at the end, and any still
+#: working that long after that look began is stuck.
+RESULT_WAIT_SECONDS = STUCK_AFTER_SECONDS = 2
+
+
+@dataclass
+class Outcomes:
+    """What became of each call of a run, by the call's number."""
+
+    own: list[int] = field(default_factory=list)
+    #: What the client got instead of an answer.
+    lost: dict[int, str] = field(default_factory=dict)
+    #: Another call's answer.
+    swapped: dict[int, str] = field(default_factory=dict)
+    #: The status a task still had when its result had not come in time.
+    stuck: dict[int, str] = field(default_factory=dict)
+    #: How many results had not come within the first wait (looked at again at the end).
+    late: int = 0
+
+    def sort(self, n: int, nonce: str, answer: dict[str, Any]) -> None:
+        result = answer.get("result")
+        if not isinstance(result, dict) or result.get("isError"):
+            self.lost[n] = json.dumps(answer.get("error") or result)[:200]
+        elif result["content"][0]["text"] != nonce:
+            self.swapped[n] = f"{nonce!r} got {result['content'][0]['text']!r}"
+        else:
+            self.own.append(n)
+
+    def verdict(self) -> str:
+        counts = f"{len(self.lost)} lost, {len(self.swapped)} swapped, {len(self.stuck)} stuck"
+        kinds = (self.lost, self.swapped, self.stuck)
+        examples = [next(iter(kind.values())) for kind in kinds if kind]
+        return (
+            f"{len(self.own)} own answers ({self.late} late to come), {counts};"
+            f" for example {examples}"
+        )
+
+
+async def test_one_session_over_three_replicas_gets_each_tasks_own_answer_from_a_stateful_sdk(
+    replicas_of: Any, mcp2_upstream: str, http: aiohttp.ClientSession
+) -> None:
+    # The three replicas carry on the one upstream session A opened; the SDK server routes
+    # each answer by request id within it, so ids that two replicas both send are crossed.
+    # A long lease: a busy machine must not pass for a dead replica here.
+    group = replicas_of("routes:\n" + http_route("r", mcp2_upstream), lease=60)
+    urls = [group.url(name, "r") for name in "abc"]
+    session = await open_session(http, urls[0])
+    outcomes = Outcomes()
+    slots = asyncio.Semaphore(SPREAD_CONCURRENCY)
+    ids = itertools.count(2)  # the client's own, never two alike in its session
+    late: dict[int, tuple[str, dict[str, Any]]] = {}
+
+    async def ask(n: int, step: int, method: str, params: dict[str, Any]) -> dict[str, Any]:
+        """Step `step` of call `n`, on the replica after the previous step's: round robin,
+        no stickiness."""
+        url = urls[(n + step) % 3]
+        try:
+            return await rpc(http, url, session, method, params, request_id=next(ids))
+        except (aiohttp.ClientError, AssertionError) as exc:  # rpc's "no answer" is the latter
+            return {"error": repr(exc)}
+
+    async def run(n: int) -> None:
+        nonce = f"call {n} {secrets.token_hex(8)}"
+        call = {"name": "slow", "arguments": {"text": nonce}, "task": {}}
+        async with slots:
+            created = await ask(n, 0, "tools/call", call)
+            if "result" not in created:
+                outcomes.lost[n] = str(created.get("error"))[:200]
+                return
+            task = {"taskId": created["result"]["task"]["taskId"]}
+            try:
+                async with asyncio.timeout(RESULT_WAIT_SECONDS):
+                    answer = await ask(n, 1, "tasks/result", task)
+            except TimeoutError:
+                late[n] = nonce, task
+                return
+        outcomes.sort(n, nonce, answer)
+
+    async def look_again(n: int, nonce: str, task: dict[str, Any]) -> str | None:
+        """Sorts call `n`'s answer if its task has ended; else its status."""
+        async with slots:
+            got = await ask(n, 2, "tasks/get", task)
+            status = str(got.get("result", {}).get("status"))
+            if status not in ("completed", "failed", "cancelled"):
+                return status
+            outcomes.sort(n, nonce, await ask(n, 3, "tasks/result", task))
+            return None
+
+    await asyncio.gather(*(run(n) for n in range(SPREAD_TASKS)))
+    outcomes.late = len(late)
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + STUCK_AFTER_SECONDS
+    while late:  # a second look at each, by polling, until the deadline
+        looked = await asyncio.gather(*(look_again(n, *again) for n, again in late.items()))
+        outcomes.stuck = {n: status for n, status in zip(late, looked, strict=True) if status}
+        late = {n: late[n] for n in outcomes.stuck}
+        if loop.time() > deadline:
+            break
+        await asyncio.sleep(0.2)
+    assert len(outcomes.own) == SPREAD_TASKS, outcomes.verdict()
+
+
+async def test_session_less_calls_over_three_replicas_get_each_their_own_answer_from_a_stateful_sdk(
+    replicas_of: Any, mcp2_upstream: str, http: aiohttp.ClientSession
+) -> None:
+    # 2026-07-28 callers bring no session, and the route leaves `modern` to its default: no
+    # upstream session is shared, and the same contract holds for every call.
+    group = replicas_of("routes:\n" + http_route("r", mcp2_upstream), lease=60)
+    urls = [group.url(name, "r") for name in "abc"]
+    outcomes = Outcomes()
+    slots = asyncio.Semaphore(SPREAD_CONCURRENCY)
+
+    async def poll(url: str, task_id: str) -> dict[str, Any]:
+        """The task once it ends; the status it still has if that takes too long."""
+        status = "never read"
+        try:
+            async with asyncio.timeout(RESULT_WAIT_SECONDS + STUCK_AFTER_SECONDS):
+                while status not in ("completed", "failed", "cancelled"):
+                    await asyncio.sleep(0.2)
+                    get = {"taskId": task_id}
+                    _, got = await modern_rpc(http, url, "tasks/get", get, WITH_TASKS)
+                    status = got["result"]["status"]
+        except TimeoutError:
+            return {"stuck": status}
+        return dict(got["result"])
+
+    async def run(n: int) -> None:
+        nonce = f"call {n} {secrets.token_hex(8)}"
+        call = {"name": "slow", "arguments": {"text": nonce}}
+        async with slots:  # made on one replica, polled on the next
+            try:
+                _, answer = await modern_rpc(http, urls[n % 3], "tools/call", call, WITH_TASKS, n)
+                if answer.get("result", {}).get("resultType") == "task":
+                    task = await poll(urls[(n + 1) % 3], answer["result"]["taskId"])
+                    if "stuck" in task:
+                        outcomes.stuck[n] = task["stuck"]
+                        return
+                    answer = {"result": task["result"]} if "result" in task else {"error": task}
+            except aiohttp.ClientError as exc:
+                answer = {"error": repr(exc)}
+        outcomes.sort(n, nonce, answer)
+
+    await asyncio.gather(*(run(n) for n in range(SESSION_LESS_TASKS)))
+    assert len(outcomes.own) == SESSION_LESS_TASKS, outcomes.verdict()
 
 
 async def test_a_replica_that_stops_leaves_the_upstream_session_to_the_others(

@@ -20,7 +20,7 @@ from gateway.tasks.models import Task
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.store.sqlite import SqliteTaskStore
 
-from .conftest import DEMO, ROOT, StartGateway, mcp_client
+from .conftest import ROOT, StartGateway, mcp_client
 from .fakes import FAULT_HOOKS
 from .helpers import (
     RELATED,
@@ -32,6 +32,7 @@ from .helpers import (
     rpc,
     start_task,
     text,
+    upstream_of,
     wait_terminal,
 )
 from .test_observability import sample, scrape
@@ -104,13 +105,20 @@ async def test_a_route_with_tasks_off_processes_task_calls_normally(
 # -- creating tasks and getting results
 
 
-@pytest.mark.parametrize("kind", ["stdio", "streamable_http"])
+#: Per upstream kind (`helpers.upstream_of`): a `slow` call of about a second, and its answer.
+SLOW_CALLS: dict[str, tuple[dict[str, Any], str]] = {
+    "stdio": ({"seconds": 1, "steps": 2}, "slept 1 s"),
+    "streamable_http": ({"steps": 10}, "10 steps done"),
+    "mcp2": ({"text": "slept a second", "seconds": 1, "steps": 2}, "slept a second"),
+}
+
+
+@pytest.mark.parametrize("kind", list(SLOW_CALLS))
 async def test_task_call_returns_a_working_task_at_once_and_the_result_later(
-    kind: str, start_gateway: StartGateway, sdk_upstream: str
+    kind: str, start_gateway: StartGateway, request: pytest.FixtureRequest
 ) -> None:
-    upstream = DEMO if kind == "stdio" else {"transport": "streamable_http", "url": sdk_upstream}
-    args = {"seconds": 1, "steps": 2} if kind == "stdio" else {"steps": 10}
-    base = await start_gateway(route(upstream))
+    args, expected = SLOW_CALLS[kind]
+    base = await start_gateway(route(upstream_of(kind, request)))
     async with mcp_client(f"{base}/t/mcp") as client:
         created = await client.experimental.call_tool_as_task("slow", args, ttl=120_000)
         task = created.task
@@ -123,7 +131,6 @@ async def test_task_call_returns_a_working_task_at_once_and_the_result_later(
         final = await wait_terminal(client, task.taskId)
         result = await client.experimental.get_task_result(task.taskId, types.CallToolResult)
     assert final.status == "completed"
-    expected = "slept 1 s" if kind == "stdio" else "10 steps done"
     assert text(result) == expected
 
 
@@ -435,10 +442,19 @@ async def test_cancel_marks_the_task_cancelled_before_answering_and_it_stays_can
 # -- progress and status notifications
 
 
+#: Per upstream kind: a `slow` call reporting its progress three times.
+THREE_STEPS: dict[str, dict[str, Any]] = {
+    "stdio": {"seconds": 0.6, "steps": 3},
+    "streamable_http": {"steps": 3},
+    "mcp2": {"text": "done", "seconds": 0.6, "steps": 3},
+}
+
+
+@pytest.mark.parametrize("kind", list(THREE_STEPS))
 async def test_progress_and_status_notifications_reach_the_client_after_create(
-    start_gateway: StartGateway,
+    kind: str, start_gateway: StartGateway, request: pytest.FixtureRequest
 ) -> None:
-    base = await start_gateway(route())
+    base = await start_gateway(route(upstream_of(kind, request)))
     progress: list[types.ProgressNotificationParams] = []
     statuses: list[str] = []
     done = asyncio.Event()
@@ -458,7 +474,7 @@ async def test_progress_and_status_notifications_reach_the_client_after_create(
 
     async with mcp_client(f"{base}/t/mcp", message_handler=on_message) as client:
         await client.experimental.call_tool_as_task(
-            "slow", {"seconds": 0.6, "steps": 3}, meta={"progressToken": "p-7"}
+            "slow", THREE_STEPS[kind], meta={"progressToken": "p-7"}
         )
         async with asyncio.timeout(5):
             await done.wait()

@@ -55,6 +55,8 @@ def answer(message: dict[str, Any]) -> bytes:
 
 
 def main() -> None:
+    # Bends on purpose (fault injection): it answers each request before it reads the next,
+    # so no two are ever in flight, and sends what no server should.
     for line in sys.stdin.buffer:
         message = json.loads(line)
         if "method" in message and "id" in message:
