@@ -256,6 +256,21 @@ async def test_a_cancelled_call_is_never_answered() -> None:
     assert sent.empty()
 
 
+async def test_a_call_under_an_id_already_in_flight_is_refused_and_the_first_answered() -> None:
+    """As strict as an SDK server, which routes answers by id: the gateway must never send
+    two calls under one id, and a test that would do so fails here, not silently."""
+    slow = {"name": "slow", "arguments": {"seconds": 0.2, "steps": 1}}
+    first = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": slow}
+    echo = {"name": "echo", "arguments": {"text": "second"}}
+    again = {"jsonrpc": "2.0", "id": 5, "method": "tools/call", "params": echo}
+    server, sent = await run_legacy(first, again)
+    async with asyncio.timeout(5):
+        refused, answered = await sent.get(), await sent.get()
+    await server.close()
+    assert refused["id"] == 5 and refused["error"]["code"] == -32600
+    assert answered["id"] == 5 and answered["result"]["content"][0]["text"] == "slept 0.2 s"
+
+
 async def test_a_task_augmented_call_gets_a_plain_tool_result() -> None:
     params = {"name": "echo", "arguments": {"text": "hi"}, "task": {"ttl": 60000}}
     server, sent = await run_legacy(

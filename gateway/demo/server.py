@@ -133,6 +133,10 @@ class LegacyServer:
                 call = self._calls.get(message.get("params", {}).get("requestId"))
                 if call is not None:
                     call.cancel()
+        elif method == "tools/call" and message["id"] in self._calls:
+            # As strict as an SDK server: one answer could not tell two calls apart.
+            error = {"code": -32600, "message": "a call with this id is already in flight"}
+            await self._send({"jsonrpc": "2.0", "id": message["id"], "error": error})
         elif method == "tools/call":
             self._start_call(message["id"], message.get("params", {}))
         else:
