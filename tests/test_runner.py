@@ -423,15 +423,10 @@ async def test_a_task_waiting_for_input_is_input_required_until_told_otherwise(
 # -- a read while the terminal write is under way
 
 
-async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_task(
+def hold_terminal_writes(
     parts: Parts, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The outcome is in hand and being made durable: a tasks/get then waits those
-    milliseconds and reads `completed`, instead of `working` and a poll more; a write that
-    takes too long leaves the read with the status as last written."""
-    monkeypatch.setattr(runner_module, "_FINISH_WAIT", 0.2)
-    host = await connected()
-    task = await submit(parts, host)
+) -> tuple[asyncio.Event, asyncio.Event]:
+    """Terminal writes wait for the first event once they have set the second (begun)."""
     gate, writing = asyncio.Event(), asyncio.Event()
     finish_task = parts.store.finish_task
 
@@ -441,6 +436,19 @@ async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_tas
         return await finish_task(*args, **kwargs)
 
     monkeypatch.setattr(parts.store, "finish_task", held)
+    return gate, writing
+
+
+async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_task(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The outcome is in hand and being made durable: a tasks/get then waits those
+    milliseconds and reads `completed`, instead of `working` and a poll more; a write that
+    takes too long leaves the read with the status as last written."""
+    monkeypatch.setattr(runner_module, "_FINISH_WAIT", 0.2)
+    host = await connected()
+    task = await submit(parts, host)
+    gate, writing = hold_terminal_writes(parts, monkeypatch)
     landing = parts.runner.landing(task.task_id)
     assert landing is None  # the call runs: nothing to wait for
     call = await host.call()
@@ -468,15 +476,7 @@ async def test_a_read_begun_before_the_terminal_write_landed_and_answered_after_
     read and the answer cannot leave a poll that came after the call's end with `working`."""
     host = await connected()
     task = await submit(parts, host)
-    gate, writing = asyncio.Event(), asyncio.Event()
-    finish_task = parts.store.finish_task
-
-    async def held(*args: Any, **kwargs: Any) -> Task | None:
-        writing.set()
-        await gate.wait()
-        return await finish_task(*args, **kwargs)
-
-    monkeypatch.setattr(parts.store, "finish_task", held)
+    gate, writing = hold_terminal_writes(parts, monkeypatch)
     host.scripted.answer(await host.call(), RESULT)
     await writing.wait()
     landing = parts.runner.landing(task.task_id)
