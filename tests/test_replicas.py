@@ -260,6 +260,8 @@ def test_an_unreachable_database_stops_the_start_naming_where_and_never_the_pass
     assert "hunter2" not in done.stderr
 
 
+# A thousand tasks on three processes: past the suite's 120 s on a busy 2-core machine.
+@pytest.mark.timeout(300)
 async def test_a_thousand_tasks_over_three_replicas_one_killed_nothing_stuck_nothing_lost(
     replicas_of: Any, sdk_upstream: str, http: aiohttp.ClientSession
 ) -> None:
@@ -365,6 +367,8 @@ class Outcomes:
         )
 
 
+# A thousand tasks on three processes: past the suite's 120 s on a busy 2-core machine.
+@pytest.mark.timeout(300)
 async def test_one_session_over_three_replicas_gets_each_tasks_own_answer_from_a_stateful_sdk(
     replicas_of: Any, mcp2_upstream: str, http: aiohttp.ClientSession
 ) -> None:
