@@ -269,11 +269,17 @@ def run(
                 pass
         _cancel_rest(loop)
         loop.run_until_complete(loop.shutdown_asyncgens())
+        loop.run_until_complete(loop.shutdown_default_executor())
+        # Closing the loop gives the signals it handles their default actions back, and one
+        # arriving while it closes its self-pipe would be written to a closed descriptor: they
+        # are held back (no other thread is left to take them) until they are ignored. The
+        # process has stopped; a signal now must not kill it before it exits.
+        handled = (*Signals.STOPPING, signal.SIGHUP)
+        signal.pthread_sigmask(signal.SIG_BLOCK, handled)
         loop.close()
-        # Closing the loop gave the signals it handled their default actions back: this
-        # process has stopped, and a signal now must not kill it before it exits.
-        for sig in (*Signals.STOPPING, signal.SIGHUP):
+        for sig in handled:
             signal.signal(sig, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)
 
 
 def _cancel_rest(loop: asyncio.AbstractEventLoop) -> None:
