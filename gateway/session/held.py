@@ -306,7 +306,9 @@ class HeldSessions:
             for shared, entry in list(self._shared.items()):
                 if entry is held:
                     await held.close()
-                    del self._shared[shared]
+                    # Two releases of it may meet here (each awaited the close): one takes it out.
+                    if self._shared.get(shared) is held:
+                        del self._shared[shared]
 
     async def _close_idle(self) -> None:
         deadline = time.monotonic() - self._idle_seconds
