@@ -469,7 +469,10 @@ class TaskRunner:
                 self._telemetry.rerun(task, "failed")
         failed = 0
         for message, ids in failing.items():
-            failed += len(await self._store.fail_running(ids, message, now))
+            ended = await self._store.fail_running(ids, message, now)
+            for task in ended:  # audited and told as any terminal write is
+                self._changed(task, None)
+            failed += len(ended)
         if failed:
             log.warning("%d task(s) of a lost gateway process marked failed", failed)
         if reruns:
