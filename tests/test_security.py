@@ -32,9 +32,14 @@ ISSUER, AUDIENCE = "https://issuer.test", "mcp-task-gateway"
 NOT_FOUND = (INVALID_PARAMS, "Failed to retrieve task: Task not found")
 
 
+#: Tokens of the parameter lists are made when the suite is collected, and some are used a
+#: quarter of an hour later: they hold for a day (as the not-yet-valid one waits a day).
+DAY = 86_400
+
+
 def token(sub: str = "carol", **claims: Any) -> str:
     now = int(time.time())
-    payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + 600, **claims}
+    payload = {"sub": sub, "iss": ISSUER, "aud": AUDIENCE, "iat": now, "exp": now + DAY, **claims}
     return jwt.encode(payload, claims.pop("key", SECRET), algorithm="HS256")
 
 
@@ -157,7 +162,7 @@ async def test_the_same_principal_reaches_its_task_from_a_new_session(
         (None, "missing bearer token"),
         ("Basic dXNlcjpwYXNz", "expected Authorization: Bearer <token>"),
         (f"Bearer {token(exp=int(time.time()) - 60)}", "token expired"),
-        (f"Bearer {token(nbf=int(time.time()) + 600)}", "token not yet valid"),
+        (f"Bearer {token(nbf=int(time.time()) + DAY)}", "token not yet valid"),
         (f"Bearer {token(aud='someone-else')}", "wrong audience"),
         (f"Bearer {token(iss='https://evil.test')}", "wrong issuer"),
         (f"Bearer {token(key='not-the-secret-but-just-as-long-012345')}", "invalid signature"),
