@@ -534,6 +534,14 @@ class Cable:
         self._server: asyncio.Server | None = None
         self._writers: set[asyncio.StreamWriter] = set()
 
+    @classmethod
+    async def before(cls, pg_url: str) -> tuple[Cable, str]:
+        """A cable in front of `pg_url`'s server, mended, and the URL that goes through it."""
+        target = urlsplit(pg_url)
+        cable = cls(free_port(), target.port or 5432)
+        await cable.mend()
+        return cable, f"postgresql://{target.username}@127.0.0.1:{cable.port}{target.path}"
+
     async def mend(self) -> None:
         self._server = await asyncio.start_server(self._pipe, "127.0.0.1", self.port)
 
@@ -564,10 +572,7 @@ class Cable:
 async def test_a_database_that_goes_away_is_a_503_to_retry_and_service_resumes_when_back(
     tmp_path: Path, pg_url: str
 ) -> None:
-    target = urlsplit(pg_url)
-    cable = Cable(free_port(), target.port or 5432)
-    await cable.mend()
-    url = f"postgresql://{target.username}@127.0.0.1:{cable.port}{target.path}"
+    cable, url = await Cable.before(pg_url)
     port = free_port()
     store = f"{{backend: postgres, url: {json.dumps(url)}}}"
     proc = start_process(write_config(tmp_path, port, store=store), port, log=tmp_path / "g.log")

@@ -8,7 +8,6 @@ import asyncio
 import json
 import subprocess
 from pathlib import Path
-from urllib.parse import urlsplit
 
 import aiohttp
 
@@ -36,10 +35,7 @@ async def until_ready_is(http: aiohttp.ClientSession, port: int, status: int) ->
 async def test_an_outage_all_replicas_see_fails_readiness_and_loses_no_outcome(
     tmp_path: Path, pg_url: str
 ) -> None:
-    target = urlsplit(pg_url)
-    cable = Cable(free_port(), target.port or 5432)
-    await cable.mend()
-    url = f"postgresql://{target.username}@127.0.0.1:{cable.port}{target.path}"
+    cable, url = await Cable.before(pg_url)
     store = f"{{backend: postgres, url: {json.dumps(url)}, lease_seconds: {LEASE_SECONDS}}}"
     procs: dict[str, subprocess.Popen[bytes]] = {}
     ports: dict[str, int] = {}
