@@ -17,7 +17,7 @@ from datetime import datetime
 from typing import Protocol
 
 from gateway.protocol import jsonrpc
-from gateway.tasks.models import InputRequest
+from gateway.tasks.models import InputRequest, names_nothing_stored
 from gateway.tasks.store import TaskStore
 
 #: The downstream id of a question kept in the store: it names the task and the question.
@@ -34,8 +34,8 @@ def parse_stored_id(down_id: object) -> tuple[str, str] | None:
     if not isinstance(down_id, str) or not down_id.startswith(_STORED_PREFIX):
         return None
     task_id, slash, key = down_id[len(_STORED_PREFIX) :].partition("/")
-    if not task_id or not slash or not key or "/" in key or "\x00" in down_id:
-        return None  # (a NUL: no store holds such an id, and PostgreSQL would fail on it)
+    if not task_id or not slash or not key or "/" in key or names_nothing_stored(down_id):
+        return None
     return task_id, key
 
 
