@@ -202,8 +202,7 @@ async def test_serve_drains_at_the_first_signal_and_a_second_cuts_the_drain_shor
         "SIGTERM received",
         "SIGINT again: stopping now, without waiting for running tasks",
         "shutting down",
-        "stopped",
-    ]
+    ]  # "stopped" is `run`'s, once the loop is closed
 
 
 async def test_serve_stops_after_a_drain_that_fails(

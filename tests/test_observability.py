@@ -6,6 +6,7 @@ import asyncio
 import json
 import logging
 import re
+import signal
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -176,6 +177,29 @@ def test_a_stuck_audit_disk_holds_up_no_caller_and_a_clean_stop_writes_every_lin
     finally:
         forget_audit_handlers()
     assert [json.loads(line)["task_id"] for line in disk.lines] == [f"t{n}" for n in range(200)]
+
+
+def blocked_signals(thread: threading.Thread) -> set[signal.Signals]:
+    """The signals `thread` blocks, as Linux reports them (SigBlk: a hex bit mask)."""
+    status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
+    mask = int(next(ln for ln in status.splitlines() if ln.startswith("SigBlk:")).split()[1], 16)
+    return {sig for sig in signal.Signals if mask >> (sig - 1) & 1}
+
+
+def test_the_audit_writer_takes_none_of_the_signals_the_event_loop_handles() -> None:
+    """The kernel gives a process's signal to any thread not blocking it. One the writer took
+    while the loop closed its self-pipe was written to a closed descriptor (CI printed
+    "OSError: [Errno 9] Bad file descriptor" at the stop) or took its default action."""
+    audit.start(logging.NullHandler())
+    try:
+        writer = next(t for t in threading.enumerate() if t.name == "audit-writer")
+        audit.audit("task_created", task_id="t", route="demo")  # the writer has run
+        deadline = time.monotonic() + 5
+        while not {signal.SIGTERM, signal.SIGINT, signal.SIGHUP} <= blocked_signals(writer):
+            assert time.monotonic() < deadline, blocked_signals(writer)
+            time.sleep(0.01)
+    finally:
+        forget_audit_handlers()
 
 
 async def test_a_stopped_gateway_has_written_every_audit_event_of_its_run(tmp_path: Path) -> None:

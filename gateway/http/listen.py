@@ -173,7 +173,6 @@ async def serve(
         # The handlers stay until the loop closes (`run` then ignores the signals): removed
         # here, a signal during the cleanup would take their default action, and kill.
         await runner.cleanup()
-    log.info("stopped")
 
 
 def _settle_heap() -> None:
@@ -274,12 +273,15 @@ def run(
         # arriving while it closes its self-pipe would be written to a closed descriptor: they
         # are held back (no other thread is left to take them) until they are ignored. The
         # process has stopped; a signal now must not kill it before it exits.
+        # Every other thread still running (the audit writer) blocks them from its start.
         handled = (*Signals.STOPPING, signal.SIGHUP)
         signal.pthread_sigmask(signal.SIG_BLOCK, handled)
         loop.close()
         for sig in handled:
             signal.signal(sig, signal.SIG_IGN)
         signal.pthread_sigmask(signal.SIG_UNBLOCK, handled)
+    # Last, so that no line of the stop (a late SIGHUP's, say) comes after it.
+    log.info("stopped")
 
 
 def _cancel_rest(loop: asyncio.AbstractEventLoop) -> None:

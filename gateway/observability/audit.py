@@ -17,6 +17,7 @@ import json
 import logging
 import logging.handlers
 import queue
+import signal
 import sys
 import threading
 import time
@@ -66,6 +67,10 @@ class _Writer(threading.Thread):
         self._stopping = threading.Event()
 
     def run(self) -> None:
+        # Signals are the event loop's: the kernel gives a process's signal to any thread not
+        # blocking it, and one taken here while the loop closes its self-pipe (the writer
+        # outlives the loop) was written to a closed descriptor, or took its default action.
+        signal.pthread_sigmask(signal.SIG_BLOCK, signal.valid_signals())
         lines, handle = self.lines, self.handler.handle
         while True:
             line = lines.get()
