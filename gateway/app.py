@@ -43,9 +43,7 @@ from gateway.http import admin, cors, listen, middleware
 from gateway.http.admin import AdminApi
 from gateway.http.drain import Drain
 from gateway.http.health import Health
-from gateway.http.middleware import Handler
-from gateway.http.urls import add_routes
-from gateway.keys import (
+from gateway.http.keys import (
     ALLOWED_HOSTS,
     DRAIN,
     HEALTH,
@@ -63,8 +61,10 @@ from gateway.keys import (
     TRACING,
     TRUSTED_PROXIES,
 )
+from gateway.http.middleware import Handler
+from gateway.http.reload import Reloads
+from gateway.http.urls import add_routes
 from gateway.observability.metrics import Metrics
-from gateway.reload import Reloads
 from gateway.route import Route
 from gateway.session.held import HeldSessions
 from gateway.session.mrtr import ParkedCalls

@@ -9,14 +9,17 @@ import socket
 import sys
 from functools import partial
 
-from gateway import __version__, admin_cli, config_check, reachability, store_cli
+from gateway import __version__
 from gateway.app import create_app, drain
+from gateway.commands import admin as admin_command
+from gateway.commands import config_check, store
 from gateway.config import ConfigError, load_settings, route_auth
 from gateway.http import listen
+from gateway.http.reload import on_sighup
 from gateway.observability import audit, logs
-from gateway.reload import on_sighup
 from gateway.tasks.store import StoreInUse
 from gateway.tasks.store.opening import StoreUnavailable
+from gateway.upstream import reachability
 
 
 def _url_host(host: str) -> str:
@@ -33,11 +36,11 @@ def _resolve(host: str) -> str:
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["store"]:
-        raise SystemExit(store_cli.main(argv[1:]))
+        raise SystemExit(store.main(argv[1:]))
     if argv[:1] == ["config"]:
         raise SystemExit(config_check.main(argv[1:]))
     if argv[:1] in (["tasks"], ["sessions"]):
-        raise SystemExit(admin_cli.main(argv))
+        raise SystemExit(admin_command.main(argv))
     parser = argparse.ArgumentParser(
         prog="mcp-task-gateway",
         description="Adds MCP Tasks to MCP servers that lack them.",

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from gateway import reruns
 from gateway.aio import TaskSet
-from gateway.keys import MODERN_TASK_API, RUNNER, SETTINGS, STORE
+from gateway.http.keys import MODERN_TASK_API, RUNNER, SETTINGS, STORE
 from gateway.protocol.errors import StoreUnreachable
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, REPLICA_LOST_MESSAGE

@@ -18,7 +18,7 @@ from collections.abc import Callable
 import aiohttp
 from aiohttp import web
 
-from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, ROUTES, RUNNER, STORE
+from gateway.http.keys import HELD_SESSIONS, MODERN_TASK_API, ROUTES, RUNNER, STORE
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
 from gateway.protocol.outcome import Outcome

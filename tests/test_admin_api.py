@@ -18,7 +18,7 @@ import aiohttp
 import pytest
 import yaml
 
-from gateway import admin_cli
+from gateway.commands import admin as admin_cli
 from gateway.config import AdminConfig, ConfigError, load_settings, parse_settings
 from gateway.http import admin
 

@@ -20,9 +20,9 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from gateway.commands.config_check import HEADER, tasks
+from gateway.commands.config_check import main as config_check_main
 from gateway.config import TaskPolicy
-from gateway.config_check import HEADER, tasks
-from gateway.config_check import main as config_check_main
 from gateway.demo.tools import DEMO_TOOLS
 
 from .conftest import ROOT

@@ -19,7 +19,7 @@ from aiohttp import web
 from gateway.app import create_app, drain
 from gateway.config import ListenConfig, Settings
 from gateway.http import listen
-from gateway.keys import RUNNER, STORE
+from gateway.http.keys import RUNNER, STORE
 from gateway.protocol.errors import INTERNAL_ERROR
 from gateway.tasks.models import TaskStatus
 

@@ -20,7 +20,7 @@ from aiohttp import web
 from gateway.app import create_app
 from gateway.config import ListenConfig
 from gateway.http import listen, middleware
-from gateway.keys import STORE
+from gateway.http.keys import STORE
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,

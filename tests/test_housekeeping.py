@@ -18,7 +18,7 @@ from gateway.config import ListenConfig, Settings
 from gateway.demo.server import Message, Tool, ToolContext, text_result
 from gateway.demo.tools import NoArgs
 from gateway.http import listen
-from gateway.keys import STORE
+from gateway.http.keys import STORE
 from gateway.tasks.store.sqlite import SqliteTaskStore
 
 from .conftest import DEMO

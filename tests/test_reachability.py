@@ -1,4 +1,4 @@
-"""`gateway.reachability` in-process: the probe of one route's upstream that `config check`
+"""`gateway.upstream.reachability` in-process: the probe of one route's upstream that `config check`
 and the start-up check share, against a real HTTP+SSE upstream, a stdio child and an address
 nothing listens on; and the start-up check's log lines (the process tests of both are in
 `test_config_check.py` and `test_start_output.py`)."""
@@ -14,11 +14,11 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway import reachability
+from gateway.commands.config_check import HEADER
+from gateway.commands.config_check import main as config_check_main
 from gateway.config import RouteConfig
-from gateway.config_check import HEADER
-from gateway.config_check import main as config_check_main
 from gateway.demo.tools import DEMO_TOOLS
+from gateway.upstream import reachability
 
 from .conftest import ROOT
 from .fakes import legacy_sse_app

@@ -1,4 +1,4 @@
-"""Reloading the configuration (`gateway.reload.reload`, what SIGHUP runs), in-process: all or
+"""Reloading the configuration (`gateway.http.reload.reload`, what SIGHUP runs), in-process: all or
 nothing, what a change applies to, and secret rotation. The SIGHUP journey over a real process
 with tasks running is in test_reload_process.py."""
 
@@ -27,8 +27,8 @@ from jwt.algorithms import RSAAlgorithm
 from gateway.app import create_app
 from gateway.config import ConfigError, ListenConfig, load_settings
 from gateway.http import listen
-from gateway.keys import METRICS, ROUTES
-from gateway.reload import on_sighup, reload
+from gateway.http.keys import METRICS, ROUTES
+from gateway.http.reload import on_sighup, reload
 
 from .conftest import DEMO
 from .fakes import SEEN

@@ -15,7 +15,7 @@ from aiohttp.test_utils import TestServer
 
 from gateway.app import create_app
 from gateway.config import Settings
-from gateway.keys import ROUTES, SESSIONS
+from gateway.http.keys import ROUTES, SESSIONS
 
 from .conftest import DEMO, ROOT, StartGateway
 from .helpers import (

@@ -9,7 +9,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway import store_cli
+from gateway.commands import store as store_cli
 from gateway.tasks.models import TaskStatus
 from gateway.tasks.store import open_store
 

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from gateway import store_cli
+from gateway.commands import store as store_cli
 from gateway.tasks.store import open_store, sqlite_schema
 
 from .conftest import ROOT, free_port

@@ -1,4 +1,4 @@
-"""`gateway.timers`: alarms queued by delay, and `deadline`, which must behave as
+"""`gateway.aio.timers`: alarms queued by delay, and `deadline`, which must behave as
 asyncio.timeout does (the relay's time limits and JSON window run on them)."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ import asyncio
 
 import pytest
 
-from gateway import timers
+from gateway.aio import timers
 
 
 async def test_alarms_go_off_in_time_and_cancelled_ones_never() -> None:

@@ -23,7 +23,7 @@ from opentelemetry.trace import SpanKind
 from gateway.app import TRACING_MISSING, create_app
 from gateway.config import ConfigError, ListenConfig, Settings, parse_settings
 from gateway.http import listen
-from gateway.keys import TRACING
+from gateway.http.keys import TRACING
 
 from .conftest import DEMO
 from .fakes import RECEIVED, SEEN, legacy_sse_app

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gateway.http.drain import RETRY_AFTER_SECONDS
+from gateway.http.keys import DRAIN, SESSIONS
 from gateway.http.middleware import GENERATION
-from gateway.keys import DRAIN, SESSIONS
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
 from gateway.protocol import jsonrpc, modern

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from aiohttp import web
 
+from gateway.http.keys import SETTINGS
 from gateway.http.middleware import origin_allowed
-from gateway.keys import SETTINGS
 
 #: The request headers an MCP client sends besides the CORS-safelisted ones.
 ALLOWED_HEADERS = (

@@ -15,11 +15,11 @@ from aiohttp import web
 
 from gateway.config import HttpConfig
 from gateway.http import admission, endpoint_modern, sse
+from gateway.http.keys import RUNNER, SESSIONS, SETTINGS, TASK_API
 from gateway.http.middleware import GENERATION as GENERATION_KEY
 from gateway.http.middleware import METHOD as METHOD_KEY
 from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY
 from gateway.http.middleware import ROUTE as ROUTE_KEY
-from gateway.keys import RUNNER, SESSIONS, SETTINGS, TASK_API
 from gateway.observability.logs import printable
 from gateway.protocol import dispatch, jsonrpc, modern, rewrite
 from gateway.protocol.errors import (

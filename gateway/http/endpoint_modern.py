@@ -19,6 +19,7 @@ import aiohttp
 from aiohttp import web
 
 from gateway.http import admission, modern_tools
+from gateway.http.keys import HELD_SESSIONS, MODERN_TASK_API
 from gateway.http.modern_tools import (
     forwarded_headers,
     modern_owner,
@@ -26,7 +27,6 @@ from gateway.http.modern_tools import (
     upstream_failed,
 )
 from gateway.http.sse import SSE_HEADERS, STARTED
-from gateway.keys import HELD_SESSIONS, MODERN_TASK_API
 from gateway.protocol import jsonrpc, modern, modern_results
 from gateway.protocol.errors import (
     HEADER_MISMATCH,

@@ -14,8 +14,8 @@ from aiohttp import web
 
 from gateway.config import HttpConfig
 from gateway.http import forwarded
+from gateway.http.keys import ALLOWED_HOSTS, METRICS, SETTINGS, TRUSTED_PROXIES
 from gateway.http.sse import STARTED as STREAMING
-from gateway.keys import ALLOWED_HOSTS, METRICS, SETTINGS, TRUSTED_PROXIES
 from gateway.observability.logs import printable
 from gateway.observability.metrics import request_outcome
 from gateway.protocol import jsonrpc

@@ -27,8 +27,8 @@ import contextlib
 from aiohttp import web
 
 from gateway.http import admission
+from gateway.http.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER, SETTINGS
 from gateway.http.modern_stream import CallStream
-from gateway.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER, SETTINGS
 from gateway.protocol import jsonrpc, modern, modern_results
 from gateway.protocol.errors import (
     INTERNAL_ERROR,

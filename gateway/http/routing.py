@@ -1,4 +1,4 @@
-"""The configured routes' paths, as a reload leaves them (see `gateway.reload`).
+"""The configured routes' paths, as a reload leaves them (see `gateway.http.reload`).
 
 aiohttp's router is frozen once the app starts, so these paths are not registered with it:
 one catch-all resource (`urls.configured`) asks this table about every path the fixed ones

@@ -15,7 +15,7 @@ Nothing under /admin/ is served here: the operators' API (`gateway.http.admin`) 
 of its own (admin.listen), so this table answers it 404.
 
 The routes' paths and their metadata paths are not in aiohttp's router, which is frozen once
-the app starts: a reload (`gateway.reload`) changes them, so one catch-all resource, registered
+the app starts: a reload (`gateway.http.reload`) changes them, so one catch-all resource, registered
 last, looks each such path up in the `RouteTable` in force (`configured`).
 
 What happens to a request is decided next, in `gateway.protocol.dispatch`; when a task runs,
@@ -32,10 +32,10 @@ from gateway.config import Settings
 from gateway.http import admission, cors
 from gateway.http import endpoint as mcp_endpoint
 from gateway.http.health import Health
+from gateway.http.keys import HEALTH, METRICS, ROUTE_TABLE, ROUTES, SESSIONS
 from gateway.http.middleware import Handler
 from gateway.http.resource_metadata import metadata_response
 from gateway.http.routing import RouteTable
-from gateway.keys import HEALTH, METRICS, ROUTE_TABLE, ROUTES, SESSIONS
 from gateway.route import Route
 
 

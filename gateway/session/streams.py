@@ -18,7 +18,7 @@ import logging
 import secrets
 from collections.abc import AsyncGenerator, AsyncIterator
 
-from gateway import timers
+from gateway.aio import timers
 from gateway.protocol import jsonrpc
 
 log = logging.getLogger(__name__)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 
-from gateway import timers
+from gateway.aio import timers
 
 
 class Watch:

@@ -30,8 +30,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
-from gateway import timers
-from gateway.aio import TaskSet
+from gateway.aio import TaskSet, timers
 from gateway.config import Limits, TaskPolicy
 from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc

@@ -18,7 +18,7 @@ from collections.abc import Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
 
-from gateway import timers
+from gateway.aio import timers
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import (

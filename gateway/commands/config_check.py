@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from gateway.app import create_app
 from gateway.config import ConfigError, RouteConfig, TaskPolicy, load_settings
 from gateway.observability import logs
-from gateway.reachability import DEFAULT_TIMEOUT, Outcome, check
+from gateway.upstream.reachability import DEFAULT_TIMEOUT, Outcome, check
 
 HEADER = ("ROUTE", "TRANSPORT", "UPSTREAM", "TOOLS", "TASKS", "MODERN")
 

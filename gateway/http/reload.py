@@ -40,12 +40,13 @@ from pydantic import BaseModel
 
 from gateway.aio import TaskSet
 from gateway.config import ConfigError, Settings, load_settings
-from gateway.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, TRACING
+from gateway.http.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, TRACING
 from gateway.observability.audit import audit
 from gateway.route import Route, RouteInputs
 from gateway.upstream import UpstreamRoute
 
-log = logging.getLogger(__name__)
+# Named as before the module moved into http/: operators filter their logs on this name.
+log = logging.getLogger("gateway.reload")
 
 #: The sections a reload applies; the others keep the values the gateway started with.
 RELOADABLE = frozenset({"auth", "limits", "routes"})

@@ -21,9 +21,9 @@ from gateway.tasks.api_modern import ModernTaskApi
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 
-if TYPE_CHECKING:  # gateway.reload reads these keys; traces import an optional extra
+if TYPE_CHECKING:  # gateway.http.reload reads these keys; traces import an optional extra
+    from gateway.http.reload import Reloads
     from gateway.observability.traces import Tracing
-    from gateway.reload import Reloads
 
 #: The settings the gateway started with; the routes, auth and limits in force since the last
 #: reload are `RELOADS`' (the rest, read once at start, stays as it was).
