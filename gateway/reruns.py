@@ -11,23 +11,17 @@ running on an HTTP upstream: that session is told it was cancelled first.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Callable
 
-import aiohttp
 from aiohttp import web
 
 from gateway.http.keys import HELD_SESSIONS, MODERN_TASK_API, ROUTES, RUNNER, STORE
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
-from gateway.protocol.outcome import Outcome
-from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
 from gateway.route import Route
 from gateway.session.modern_call import ModernCall
-from gateway.tasks.models import Task, TaskStatus, principal_of
+from gateway.tasks.models import Task, principal_of
 from gateway.tasks.recovery import Bounds, Rerun, call_of
-from gateway.upstream import native
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +45,9 @@ async def start(app: web.Application, reruns: list[tuple[Task, Rerun]]) -> None:
         route = app[ROUTES].get(task.route)
         kept = await app[STORE].get_request(task.task_id)
         if route is None or kept is None:
-            await _fail(app, task, "interrupted: gateway restarted; its request was not kept")
+            await app[RUNNER].fail_lost(
+                [task.task_id], "interrupted: gateway restarted; its request was not kept"
+            )
             continue
         await _cancel_earlier(app, route, task)
         request, capabilities = call_of(kept)
@@ -68,28 +64,10 @@ async def start(app: web.Application, reruns: list[tuple[Task, Rerun]]) -> None:
         log.info("task of %s on route %s: attempt %d runs", task.tool, route.name, rerun.attempt)
 
 
-async def _fail(app: web.Application, task: Task, message: str) -> None:
-    outcome = Outcome.error(INTERNAL_ERROR, message)
-    await app[STORE].finish_task(task.task_id, TaskStatus.FAILED, message, outcome, task.updated_at)
-
-
 async def _cancel_earlier(app: web.Application, route: Route, task: Task) -> None:
     """Best effort: the earlier attempt's call, on the HTTP upstream session it went on."""
     earlier = await app[STORE].get_upstream_call(task.task_id)
-    url = route.upstream.config.url
-    if earlier is None or earlier.session_id is None or url is None:
+    if earlier is None or earlier.session_id is None:
         return
     note = jsonrpc.cancelled(earlier.request_id, RESTARTED)
-    try:
-        headers = await route.upstream.request_headers({}, principal_of(task))
-    except GatewayError:
-        return
-    headers.update(native.POST_HEADERS)
-    headers.update(
-        {"Mcp-Session-Id": earlier.session_id, "MCP-Protocol-Version": LATEST_PROTOCOL_VERSION}
-    )
-    with contextlib.suppress(aiohttp.ClientError, TimeoutError):
-        async with route.upstream.http().post(
-            url, data=jsonrpc.dump(note).encode(), headers=headers
-        ):
-            pass
+    await route.upstream.tell_session(earlier.session_id, note, principal_of(task))

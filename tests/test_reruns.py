@@ -72,9 +72,12 @@ async def test_a_kill_reruns_repeatable_tasks_and_fails_the_others(
     proc = start_process(config, port)
     try:
         async with aiohttp.ClientSession() as http:
-            for name in ("safe", "once", "plain", "http"):
+            # Every session first (each starts a stdio child, a second or more on a busy
+            # machine), then the calls at once: the kill must find each 2.5 s call running.
+            names = ("safe", "once", "plain", "http")
+            sessions = {name: await open_session(http, f"{base}/{name}/mcp") for name in names}
+            for name, session in sessions.items():
                 url = f"{base}/{name}/mcp"
-                session = await open_session(http, url)
                 arguments = {"steps": 50} if name == "http" else slow_demo
                 started[name] = (session, await start_task(http, url, session, "slow", arguments))
             await asyncio.sleep(0.5)  # every call is under way upstream

@@ -468,15 +468,20 @@ class TaskRunner:
                 self._telemetry.rerun(task, "failed")
         failed = 0
         for message, ids in failing.items():
-            ended = await self._store.fail_running(ids, message, now)
-            for task in ended:  # audited and told as any terminal write is
-                self._changed(task, None)
-            failed += len(ended)
+            failed += len(await self.fail_lost(ids, message))
         if failed:
             log.warning("%d task(s) of a lost gateway process marked failed", failed)
         if reruns:
             log.warning("%d task(s) of tools safe to repeat run again", len(reruns))
         return reruns
+
+    async def fail_lost(self, task_ids: list[str], message: str) -> list[Task]:
+        """The terminal write for tasks no run of this process holds (a lost process's), in
+        one transaction; each is audited and told as any terminal write is."""
+        ended = await self._store.fail_running(task_ids, message, self._clock())
+        for task in ended:
+            self._changed(task, None)
+        return ended
 
     async def sweep(self) -> None:
         """Delete expired tasks; a running one is stopped first (the spec allows both)."""

@@ -15,18 +15,23 @@ listens). This package knows nothing of sessions, tasks or the client side.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
 import aiohttp
 
 from gateway.config import RouteConfig
+from gateway.protocol import jsonrpc
+from gateway.protocol.errors import GatewayError
+from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
 from gateway.upstream.base import Transport
 from gateway.upstream.client import Answer, CallLimit, UpstreamClient
 from gateway.upstream.generation import ModernWire
 from gateway.upstream.http1_pool import Http1Pool
 from gateway.upstream.identity import identity_for
 from gateway.upstream.legacy_sse import SseTransport
+from gateway.upstream.native import POST_HEADERS
 from gateway.upstream.stdio import ChildOwner, ChildSlots, StdioTransport
 from gateway.upstream.streamable_http import StreamableHttpTransport
 
@@ -106,6 +111,28 @@ class UpstreamRoute:
 
     def http(self) -> aiohttp.ClientSession:
         return self._client()
+
+    async def tell_session(
+        self, session_id: str, note: jsonrpc.Notification, principal: str | None
+    ) -> None:
+        """Best effort: `note` to an upstream session a lost process opened on the Streamable
+        HTTP wire (no session of this process holds it), as `principal`. Nothing is read
+        back and nothing is raised: the session may be gone, or the upstream down."""
+        if self.config.url is None:
+            return
+        try:
+            headers = await self.request_headers({}, principal)
+        except GatewayError:
+            return
+        headers.update(POST_HEADERS)
+        headers.update(
+            {"Mcp-Session-Id": session_id, "MCP-Protocol-Version": LATEST_PROTOCOL_VERSION}
+        )
+        with contextlib.suppress(aiohttp.ClientError, TimeoutError):
+            async with self._client().post(
+                self.config.url, data=jsonrpc.dump(note).encode(), headers=headers
+            ):
+                pass
 
     async def close(self) -> None:
         if self._pool is not None:
