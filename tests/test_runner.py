@@ -25,7 +25,7 @@ from gateway.protocol.errors import (
     GatewayError,
     TaskError,
 )
-from gateway.tasks import runner as runner_module
+from gateway.tasks import landing as landing_module
 from gateway.tasks.models import TERMINAL, Task, TaskStatus
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, Bounds
@@ -445,7 +445,7 @@ async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_tas
     """The outcome is in hand and being made durable: a tasks/get then waits those
     milliseconds and reads `completed`, instead of `working` and a poll more; a write that
     takes too long leaves the read with the status as last written."""
-    monkeypatch.setattr(runner_module, "_FINISH_WAIT", 0.2)
+    monkeypatch.setattr(landing_module, "_FINISH_WAIT", 0.2)
     host = await connected()
     task = await submit(parts, host)
     gate, writing = hold_terminal_writes(parts, monkeypatch)

@@ -42,8 +42,10 @@ from gateway.protocol.errors import (
     TaskLimitReached,
 )
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.creation import new_task, policy_ttl
 from gateway.tasks.host import TaskHost
-from gateway.tasks.models import Task, TaskStatus, status_for, storable_text
+from gateway.tasks.landing import Landings
+from gateway.tasks.models import Task, TaskStatus, status_for
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.progress import ProgressNotes
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, Bounds, Fail, Rerun, after_loss
@@ -59,10 +61,6 @@ log = logging.getLogger(__name__)
 CANCELLED_MESSAGE = "The task was cancelled by request."
 SHUTDOWN_MESSAGE = "interrupted: gateway shut down"
 INPUT_MESSAGE = "waiting for the client's answer: call tasks/result to receive the request"
-
-
-#: Longest a read of a task waits for its terminal write under way here (`current`).
-_FINISH_WAIT = 1.0
 
 
 @dataclass(slots=True)
@@ -107,9 +105,10 @@ class TaskRunner:
         self._running: dict[str, _Running] = {}
         #: Every run until it has ended, its terminal write included: what a drain waits for.
         self._runs: set[asyncio.Task[None]] = set()
-        #: Runs whose call has ended and whose terminal write is under way, with the reads
-        #: waiting for that write (see `current`).
-        self._finishing: dict[str, set[asyncio.Future[None]]] = {}
+        self._landings = Landings(store)
+        #: Taken before a read of a task, then the task as read (see `Landings`).
+        self.landing = self._landings.landing
+        self.current = self._landings.current
 
     async def submit(
         self,
@@ -130,30 +129,15 @@ class TaskRunner:
             TaskError: params.task.ttl is not a non-negative number, or the caller already
                 has limits.active_tasks_per_principal tasks running.
         """
-        params = jsonrpc.param(request, "task") or {}
-        requested = params.get("ttl")
-        if requested is not None:
-            # The schema types ttl as a number; milliseconds below one mean nothing.
-            if (
-                not isinstance(requested, int | float)
-                or isinstance(requested, bool)
-                or requested < 0
-            ):
-                raise TaskError("params.task.ttl must be a non-negative number of milliseconds")
-            requested = int(requested)
-        now = self._clock()
-        name = jsonrpc.param(request, "name")
-        task = Task(
+        ttl = policy_ttl(request, policy, limits)
+        task = new_task(
+            request,
             task_id=self._new_id(),
+            now=self._clock(),
             owner=host.owner,
             route=route,
-            tool=storable_text(name) if isinstance(name, str) else "",
-            status=TaskStatus.WORKING,
-            created_at=now,
-            updated_at=now,
-            ttl_ms=min(policy.ttl(requested), limits.max_ttl_ms or policy.max_ttl_ms),
+            ttl=ttl,
             poll_interval_ms=policy.poll_interval_ms,
-            progress_token=jsonrpc.progress_token(request),
             generation=generation,
             repeatable=rerun_with is not None,
         )
@@ -277,15 +261,8 @@ class TaskRunner:
                     # The terminal write comes first: what the host does with the end of
                     # the call (its session may be gone) cannot keep the task from ending.
                     status, message = status_for(outcome)
-                    readers: set[asyncio.Future[None]] = set()
-                    self._finishing[task.task_id] = readers
-                    try:
+                    with self._landings.under_way(task.task_id):
                         done = await self._finish(task.task_id, status, message, outcome)
-                    finally:
-                        del self._finishing[task.task_id]
-                        for reader in readers:
-                            if not reader.done():  # (a read cancelled meanwhile)
-                                reader.set_result(None)
                     if done is not None:
                         self._changed(done, host)
             finally:
@@ -295,42 +272,6 @@ class TaskRunner:
                     await host.end_task_call(outgoing.id)
                 finally:
                     self._runs.discard(asyncio.current_task())
-
-    def landing(self, task_id: object) -> asyncio.Future[None] | None:
-        """Taken before a read of the task: when its call here has ended and its terminal
-        write is under way, a future that resolves once the write has landed (else None).
-
-        Taken after the read, a write landing between the two would go unseen, and a poll
-        that came after the call's end would read `working`.
-        """
-        readers = self._finishing.get(task_id) if isinstance(task_id, str) else None
-        if readers is None:
-            return None
-        # A future of this read's own, resolved by the run itself: the read resumes on the
-        # loop's next turn after the write, where waiting on a shared one (which a cancelled
-        # read must not cancel, so behind a shield) took two more.
-        landed = asyncio.get_running_loop().create_future()
-        readers.add(landed)
-        return landed
-
-    async def current(self, task: Task, landing: asyncio.Future[None] | None) -> Task:
-        """`task` as read after `landing(task.task_id)`, or, when that found a terminal write
-        under way and the read came before it landed, the task once it has (a few
-        milliseconds, within `_FINISH_WAIT`)."""
-        if landing is None:
-            return task
-        try:
-            if task.status.terminal:
-                return task
-            async with timers.deadline(_FINISH_WAIT):
-                await landing
-        except TimeoutError:
-            return task  # the store is slow or away: the status as last written
-        finally:
-            readers = self._finishing.get(task.task_id)
-            if readers is not None:
-                readers.discard(landing)  # (a store away for long meets many reads)
-        return await self._store.get_task(task.task_id) or task
 
     async def _finish(
         self, task_id: str, status: TaskStatus, message: str | None, outcome: Outcome

@@ -1,0 +1,77 @@
+"""`Landings`: a read of a task that comes as its terminal write is under way sees that write.
+
+A run's call can end, and a client poll or blocking wait read the task, before the terminal
+write lands: the read would say `working` for a task whose answer is in hand. The runner marks
+each write `under_way`; a read takes `landing()` before it reads, and `current()` after, which
+gives the task as written once the write has landed (a few milliseconds).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Iterator
+
+from gateway.aio import timers
+from gateway.tasks.models import Task
+from gateway.tasks.store import TaskStore
+
+#: Longest a read of a task waits for its terminal write under way here (`current`).
+_FINISH_WAIT = 1.0
+
+
+class Landings:
+    def __init__(self, store: TaskStore) -> None:
+        self._store = store
+        #: Runs whose call has ended and whose terminal write is under way, with the reads
+        #: waiting for that write.
+        self._finishing: dict[str, set[asyncio.Future[None]]] = {}
+
+    @contextlib.contextmanager
+    def under_way(self, task_id: str) -> Iterator[None]:
+        """Around a task's terminal write: the reads that came meanwhile resume after it."""
+        readers: set[asyncio.Future[None]] = set()
+        self._finishing[task_id] = readers
+        try:
+            yield
+        finally:
+            del self._finishing[task_id]
+            for reader in readers:
+                if not reader.done():  # (a read cancelled meanwhile)
+                    reader.set_result(None)
+
+    def landing(self, task_id: object) -> asyncio.Future[None] | None:
+        """Taken before a read of the task: when its call here has ended and its terminal
+        write is under way, a future that resolves once the write has landed (else None).
+
+        Taken after the read, a write landing between the two would go unseen, and a poll
+        that came after the call's end would read `working`.
+        """
+        readers = self._finishing.get(task_id) if isinstance(task_id, str) else None
+        if readers is None:
+            return None
+        # A future of this read's own, resolved by the run itself: the read resumes on the
+        # loop's next turn after the write, where waiting on a shared one (which a cancelled
+        # read must not cancel, so behind a shield) took two more.
+        landed = asyncio.get_running_loop().create_future()
+        readers.add(landed)
+        return landed
+
+    async def current(self, task: Task, landing: asyncio.Future[None] | None) -> Task:
+        """`task` as read after `landing(task.task_id)`, or, when that found a terminal write
+        under way and the read came before it landed, the task once it has (a few
+        milliseconds, within `_FINISH_WAIT`)."""
+        if landing is None:
+            return task
+        try:
+            if task.status.terminal:
+                return task
+            async with timers.deadline(_FINISH_WAIT):
+                await landing
+        except TimeoutError:
+            return task  # the store is slow or away: the status as last written
+        finally:
+            readers = self._finishing.get(task.task_id)
+            if readers is not None:
+                readers.discard(landing)  # (a store away for long meets many reads)
+        return await self._store.get_task(task.task_id) or task
