@@ -112,10 +112,7 @@ async def _load(
                 for attempt in (1, 2):
                     async with http.post(url, data=data, headers=headers) as resp:
                         raw = await resp.read()
-                    try:
-                        answer: Any = json.loads(raw)
-                    except ValueError:
-                        answer = None
+                    answer = _answer(raw, resp.content_type)
                     if resp.status == 200 and isinstance(answer, dict) and "result" in answer:
                         break
                     problem = f"HTTP {resp.status}: {raw[:200]!r}"
@@ -124,6 +121,20 @@ async def _load(
                     print(f"warm-up: {problem}; sent again", file=sys.stderr)
 
         await asyncio.gather(*(worker(w) for w in range(WORKERS)))
+
+
+def _answer(raw: bytes, content_type: str) -> Any:
+    """The JSON-RPC answer in a response: its body, or, when the gateway turned the response
+    into an event stream (as it does for a call slower than its window, which under valgrind
+    an ordinary one can be), the message its stream ended with."""
+    if content_type == "text/event-stream":
+        lines = raw.decode(errors="replace").splitlines()
+        messages = [line[len("data: ") :] for line in lines if line.startswith("data: {")]
+        raw = messages[-1].encode() if messages else b""
+    try:
+        return json.loads(raw)
+    except ValueError:
+        return None
 
 
 def _headers(session_id: str | None, authorization: str | None) -> dict[str, str]:
