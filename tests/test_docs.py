@@ -83,9 +83,9 @@ def test_anchors_follow_githubs_spelling(tmp_path: Path) -> None:
     }
 
 
-def test_the_readmes_replica_config_is_one_the_gateway_takes() -> None:
-    section = README.read_text(encoding="utf-8").split("### Running several replicas")[1]
-    block = section.split("```yaml\n")[1].split("```")[0]
-    settings = parse_settings(yaml.safe_load(block), "README.md", env={"CI_BOT_KEY": "k" * 32})
+def test_the_replica_pages_working_config_is_one_the_gateway_takes() -> None:
+    page = (ROOT / "docs" / "replicas.md").read_text(encoding="utf-8")
+    block = page.split("A working config")[1].split("```yaml\n")[1].split("```")[0]
+    settings = parse_settings(yaml.safe_load(block), "replicas.md", env={"CI_BOT_KEY": "k" * 32})
     assert settings.store.backend == "postgres" and settings.store.shared
     assert settings.routes[0].tasks.repeatable == ("build_status",)
