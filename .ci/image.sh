@@ -68,7 +68,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# --- MCP over curl, as README "Try it" does it ---------------------------------------------------
+# --- MCP over curl, as docs/tasks.md "With curl" does it -----------------------------------------
 JSON_ACCEPT=(-H 'Content-Type: application/json' -H 'Accept: application/json, text/event-stream')
 # The JSON-RPC response in a reply that is either JSON or an SSE stream (the last data: line
 # that answers a request).
