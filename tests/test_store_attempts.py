@@ -17,7 +17,7 @@ from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import InputRequest, Task, TaskStatus, UpstreamCall, epoch_us
 from gateway.tasks.store import TaskStore, open_store
-from gateway.tasks.store.sqlite_schema import MIGRATIONS
+from gateway.tasks.store.sqlite.schema import MIGRATIONS
 
 from .test_store import BACKENDS, Backend, StoreUnderTest
 

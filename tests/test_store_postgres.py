@@ -16,7 +16,7 @@ import pytest
 
 from gateway.tasks.models import SessionRecord, TaskStatus, UpstreamCall
 from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
-from gateway.tasks.store.postgres_schema import MIGRATIONS
+from gateway.tasks.store.postgres.schema import MIGRATIONS
 
 from . import postgres
 from .test_store_attempts import INPUT, RESULT, SECOND, T0, WORKING, ask, make_task

@@ -1,10 +1,9 @@
 """The SQLite backend of `TaskStore`: the task and outcome queries on one file, and the
-session, input-request and attempt ones (`sqlite_sessions`, `sqlite_inputs`,
-`sqlite_attempts`) it delegates to.
+session, input-request and attempt ones (`sessions`, `inputs`, `attempts`) it delegates to.
 
-Writes go through the file's single `GroupCommitWriter` (`sqlite_writer`), so each returns
-once durable; reads use a second connection and, under WAL, see committed rows only and never
-wait in the writer's queue. `sqlite_schema` opens and locks the file and keeps its schema current.
+Writes go through the file's single `GroupCommitWriter` (`writer`), so each returns once
+durable; reads use a second connection and, under WAL, see committed rows only and never wait
+in the writer's queue. `schema` opens and locks the file and keeps its schema current.
 """
 
 from __future__ import annotations
@@ -32,11 +31,9 @@ from gateway.tasks.models import (
     from_epoch_us,
     sources_of,
 )
-from gateway.tasks.store import sqlite_attempts as attempts
-from gateway.tasks.store import sqlite_inputs as inputs
-from gateway.tasks.store import sqlite_sessions as sessions
 from gateway.tasks.store.filters import sessions_where, tasks_where
-from gateway.tasks.store.sqlite_schema import (
+from gateway.tasks.store.sqlite import attempts, inputs, sessions
+from gateway.tasks.store.sqlite.schema import (
     IN_JSON_ARRAY,
     LIVE_SQL,
     TASK_COLUMNS,
@@ -45,7 +42,7 @@ from gateway.tasks.store.sqlite_schema import (
     open_database,
     task_from_row,
 )
-from gateway.tasks.store.sqlite_writer import GroupCommitWriter
+from gateway.tasks.store.sqlite.writer import GroupCommitWriter
 
 T = TypeVar("T")
 
@@ -70,7 +67,7 @@ def _marks(values: Collection[Any]) -> str:
 
 
 #: The statuses of a task that is still running, as bound: plain strings, as every status
-#: and flag here is (why: the adapter note in `sqlite_schema`).
+#: and flag here is (why: the adapter note in `schema`).
 _LIVE = tuple(s.value for s in TaskStatus if not s.terminal)
 _COUNT_LIVE = f"SELECT COUNT(*) FROM tasks WHERE owner = ? AND {LIVE_SQL}"
 _CREATE = (

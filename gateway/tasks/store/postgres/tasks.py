@@ -17,9 +17,8 @@ from typing import Any
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import Task, TaskStatus, epoch_us
-from gateway.tasks.store import postgres_attempts as attempts
-from gateway.tasks.store import postgres_inputs as inputs
-from gateway.tasks.store.postgres_schema import (
+from gateway.tasks.store.postgres import attempts, inputs
+from gateway.tasks.store.postgres.schema import (
     LIVE_SQL,
     LOCKS,
     OWNER_LOCK,

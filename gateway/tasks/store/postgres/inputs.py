@@ -1,6 +1,6 @@
 """The PostgreSQL store's input-request rows: the questions a task's call asked, and their fate.
 
-The same rows as SQLite's (`sqlite_inputs`): `pending` until `answered` or `withdrawn`, kept
+The same rows as SQLite's (`sqlite.inputs`): `pending` until `answered` or `withdrawn`, kept
 until their task is deleted so that a settled key is never reused. Asking and withdrawing are
 the runner's writes, fenced on the task's `runner`; an answer is a client's, taken on any
 replica. The write functions here run inside the store's transaction for the write.
@@ -13,7 +13,7 @@ from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.tasks.models import InputRequest, epoch_us
-from gateway.tasks.store.postgres_schema import (
+from gateway.tasks.store.postgres.schema import (
     INPUT_COLUMNS,
     LIVE_SQL,
     Connection,

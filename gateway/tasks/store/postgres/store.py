@@ -1,12 +1,12 @@
 """The PostgreSQL backend of `TaskStore`: the database several replicas share (DESIGN.md,
 "Several replicas"). The reads are here; the writes it delegates, by the rows they change, to
-`postgres_tasks`, `postgres_inputs`, `postgres_attempts` and `postgres_sessions`.
+`tasks`, `inputs`, `attempts` and `sessions`.
 
 Each write is one transaction on a pooled connection, durable on return (a caller cancelled
 before the commit has written nothing). A task's runner is the replica that created or
 claimed it, and the runner's writes are fenced on it: a replica taken for dead can no longer
 write to the tasks a survivor took over, while a client's cancel or answer lands on any
-replica. `postgres_schema` keeps the schema current, `postgres_listener` hears the wake-ups.
+replica. `schema` keeps the schema current, `listener` hears the wake-ups.
 """
 
 from __future__ import annotations
@@ -36,13 +36,11 @@ from gateway.tasks.models import (
     epoch_us,
     sources_of,
 )
-from gateway.tasks.store import postgres_attempts as attempts
-from gateway.tasks.store import postgres_inputs as inputs
-from gateway.tasks.store import postgres_sessions as sessions
-from gateway.tasks.store import postgres_tasks as task_rows
 from gateway.tasks.store.filters import sessions_where, tasks_where
-from gateway.tasks.store.postgres_listener import Listener
-from gateway.tasks.store.postgres_schema import (
+from gateway.tasks.store.postgres import attempts, inputs, sessions
+from gateway.tasks.store.postgres import tasks as task_rows
+from gateway.tasks.store.postgres.listener import Listener
+from gateway.tasks.store.postgres.schema import (
     TASK_COLUMNS,
     Connection,
     cursor_secret,

@@ -1,6 +1,6 @@
 """The PostgreSQL store's record of attempts, and which replica runs each task.
 
-As in SQLite (`sqlite_attempts`), a repeatable task's request is kept from its creation to its
+As in SQLite (`sqlite.attempts`), a repeatable task's request is kept from its creation to its
 terminal write, with the upstream request of its latest attempt. Here a task also has a
 `runner`, the replica running it, and every replica a lease in `replicas`, renewed in one
 statement on the database's clock. A replica whose lease has run out (or whose row is gone:
@@ -17,8 +17,8 @@ from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.tasks.models import Task, TaskStatus, epoch_us
-from gateway.tasks.store import postgres_inputs as inputs
-from gateway.tasks.store.postgres_schema import (
+from gateway.tasks.store.postgres import inputs
+from gateway.tasks.store.postgres.schema import (
     LIVE_SQL,
     TASK_COLUMNS,
     Connection,

@@ -68,7 +68,7 @@ MIGRATIONS = [
     CREATE INDEX tasks_live ON tasks (owner) WHERE status IN ('working', 'input_required');
     """,
     # Tasks remember the generation that made them; the questions a task's call asks are kept
-    # (see `sqlite_inputs`) so that the 2026-07-28 generation can show and answer them.
+    # (see `inputs`) so that the 2026-07-28 generation can show and answer them.
     """
     ALTER TABLE tasks ADD COLUMN generation TEXT NOT NULL DEFAULT '2025-11-25';
     CREATE TABLE task_inputs (
@@ -134,7 +134,7 @@ _PRAGMAS = "PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreig
 #: The writer's page cache (SQLite's default is 2 MiB): task ids are random, so each new task
 #: and outcome lands on a leaf page of its own in the id indexes, and with the default cache
 #: most of those were read again from the file on every write, on the event loop (see
-#: `sqlite_writer`). 32 MiB holds them for some hundred thousand tasks.
+#: `writer`). 32 MiB holds them for some hundred thousand tasks.
 _WRITER_CACHE = "PRAGMA cache_size = -32768"
 
 

@@ -2,7 +2,7 @@
 
 A row is `pending` until it is `answered` or `withdrawn`, and never changes again; it stays
 until its task is deleted (the foreign key cascades), so a settled key is never reused. The
-write functions here run inside the store's writer (`sqlite_writer`), each in its batch's
+write functions here run inside the store's writer (`writer`), each in its batch's
 transaction; the store does the reads.
 """
 
@@ -15,7 +15,7 @@ from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.tasks.models import InputRequest, epoch_us, from_epoch_us
-from gateway.tasks.store.sqlite_schema import IN_JSON_ARRAY, LIVE_SQL, json_text
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, LIVE_SQL, json_text
 
 #: What `input_from_row` reads. `upstream_id` is JSON text, so 1 and "1" stay apart.
 _COLUMNS = "task_id, key, method, params, upstream_id, created_at"

@@ -6,7 +6,7 @@ advisory lock before it looks at the schema version, so exactly one of them appl
 migration and the others find it done. Columns keep SQLite's shapes (times as `epoch_us`
 integers, JSON as text), so both backends read back exactly the same values; only the
 replicas' leases use the database's clock, so that no replica's clock ever decides whether
-another one is dead. Wake-ups (`postgres_listener`) are sent by triggers, inside the very
+another one is dead. Wake-ups (`listener`) are sent by triggers, inside the very
 transaction that changes a row, and only for changes someone waits for.
 """
 

@@ -1,6 +1,6 @@
 """The SQLite store's session records: what a client session needs to outlive a restart.
 
-The write functions here run inside the store's writer (`sqlite_writer`), each in its batch's
+The write functions here run inside the store's writer (`writer`), each in its batch's
 transaction; the store does the reads.
 """
 
@@ -12,7 +12,7 @@ from collections.abc import Collection
 from datetime import datetime
 
 from gateway.tasks.models import SessionRecord, epoch_us, from_epoch_us
-from gateway.tasks.store.sqlite_schema import IN_JSON_ARRAY, json_text
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, json_text
 
 # Not INSERT OR REPLACE: rewriting a record (its `initialized` arrives later) must not set its
 # last-seen time back to its creation.

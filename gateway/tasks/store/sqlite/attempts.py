@@ -3,7 +3,7 @@
 A repeatable task's request is kept in `task_calls` from its creation to its terminal write,
 and only that long (its arguments are at rest until then); so is the upstream request of its
 latest attempt, so that the next process can cancel that call before it runs the task again.
-The write functions here run inside the store's writer (`sqlite_writer`), each in its
+The write functions here run inside the store's writer (`writer`), each in its
 batch's transaction; the store does the reads.
 """
 
@@ -16,8 +16,8 @@ from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.tasks.models import Task, TaskStatus, UpstreamCall, epoch_us
-from gateway.tasks.store import sqlite_inputs as inputs
-from gateway.tasks.store.sqlite_schema import (
+from gateway.tasks.store.sqlite import inputs
+from gateway.tasks.store.sqlite.schema import (
     IN_JSON_ARRAY,
     LIVE_SQL,
     TASK_COLUMNS,
