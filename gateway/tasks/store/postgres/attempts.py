@@ -18,13 +18,8 @@ from datetime import datetime
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.tasks.models import Task, TaskStatus, epoch_us
 from gateway.tasks.store.postgres import inputs
-from gateway.tasks.store.postgres.schema import (
-    LIVE_SQL,
-    TASK_COLUMNS,
-    Connection,
-    json_text,
-    task_from_row,
-)
+from gateway.tasks.store.postgres.schema import LIVE_SQL, Connection
+from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
 
 #: How long a dead replica's row is kept once its tasks are settled, for operators to see.
 _FORGET_REPLICAS_AFTER = "1 hour"

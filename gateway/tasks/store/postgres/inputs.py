@@ -13,13 +13,8 @@ from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.tasks.models import InputRequest, epoch_us
-from gateway.tasks.store.postgres.schema import (
-    INPUT_COLUMNS,
-    LIVE_SQL,
-    Connection,
-    input_from_row,
-    json_text,
-)
+from gateway.tasks.store.postgres.schema import LIVE_SQL, Connection
+from gateway.tasks.store.rows import INPUT_COLUMNS, input_from_row, json_text
 
 # INSERT ... SELECT from the task's row: no row (unknown, terminal, or another replica's
 # task), no insert. FOR SHARE holds off a takeover until this commits, so that the new

@@ -10,7 +10,8 @@ from collections.abc import Collection
 from datetime import datetime
 
 from gateway.tasks.models import SessionRecord, epoch_us
-from gateway.tasks.store.postgres.schema import Connection, json_text
+from gateway.tasks.store.postgres.schema import Connection
+from gateway.tasks.store.rows import json_text
 
 # An update keeps the later last-seen time: rewriting a record (its `initialized` arrives
 # later) must not set it back to its creation.

@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import time
 from collections.abc import Awaitable, Callable, Collection, Iterator
 from datetime import datetime
@@ -40,12 +39,12 @@ from gateway.tasks.store.filters import sessions_where, tasks_where
 from gateway.tasks.store.postgres import attempts, inputs, sessions
 from gateway.tasks.store.postgres import tasks as task_rows
 from gateway.tasks.store.postgres.listener import Listener
-from gateway.tasks.store.postgres.schema import (
+from gateway.tasks.store.postgres.schema import Connection, cursor_secret, migrate
+from gateway.tasks.store.rows import (
     TASK_COLUMNS,
-    Connection,
-    cursor_secret,
+    answer_from_row,
     input_from_row,
-    migrate,
+    outcome_from_row,
     request_from_row,
     session_from_row,
     task_from_row,
@@ -178,7 +177,7 @@ class PostgresTaskStore:
 
     async def get_outcome(self, task_id: str) -> Outcome | None:
         rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = $1", task_id)
-        return next((Outcome(kind=r["kind"], body=json.loads(r["body"])) for r in rows), None)
+        return next(map(outcome_from_row, rows), None)
 
     async def erase_principal(self, principal: str) -> tuple[int, int]:
         async def erase(db: Connection) -> tuple[int, int]:
@@ -200,7 +199,7 @@ class PostgresTaskStore:
 
     async def answered_inputs(self, task_id: str) -> dict[str, JsonObject]:
         rows = await self._read(inputs.ANSWERED, task_id)
-        return {row["key"]: json.loads(row["response"]) for row in rows}
+        return dict(map(answer_from_row, rows))
 
     async def answer_input(
         self, task_id: str, key: str, response: JsonObject, now: datetime

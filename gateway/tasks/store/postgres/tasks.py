@@ -18,15 +18,8 @@ from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import Task, TaskStatus, epoch_us
 from gateway.tasks.store.postgres import attempts, inputs
-from gateway.tasks.store.postgres.schema import (
-    LIVE_SQL,
-    LOCKS,
-    OWNER_LOCK,
-    TASK_COLUMNS,
-    Connection,
-    json_text,
-    task_from_row,
-)
+from gateway.tasks.store.postgres.schema import LIVE_SQL, LOCKS, OWNER_LOCK, Connection
+from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
 
 #: A write of one or more task rows, returning the tasks it moved.
 Move = Callable[[Connection], Awaitable[list[Task]]]

@@ -15,15 +15,10 @@ from collections.abc import Collection
 from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject, RequestId
-from gateway.tasks.models import Task, TaskStatus, UpstreamCall, epoch_us
+from gateway.tasks.models import Task, TaskStatus, epoch_us
+from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
 from gateway.tasks.store.sqlite import inputs
-from gateway.tasks.store.sqlite.schema import (
-    IN_JSON_ARRAY,
-    LIVE_SQL,
-    TASK_COLUMNS,
-    json_text,
-    task_from_row,
-)
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, LIVE_SQL
 
 LIVE_TASKS = f"SELECT {TASK_COLUMNS} FROM tasks WHERE {LIVE_SQL} ORDER BY created_at, task_id"
 
@@ -52,19 +47,6 @@ _BEGIN = (
 )
 
 _FORGET = f"DELETE FROM task_calls WHERE task_id {IN_JSON_ARRAY}"
-
-
-def request_from_row(row: sqlite3.Row) -> JsonObject:
-    request: JsonObject = json.loads(row["request"])
-    return request
-
-
-def upstream_call_from_row(row: sqlite3.Row) -> UpstreamCall:
-    return UpstreamCall(
-        task_id=row["task_id"],
-        session_id=row["upstream_session_id"],
-        request_id=json.loads(row["upstream_request_id"]),
-    )
 
 
 def save_request(db: sqlite3.Connection, task_id: str, request: JsonObject) -> None:

@@ -14,22 +14,20 @@ from collections.abc import Collection
 from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject
-from gateway.tasks.models import InputRequest, epoch_us, from_epoch_us
-from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, LIVE_SQL, json_text
-
-#: What `input_from_row` reads. `upstream_id` is JSON text, so 1 and "1" stay apart.
-_COLUMNS = "task_id, key, method, params, upstream_id, created_at"
+from gateway.tasks.models import InputRequest, epoch_us
+from gateway.tasks.store.rows import INPUT_COLUMNS, input_from_row, json_text
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, LIVE_SQL
 
 # INSERT ... SELECT from the task's row: no row (unknown or terminal task), no insert; the
 # check and the write are one statement. A taken key inserts nothing either.
 _ADD = (
-    f"INSERT INTO task_inputs ({_COLUMNS}, state)"
+    f"INSERT INTO task_inputs ({INPUT_COLUMNS}, state)"
     f" SELECT ?, ?, ?, ?, ?, ?, 'pending' FROM tasks WHERE task_id = ? AND {LIVE_SQL}"
     " ON CONFLICT (task_id, key) DO NOTHING RETURNING key"
 )
 
 PENDING = (
-    f"SELECT {_COLUMNS} FROM task_inputs WHERE task_id = ? AND state = 'pending'"
+    f"SELECT {INPUT_COLUMNS} FROM task_inputs WHERE task_id = ? AND state = 'pending'"
     " ORDER BY created_at, key"
 )
 
@@ -37,21 +35,10 @@ ANSWERED = "SELECT key, response FROM task_inputs WHERE task_id = ? AND state = 
 
 _ANSWER = (
     "UPDATE task_inputs SET state = 'answered', response = ?, settled_at = ?"
-    f" WHERE task_id = ? AND key = ? AND state = 'pending' RETURNING {_COLUMNS}"
+    f" WHERE task_id = ? AND key = ? AND state = 'pending' RETURNING {INPUT_COLUMNS}"
 )
 
 _WITHDRAW = "UPDATE task_inputs SET state = 'withdrawn', settled_at = ? WHERE state = 'pending'"
-
-
-def input_from_row(row: sqlite3.Row) -> InputRequest:
-    return InputRequest(
-        task_id=row["task_id"],
-        key=row["key"],
-        method=row["method"],
-        params=json.loads(row["params"]),
-        upstream_id=json.loads(row["upstream_id"]),
-        created_at=from_epoch_us(row["created_at"]),
-    )
 
 
 def add(db: sqlite3.Connection, request: InputRequest) -> bool:
@@ -80,7 +67,7 @@ def withdraw(
     if keys is not None:
         named = f"AND key {IN_JSON_ARRAY}"
         params.append(json.dumps(list(keys)))
-    sql = f"{_WITHDRAW} AND task_id = ? {named} RETURNING {_COLUMNS}"
+    sql = f"{_WITHDRAW} AND task_id = ? {named} RETURNING {INPUT_COLUMNS}"
     rows = db.execute(sql, params).fetchall()
     # RETURNING comes in no promised order.
     return sorted(map(input_from_row, rows), key=lambda r: (r.created_at, r.key))

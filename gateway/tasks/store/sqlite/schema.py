@@ -1,4 +1,4 @@
-"""The SQLite file itself: its lock, its two connections, its tables and how their rows read.
+"""The SQLite file itself: its lock, its two connections, and its tables.
 
 One process at a time: `open_database` takes an exclusive lock on `<file>.lock` before its
 first statement, and the store holds it for its lifetime, so a second gateway started on the
@@ -11,17 +11,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import os
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiosqlite
-
-from gateway.tasks.models import Task, TaskStatus, from_epoch_us
 
 #: Applied in order once each; PRAGMA user_version counts those applied. Append, never edit.
 MIGRATIONS = [
@@ -123,12 +119,6 @@ LIVE_SQL = "status IN ('working', 'input_required')"
 #: `IN` over any number of values through one JSON array parameter (SQLite caps parameters).
 IN_JSON_ARRAY = "IN (SELECT value FROM json_each(?))"
 
-#: What `task_from_row` reads. Times are `epoch_us` integers, a progress token is JSON text.
-TASK_COLUMNS = (
-    "task_id, owner, route, tool, status, status_message, created_at, updated_at, ttl_ms,"
-    " poll_interval_ms, progress_token, generation, repeatable, attempt"
-)
-
 _PRAGMAS = "PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
 
 #: The writer's page cache (SQLite's default is 2 MiB): task ids are random, so each new task
@@ -136,33 +126,6 @@ _PRAGMAS = "PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreig
 #: most of those were read again from the file on every write, on the event loop (see
 #: `writer`). 32 MiB holds them for some hundred thousand tasks.
 _WRITER_CACHE = "PRAGMA cache_size = -32768"
-
-
-def task_from_row(row: sqlite3.Row) -> Task:
-    token = row["progress_token"]
-    return Task(
-        task_id=row["task_id"],
-        owner=row["owner"],
-        route=row["route"],
-        tool=row["tool"],
-        status=TaskStatus(row["status"]),
-        status_message=row["status_message"],
-        created_at=from_epoch_us(row["created_at"]),
-        updated_at=from_epoch_us(row["updated_at"]),
-        ttl_ms=row["ttl_ms"],
-        poll_interval_ms=row["poll_interval_ms"],
-        # JSON text keeps an int token an int and a str token a str.
-        progress_token=None if token is None else json.loads(token),
-        generation=row["generation"],
-        repeatable=bool(row["repeatable"]),
-        attempt=row["attempt"],
-    )
-
-
-def json_text(value: Any) -> str | None:
-    """A JSON column's value (None stays NULL)."""
-    # ensure_ascii (the default) escapes lone surrogates, which UTF-8 storage would reject.
-    return None if value is None else json.dumps(value)
 
 
 class StoreInUse(Exception):

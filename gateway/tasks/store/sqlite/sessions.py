@@ -11,8 +11,9 @@ import sqlite3
 from collections.abc import Collection
 from datetime import datetime
 
-from gateway.tasks.models import SessionRecord, epoch_us, from_epoch_us
-from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, json_text
+from gateway.tasks.models import SessionRecord, epoch_us
+from gateway.tasks.store.rows import json_text
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY
 
 # Not INSERT OR REPLACE: rewriting a record (its `initialized` arrives later) must not set its
 # last-seen time back to its creation.
@@ -38,21 +39,6 @@ DELETE = "DELETE FROM sessions WHERE session_id = ?"
 
 _TOUCH = f"UPDATE sessions SET last_seen = ? WHERE session_id {IN_JSON_ARRAY} AND last_seen < ?"
 _PRUNE = "DELETE FROM sessions WHERE last_seen < ? RETURNING session_id"
-
-
-def session_from_row(row: sqlite3.Row) -> SessionRecord:
-    initialized = row["initialized"]
-    return SessionRecord(
-        session_id=row["session_id"],
-        route=row["route"],
-        principal=row["principal"],
-        protocol_version=row["protocol_version"],
-        initialize=json.loads(row["initialize"]),
-        initialized=None if initialized is None else json.loads(initialized),
-        created_at=from_epoch_us(row["created_at"]),
-        upstream_session_id=row["upstream_session_id"],
-        upstream_protocol_version=row["upstream_protocol_version"],
-    )
 
 
 def save(db: sqlite3.Connection, record: SessionRecord) -> None:

@@ -32,16 +32,19 @@ from gateway.tasks.models import (
     sources_of,
 )
 from gateway.tasks.store.filters import sessions_where, tasks_where
-from gateway.tasks.store.sqlite import attempts, inputs, sessions
-from gateway.tasks.store.sqlite.schema import (
-    IN_JSON_ARRAY,
-    LIVE_SQL,
+from gateway.tasks.store.rows import (
     TASK_COLUMNS,
-    Database,
+    answer_from_row,
+    input_from_row,
     json_text,
-    open_database,
+    outcome_from_row,
+    request_from_row,
+    session_from_row,
     task_from_row,
+    upstream_call_from_row,
 )
+from gateway.tasks.store.sqlite import attempts, inputs, sessions
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, LIVE_SQL, Database, open_database
 from gateway.tasks.store.sqlite.writer import GroupCommitWriter
 
 T = TypeVar("T")
@@ -284,7 +287,7 @@ class SqliteTaskStore:
         if ended is not None:
             return ended[1]
         rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = ?", task_id)
-        return next((Outcome(kind=r["kind"], body=json.loads(r["body"])) for r in rows), None)
+        return next(map(outcome_from_row, rows), None)
 
     async def erase_principal(self, principal: str) -> tuple[int, int]:
         def erase(db: sqlite3.Connection) -> tuple[list[str], int]:
@@ -304,11 +307,11 @@ class SqliteTaskStore:
         return await self._write(lambda db: inputs.add(db, request))
 
     async def pending_inputs(self, task_id: str) -> list[InputRequest]:
-        return [inputs.input_from_row(row) for row in await self._read(inputs.PENDING, task_id)]
+        return [input_from_row(row) for row in await self._read(inputs.PENDING, task_id)]
 
     async def answered_inputs(self, task_id: str) -> dict[str, JsonObject]:
         rows = await self._read(inputs.ANSWERED, task_id)
-        return {row["key"]: json.loads(row["response"]) for row in rows}
+        return dict(map(answer_from_row, rows))
 
     async def answer_input(
         self, task_id: str, key: str, response: JsonObject, now: datetime
@@ -352,7 +355,7 @@ class SqliteTaskStore:
 
     async def get_request(self, task_id: str) -> JsonObject | None:
         rows = await self._read(attempts.REQUEST, task_id)
-        return next((attempts.request_from_row(row) for row in rows), None)
+        return next(map(request_from_row, rows), None)
 
     async def begin_attempt(
         self, task_id: str, attempt: int, status_message: str, now: datetime
@@ -370,7 +373,7 @@ class SqliteTaskStore:
 
     async def get_upstream_call(self, task_id: str) -> UpstreamCall | None:
         rows = await self._read(attempts.UPSTREAM_CALL, task_id)
-        return next((attempts.upstream_call_from_row(row) for row in rows), None)
+        return next(map(upstream_call_from_row, rows), None)
 
     async def claim_orphans(self) -> list[Task]:
         return [task_from_row(row) for row in await self._read(attempts.LIVE_TASKS)]
@@ -389,14 +392,14 @@ class SqliteTaskStore:
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
         rows = await self._read(sessions.GET, session_id)
-        return next((sessions.session_from_row(row) for row in rows), None)
+        return next(map(session_from_row, rows), None)
 
     async def query_sessions(
         self, route: str | None, principal: str | None, limit: int
     ) -> list[SessionRecord]:
         where, params = sessions_where(route, principal, _mark)
         sql = f"SELECT * FROM sessions WHERE {where} ORDER BY created_at, session_id LIMIT ?"
-        return [sessions.session_from_row(row) for row in await self._read(sql, *params, limit)]
+        return [session_from_row(row) for row in await self._read(sql, *params, limit)]
 
     async def delete_session(self, session_id: str) -> None:
         await self._write(lambda db: db.execute(sessions.DELETE, (session_id,)))
