@@ -33,7 +33,6 @@ from gateway.tasks.models import (
     TaskStatus,
     UpstreamCall,
     epoch_us,
-    sources_of,
 )
 from gateway.tasks.store.filters import sessions_where, tasks_where
 from gateway.tasks.store.postgres import attempts, inputs, sessions
@@ -50,6 +49,7 @@ from gateway.tasks.store.rows import (
     task_from_row,
     upstream_call_from_row,
 )
+from gateway.tasks.store.writes import check_request, failure, finish_sources, update_sources
 
 T = TypeVar("T")
 
@@ -100,8 +100,7 @@ class PostgresTaskStore:
     async def create_task(
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
     ) -> bool:
-        if request is not None and not task.repeatable:
-            raise ValueError("only a repeatable task's request is kept")
+        check_request(task, request)
         return await self._write(
             lambda db: task_rows.create(db, task, max_active, request, self._replica)
         )
@@ -148,9 +147,7 @@ class PostgresTaskStore:
     async def update_task(
         self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
     ) -> Task | None:
-        if status.terminal:
-            raise ValueError(f"{status} is terminal: use finish_task")
-        sources = (status, *sources_of(status))
+        sources = update_sources(status)
         move = task_rows.transition(task_id, sources, status, status_message, now, self._replica)
         return next(iter(await self._write(move)), None)
 
@@ -167,9 +164,7 @@ class PostgresTaskStore:
         outcome: Outcome | None,
         now: datetime,
     ) -> Task | None:
-        if not status.terminal:
-            raise ValueError(f"{status} is not terminal: use update_task")
-        sources = sources_of(status)
+        sources = finish_sources(status)
         # A client's cancel lands on whichever replica it reached, not only on the runner.
         runner = None if status == TaskStatus.CANCELLED else self._replica
         move = task_rows.transition(task_id, sources, status, status_message, now, runner)
@@ -227,9 +222,9 @@ class PostgresTaskStore:
 
     async def _fail(self, ids: list[str] | None, message: str, now: datetime) -> list[Task]:
         failed = TaskStatus.FAILED
-        sources = sources_of(failed)
+        sources = finish_sources(failed)
         move = task_rows.transition(ids, sources, failed, message, now, self._replica)
-        return await self._write(task_rows.ending(move, Outcome.error(-32603, message), now))
+        return await self._write(task_rows.ending(move, failure(message), now))
 
     async def get_request(self, task_id: str) -> JsonObject | None:
         rows = await self._read(attempts.REQUEST, task_id)

@@ -29,7 +29,6 @@ from gateway.tasks.models import (
     UpstreamCall,
     epoch_us,
     from_epoch_us,
-    sources_of,
 )
 from gateway.tasks.store.filters import sessions_where, tasks_where
 from gateway.tasks.store.rows import (
@@ -46,6 +45,7 @@ from gateway.tasks.store.rows import (
 from gateway.tasks.store.sqlite import attempts, inputs, sessions
 from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, LIVE_SQL, Database, open_database
 from gateway.tasks.store.sqlite.writer import GroupCommitWriter
+from gateway.tasks.store.writes import check_request, failure, finish_sources, update_sources
 
 T = TypeVar("T")
 
@@ -153,8 +153,7 @@ class SqliteTaskStore:
     async def create_task(
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
     ) -> bool:
-        if request is not None and not task.repeatable:
-            raise ValueError("only a repeatable task's request is kept")
+        check_request(task, request)
         expires = task.expires_at
         created, updated = epoch_us(task.created_at), epoch_us(task.updated_at)
         row = (
@@ -232,9 +231,7 @@ class SqliteTaskStore:
     async def update_task(
         self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
     ) -> Task | None:
-        if status.terminal:
-            raise ValueError(f"{status} is terminal: use finish_task")
-        sources = (status, *sources_of(status))
+        sources = update_sources(status)
 
         def update(db: sqlite3.Connection) -> Task | None:
             moved = _transition(db, task_id, sources, status, status_message, now)
@@ -266,9 +263,7 @@ class SqliteTaskStore:
         outcome: Outcome | None,
         now: datetime,
     ) -> Task | None:
-        if not status.terminal:
-            raise ValueError(f"{status} is not terminal: use update_task")
-        sources = sources_of(status)
+        sources = finish_sources(status)
 
         def finish(db: sqlite3.Connection) -> tuple[Task | None, int]:
             moved = _transition(db, task_id, sources, status, status_message, now)
@@ -341,11 +336,11 @@ class SqliteTaskStore:
 
     async def _fail(self, ids: list[str] | None, message: str, now: datetime) -> list[Task]:
         failed = TaskStatus.FAILED
-        sources = sources_of(failed)
+        sources = finish_sources(failed)
 
         def fail(db: sqlite3.Connection) -> list[Task]:
             tasks = _transition(db, ids, sources, failed, message, now)
-            _insert_outcomes(db, tasks, Outcome.error(-32603, message))
+            _insert_outcomes(db, tasks, failure(message))
             _ended(db, tasks, now)
             return tasks
 
