@@ -232,23 +232,30 @@ async def test_delete_expired_removes_tasks_at_expiry_with_their_outcomes(
     assert await store.delete_expired(T0 + timedelta(days=365)) == ["later"]
 
 
-async def test_fail_interrupted_fails_live_tasks_with_an_internal_error(
-    store: TaskStore,
+async def test_a_restart_fails_the_live_tasks_it_claims_with_an_internal_error(
+    backend: Backend,
 ) -> None:
+    store = await backend.open()
     for task in [make_task("w"), make_task("i", status=INPUT), make_task("done")]:
         await store.create_task(task)
     done = await store.finish_task("done", COMPLETED, None, RESULT, T0)
+    await store.close()
+    restarted = await backend.open("replica-restarted")
     restart = T0 + timedelta(minutes=5)
 
-    failed = await store.fail_interrupted("gateway restarted", restart)
+    claimed = [task.task_id for task in await restarted.claim_orphans()]
+    failed = await restarted.fail_running(claimed, "gateway restarted", restart)
 
     assert sorted(t.task_id for t in failed) == ["i", "w"]
     for task in failed:
         assert task.status == FAILED and task.status_message == "gateway restarted"
-        assert task.updated_at == restart and await store.get_task(task.task_id) == task
-        assert await store.get_outcome(task.task_id) == Outcome.error(-32603, "gateway restarted")
-    assert await store.get_task("done") == done and await store.get_outcome("done") == RESULT
-    assert await store.fail_interrupted("gateway restarted", restart) == []
+        assert task.updated_at == restart and await restarted.get_task(task.task_id) == task
+        outcome = await restarted.get_outcome(task.task_id)
+        assert outcome == Outcome.error(-32603, "gateway restarted")
+    assert await restarted.get_task("done") == done
+    assert await restarted.get_outcome("done") == RESULT
+    assert await restarted.fail_running(claimed, "gateway restarted", restart) == []
+    await restarted.close()
 
 
 async def test_fail_running_fails_the_listed_live_tasks_in_one_commit_and_only_once(
@@ -293,7 +300,7 @@ async def test_a_second_store_on_the_same_file_is_refused_before_it_reads_or_wri
     await first.close()
     # Closing lets the next process have it; a failed attempt left nothing held.
     second = await open_store(path)
-    assert await second.fail_interrupted("gateway restarted", T0) != []
+    assert await second.fail_running(["running"], "gateway restarted", T0) != []
     await second.close()
 
 

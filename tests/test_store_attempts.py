@@ -214,7 +214,7 @@ async def test_every_terminal_write_deletes_the_stored_request_in_its_transactio
     await store.finish_task("cancelled", TaskStatus.CANCELLED, "cancelled", None, end)
     await store.fail_running(["shut-down"], "interrupted: gateway shut down", end)
     assert await stored_calls(backend) == [("interrupted", json.dumps(REQUEST))]
-    await store.fail_interrupted("interrupted: gateway restarted", end)
+    await store.fail_running(["interrupted"], "interrupted: gateway restarted", end)
 
     for task_id in ended:
         assert await store.get_request(task_id) is None
@@ -259,7 +259,8 @@ async def test_a_restart_claims_every_owners_working_and_input_required_tasks_ol
     assert [task.task_id for task in live] == ["asking", "bobs", "late"]
     assert live == [tasks[2], tasks[1], tasks[0]]
     # Claimed, they are the restarted process's to settle.
-    failed = await restarted.fail_interrupted("interrupted: gateway restarted", T0 + SECOND)
+    claimed = [task.task_id for task in live]
+    failed = await restarted.fail_running(claimed, "interrupted: gateway restarted", T0 + SECOND)
     assert sorted(task.task_id for task in failed) == ["asking", "bobs", "late"]
     await restarted.close()
 
@@ -283,7 +284,7 @@ async def test_a_database_of_the_previous_schema_gains_attempts_and_keeps_its_ta
     assert await store.get_request("old") is None
     await store.create_task(make_task("new"), request=REQUEST)
     assert await store.get_request("new") == REQUEST
-    failed = await store.fail_interrupted("interrupted: gateway restarted", T0 + SECOND)
+    failed = await store.fail_running(["new", "old"], "interrupted: gateway restarted", T0 + SECOND)
     assert sorted(task.task_id for task in failed) == ["new", "old"]
     await store.close()
     with sqlite3.connect(path) as db:

@@ -192,7 +192,7 @@ async def test_the_terminal_write_withdraws_the_tasks_pending_inputs(backend: Ba
     await store.finish_task("finished", TaskStatus.CANCELLED, None, None, end)
     await store.fail_running(["shut-down"], "gateway shut down", end)
     assert await store.pending_inputs("bystander") == [ask("k", task_id="bystander")]
-    await store.fail_interrupted("gateway restarted", end)
+    await store.fail_running(["interrupted", "bystander"], "gateway restarted", end)
 
     for task_id in ["finished", "shut-down", "interrupted", "bystander"]:
         assert await store.pending_inputs(task_id) == []

@@ -212,18 +212,12 @@ class PostgresTaskStore:
         rows = await self._write(lambda db: db.fetch(sql, epoch_us(now)))
         return [row["task_id"] for row in rows]
 
-    async def fail_interrupted(self, message: str, now: datetime) -> list[Task]:
-        return await self._fail(None, message, now)
-
     async def fail_running(
         self, task_ids: Collection[str], message: str, now: datetime
     ) -> list[Task]:
-        return await self._fail(list(task_ids), message, now)
-
-    async def _fail(self, ids: list[str] | None, message: str, now: datetime) -> list[Task]:
         failed = TaskStatus.FAILED
         sources = finish_sources(failed)
-        move = task_rows.transition(ids, sources, failed, message, now, self._replica)
+        move = task_rows.transition(list(task_ids), sources, failed, message, now, self._replica)
         return await self._write(task_rows.ending(move, failure(message), now))
 
     async def get_request(self, task_id: str) -> JsonObject | None:

@@ -75,23 +75,18 @@ async def note(
 
 
 def transition(
-    which: str | list[str] | None,
+    which: str | list[str],
     sources: Sequence[TaskStatus],
     status: TaskStatus,
     message: str | None,
     now: datetime,
     runner: str | None,
 ) -> Move:
-    """Moves the task `which` names (or those it lists, or with None every task) whose status
-    is in `sources`, and with `runner` only those that replica runs."""
-    params: list[Any] = [status.value, message, epoch_us(now), [s.value for s in sources]]
-    where = ["status = ANY($4::text[])"]
-    if isinstance(which, str):
-        params.append(which)
-        where.append(f"task_id = ${len(params)}")
-    elif which is not None:
-        params.append(which)
-        where.append(f"task_id = ANY(${len(params)}::text[])")
+    """Moves the task `which` names (or those it lists) whose status is in `sources`, and with
+    `runner` only those that replica runs."""
+    params: list[Any] = [status.value, message, epoch_us(now), [s.value for s in sources], which]
+    named = "task_id = $5" if isinstance(which, str) else "task_id = ANY($5::text[])"
+    where = ["status = ANY($4::text[])", named]
     if runner is not None:
         params.append(runner)
         where.append(f"runner = ${len(params)}")

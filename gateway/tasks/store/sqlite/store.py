@@ -326,20 +326,14 @@ class SqliteTaskStore:
         self._forget(deleted)
         return deleted
 
-    async def fail_interrupted(self, message: str, now: datetime) -> list[Task]:
-        return await self._fail(None, message, now)
-
     async def fail_running(
         self, task_ids: Collection[str], message: str, now: datetime
     ) -> list[Task]:
-        return await self._fail(list(task_ids), message, now)
-
-    async def _fail(self, ids: list[str] | None, message: str, now: datetime) -> list[Task]:
         failed = TaskStatus.FAILED
         sources = finish_sources(failed)
 
         def fail(db: sqlite3.Connection) -> list[Task]:
-            tasks = _transition(db, ids, sources, failed, message, now)
+            tasks = _transition(db, list(task_ids), sources, failed, message, now)
             _insert_outcomes(db, tasks, failure(message))
             _ended(db, tasks, now)
             return tasks
@@ -441,27 +435,23 @@ class SqliteTaskStore:
 
 def _transition(
     db: sqlite3.Connection,
-    which: str | Collection[str] | None,
+    which: str | Collection[str],
     sources: Sequence[TaskStatus],
     status: TaskStatus,
     message: str | None,
     now: datetime,
 ) -> list[Task]:
-    """Moves the task `which` names (or those it lists, or with None every task) whose status
-    is in `sources`."""
+    """Moves the task `which` names (or those it lists) whose status is in `sources`."""
     # The status check sits in the UPDATE's WHERE: check and write are one statement.
-    key: tuple[str, ...]
-    if which is None:
-        one, key = "", ()
-    elif isinstance(which, str):
-        one, key = "task_id = ? AND", (which,)
+    if isinstance(which, str):
+        named, key = "task_id = ?", which
     else:
-        one, key = f"task_id {IN_JSON_ARRAY} AND", (json.dumps(list(which)),)
+        named, key = f"task_id {IN_JSON_ARRAY}", json.dumps(list(which))
     sql = (
         "UPDATE tasks SET status = ?, status_message = ?, updated_at = ?"
-        f" WHERE {one} status IN ({_marks(sources)}) RETURNING {TASK_COLUMNS}"
+        f" WHERE {named} AND status IN ({_marks(sources)}) RETURNING {TASK_COLUMNS}"
     )
-    params = (status.value, message, epoch_us(now), *key, *(source.value for source in sources))
+    params = (status.value, message, epoch_us(now), key, *(source.value for source in sources))
     rows = db.execute(sql, params).fetchall()
     return [task_from_row(row) for row in rows]
 
