@@ -16,8 +16,8 @@ from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import SessionRecord, Task, TaskStatus, epoch_us, owner_of
 from gateway.tasks.store import StoreInUse, TaskStore, open_store
 from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
-from gateway.tasks.store.sqlite.schema import MIGRATIONS
-from gateway.tasks.store.sqlite.store import _COUNT_LIVE, SqliteTaskStore
+from gateway.tasks.store.sqlite.schema import MIGRATIONS, SQL
+from gateway.tasks.store.sqlite.store import SqliteTaskStore
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 WORKING, INPUT = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
@@ -318,7 +318,9 @@ async def test_the_active_task_count_reads_the_live_index_not_the_finished_rows(
     assert await store.create_task(make_task("fourth"), max_active=3) is False
     await store.close()
     with sqlite3.connect(path) as db:
-        plan = " ".join(str(row) for row in db.execute(f"EXPLAIN QUERY PLAN {_COUNT_LIVE}", ("a",)))
+        plan = " ".join(
+            str(row) for row in db.execute(f"EXPLAIN QUERY PLAN {SQL.count_live}", ("a",))
+        )
     # The partial index holds live rows only: the count never walks the finished ones.
     assert "tasks_live" in plan
 
@@ -537,7 +539,7 @@ async def test_sqlite_polls_read_what_was_committed_whether_kept_in_memory_or_no
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Live tasks are kept in memory up to a bound (2 here); past it they are read from the file.
-    monkeypatch.setattr("gateway.tasks.store.sqlite.store._LIVE_KEPT", 2)
+    monkeypatch.setattr("gateway.tasks.store.sqlite.cache._LIVE_KEPT", 2)
     store = await open_store(tmp_path / "tasks.db")
     for name in ("a", "b", "c"):
         assert await store.create_task(make_task(name))
@@ -572,7 +574,7 @@ async def test_sqlite_a_task_just_finished_and_its_outcome_are_read_without_the_
     # The poll that sees the terminal status and the tasks/result after it come right after
     # the terminal write: both are answered from what that write committed, up to a bound
     # (one task here), and past it from the file, with the same answer.
-    monkeypatch.setattr("gateway.tasks.store.sqlite.store._ENDED_KEPT", 1)
+    monkeypatch.setattr("gateway.tasks.store.sqlite.cache._ENDED_KEPT", 1)
     body = {"content": [{"type": "text", "text": "done"}], "n": 2**70}
     store, reads = await finished(tmp_path, {"old": body, "new": body})
 
@@ -591,7 +593,7 @@ async def test_sqlite_a_task_just_finished_and_its_outcome_are_read_without_the_
 async def test_sqlite_a_large_outcome_is_read_from_the_file_and_keeps_the_small_ones_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("gateway.tasks.store.sqlite.store._ENDED_BYTES", 16_000)
+    monkeypatch.setattr("gateway.tasks.store.sqlite.cache._ENDED_BYTES", 16_000)
     small, large = {"text": "s"}, {"text": "x" * 1_001}  # over a sixteenth of the bytes
     store, reads = await finished(tmp_path, {"small": small, "large": large})
 

@@ -8,6 +8,7 @@ flag differs (0/1 in SQLite, a boolean in PostgreSQL), and `bool` reads either.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from typing import Any, Protocol
 
 from gateway.protocol.jsonrpc import JsonObject
@@ -78,6 +79,11 @@ def input_from_row(row: Row) -> InputRequest:
         upstream_id=json.loads(row["upstream_id"]),
         created_at=from_epoch_us(row["created_at"]),
     )
+
+
+def inputs_oldest_first(rows: Iterable[Row]) -> list[InputRequest]:
+    """The input requests of `rows` by age (RETURNING comes in no promised order)."""
+    return sorted(map(input_from_row, rows), key=lambda r: (r.created_at, r.key))
 
 
 def answer_from_row(row: Row) -> tuple[str, JsonObject]:

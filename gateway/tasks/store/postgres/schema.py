@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from asyncpg import Record
 
+from gateway.tasks.store.sql import Statements, dollar
+
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
 
@@ -127,9 +129,8 @@ MIGRATIONS = [
     """,
 ]
 
-#: The statuses of a running task, spelled as the partial indexes' WHERE so that the planner
-#: matches them.
-LIVE_SQL = "status IN ('working', 'input_required')"
+#: The statements both backends share, in PostgreSQL's placeholders.
+SQL = Statements(dollar)
 
 
 async def migrate(db: Connection) -> None:

@@ -34,13 +34,12 @@ from gateway.tasks.models import (
     UpstreamCall,
     epoch_us,
 )
-from gateway.tasks.store.filters import sessions_where, tasks_where
+from gateway.tasks.store.filters import select_sessions, select_tasks, tasks_where
 from gateway.tasks.store.postgres import attempts, inputs, sessions
 from gateway.tasks.store.postgres import tasks as task_rows
 from gateway.tasks.store.postgres.listener import Listener
-from gateway.tasks.store.postgres.schema import Connection, cursor_secret, migrate
+from gateway.tasks.store.postgres.schema import SQL, Connection, cursor_secret, migrate
 from gateway.tasks.store.rows import (
-    TASK_COLUMNS,
     answer_from_row,
     input_from_row,
     outcome_from_row,
@@ -58,19 +57,11 @@ _POOL_SIZE = 10
 _CLOSE_SECONDS = 10.0
 
 
-_ERASE_TASKS = (
-    "DELETE FROM tasks WHERE owner = 'principal:' || route || ':' || $1 RETURNING task_id"
-)
-
 _STORED_BYTES = (
     "SELECT coalesce(sum(octet_length(o.body)), 0) + coalesce(sum(octet_length(c.request)), 0)"
     " FROM tasks t LEFT JOIN outcomes o USING (task_id) LEFT JOIN task_calls c USING (task_id)"
     " WHERE t.owner = $1"
 )
-
-
-def _mark(number: int) -> str:
-    return f"${number}"
 
 
 class PostgresTaskStore:
@@ -106,39 +97,31 @@ class PostgresTaskStore:
         )
 
     async def find_task(self, task_id: str, owner: str) -> Task | None:
-        sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1 AND owner = $2"
-        return next(map(task_from_row, await self._read(sql, task_id, owner)), None)
+        return next(map(task_from_row, await self._read(SQL.owners_task, task_id, owner)), None)
 
     async def get_task(self, task_id: str) -> Task | None:
-        sql = f"SELECT {TASK_COLUMNS} FROM tasks WHERE task_id = $1"
-        return next(map(task_from_row, await self._read(sql, task_id)), None)
+        return next(map(task_from_row, await self._read(SQL.task, task_id)), None)
 
     async def list_tasks(
         self, owner: str, after: tuple[datetime, str] | None, limit: int, now: datetime
     ) -> list[Task]:
-        keyset = "" if after is None else "AND (created_at, task_id) > ($4, $5)"
-        start = () if after is None else (epoch_us(after[0]), after[1])
-        sql = (
-            f"SELECT {TASK_COLUMNS} FROM tasks WHERE owner = $1 {keyset}"
-            " AND (expires_at IS NULL OR expires_at > $2) ORDER BY created_at, task_id LIMIT $3"
-        )
-        rows = await self._read(sql, owner, epoch_us(now), limit, *start)
+        if after is None:
+            rows = await self._read(SQL.list_tasks, owner, epoch_us(now), limit)
+        else:
+            start = (epoch_us(after[0]), after[1])
+            rows = await self._read(SQL.list_tasks_after, owner, *start, epoch_us(now), limit)
         return [task_from_row(row) for row in rows]
 
     async def query_tasks(self, choice: TaskFilter) -> list[Task]:
-        where, params = tasks_where(choice, _mark)
-        sql = (
-            f"SELECT {TASK_COLUMNS} FROM tasks WHERE {where}"
-            f" ORDER BY created_at, task_id LIMIT {_mark(len(params) + 1)}"
-        )
-        return [task_from_row(row) for row in await self._read(sql, *params, choice.limit)]
+        sql, params = select_tasks(choice, SQL.mark)
+        return [task_from_row(row) for row in await self._read(sql, *params)]
 
     async def purge_tasks(self, choice: TaskFilter) -> list[str]:
-        where, params = tasks_where(choice, _mark, TERMINAL)
+        where, params = tasks_where(choice, SQL.mark, TERMINAL)
         # SKIP LOCKED: a row another replica is writing just now waits for the next purge.
         sql = (
             f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE {where}"
-            f" ORDER BY created_at, task_id LIMIT {_mark(len(params) + 1)}"
+            f" ORDER BY created_at, task_id LIMIT {SQL.mark(len(params) + 1)}"
             " FOR UPDATE SKIP LOCKED) RETURNING task_id"
         )
         rows = await self._write(lambda db: db.fetch(sql, *params, choice.limit))
@@ -171,13 +154,12 @@ class PostgresTaskStore:
         return next(iter(await self._write(task_rows.ending(move, outcome, now))), None)
 
     async def get_outcome(self, task_id: str) -> Outcome | None:
-        rows = await self._read("SELECT kind, body FROM outcomes WHERE task_id = $1", task_id)
-        return next(map(outcome_from_row, rows), None)
+        return next(map(outcome_from_row, await self._read(SQL.outcome, task_id)), None)
 
     async def erase_principal(self, principal: str) -> tuple[int, int]:
         async def erase(db: Connection) -> tuple[int, int]:
-            tasks = await db.fetch(_ERASE_TASKS, principal)
-            status: str = await db.execute("DELETE FROM sessions WHERE principal = $1", principal)
+            tasks = await db.fetch(SQL.erase_tasks, principal)
+            status: str = await db.execute(SQL.erase_sessions, principal)
             return len(tasks), int(status.split()[-1])
 
         return await self._write(erase)
@@ -190,11 +172,10 @@ class PostgresTaskStore:
         return await self._write(lambda db: inputs.add(db, request, self._replica))
 
     async def pending_inputs(self, task_id: str) -> list[InputRequest]:
-        return [input_from_row(row) for row in await self._read(inputs.PENDING, task_id)]
+        return [input_from_row(row) for row in await self._read(SQL.pending_inputs, task_id)]
 
     async def answered_inputs(self, task_id: str) -> dict[str, JsonObject]:
-        rows = await self._read(inputs.ANSWERED, task_id)
-        return dict(map(answer_from_row, rows))
+        return dict(map(answer_from_row, await self._read(SQL.answered_inputs, task_id)))
 
     async def answer_input(
         self, task_id: str, key: str, response: JsonObject, now: datetime
@@ -207,9 +188,7 @@ class PostgresTaskStore:
         return await self._write(lambda db: inputs.withdraw(db, task_id, now, keys, self._replica))
 
     async def delete_expired(self, now: datetime) -> list[str]:
-        # Their outcomes and input rows go with them: the foreign keys cascade.
-        sql = "DELETE FROM tasks WHERE expires_at <= $1 RETURNING task_id"
-        rows = await self._write(lambda db: db.fetch(sql, epoch_us(now)))
+        rows = await self._write(lambda db: db.fetch(SQL.delete_expired, epoch_us(now)))
         return [row["task_id"] for row in rows]
 
     async def fail_running(
@@ -221,8 +200,7 @@ class PostgresTaskStore:
         return await self._write(task_rows.ending(move, failure(message), now))
 
     async def get_request(self, task_id: str) -> JsonObject | None:
-        rows = await self._read(attempts.REQUEST, task_id)
-        return next(map(request_from_row, rows), None)
+        return next(map(request_from_row, await self._read(SQL.request, task_id)), None)
 
     async def begin_attempt(
         self, task_id: str, attempt: int, status_message: str, now: datetime
@@ -239,7 +217,7 @@ class PostgresTaskStore:
         )
 
     async def get_upstream_call(self, task_id: str) -> UpstreamCall | None:
-        rows = await self._read(attempts.UPSTREAM_CALL, task_id)
+        rows = await self._read(SQL.upstream_call, task_id)
         return next(map(upstream_call_from_row, rows), None)
 
     async def claim_orphans(self) -> list[Task]:
@@ -265,21 +243,16 @@ class PostgresTaskStore:
         return await self._write(lambda db: sessions.update(db, record))
 
     async def get_session(self, session_id: str) -> SessionRecord | None:
-        rows = await self._read(sessions.GET, session_id)
-        return next(map(session_from_row, rows), None)
+        return next(map(session_from_row, await self._read(SQL.session, session_id)), None)
 
     async def query_sessions(
         self, route: str | None, principal: str | None, limit: int
     ) -> list[SessionRecord]:
-        where, params = sessions_where(route, principal, _mark)
-        sql = (
-            f"SELECT * FROM sessions WHERE {where}"
-            f" ORDER BY created_at, session_id LIMIT {_mark(len(params) + 1)}"
-        )
-        return [session_from_row(row) for row in await self._read(sql, *params, limit)]
+        sql, params = select_sessions(route, principal, limit, SQL.mark)
+        return [session_from_row(row) for row in await self._read(sql, *params)]
 
     async def delete_session(self, session_id: str) -> None:
-        await self._write(lambda db: db.execute(sessions.DELETE, session_id))
+        await self._write(lambda db: db.execute(SQL.delete_session, session_id))
 
     async def prune_sessions(
         self, live: Collection[str], now: datetime, idle_before: datetime

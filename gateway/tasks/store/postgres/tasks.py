@@ -18,13 +18,12 @@ from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import Task, TaskStatus, epoch_us
 from gateway.tasks.store.postgres import attempts, inputs
-from gateway.tasks.store.postgres.schema import LIVE_SQL, LOCKS, OWNER_LOCK, Connection
+from gateway.tasks.store.postgres.schema import LOCKS, OWNER_LOCK, SQL, Connection
 from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
+from gateway.tasks.store.sql import LIVE_SQL
 
 #: A write of one or more task rows, returning the tasks it moved.
 Move = Callable[[Connection], Awaitable[list[Task]]]
-
-_COUNT_LIVE = f"SELECT count(*) FROM tasks WHERE owner = $1 AND {LIVE_SQL}"
 
 _INSERT = (
     f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at, runner)"
@@ -50,7 +49,7 @@ async def create(
         # One owner's creations queue here, on every replica: none can slip past the cap.
         lock = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
         await db.execute(lock, LOCKS + OWNER_LOCK, task.owner)
-        if await db.fetchval(_COUNT_LIVE, task.owner) >= max_active:
+        if await db.fetchval(SQL.count_live, task.owner) >= max_active:
             return False
     expires = task.expires_at
     await db.execute(
@@ -109,9 +108,9 @@ def ending(move: Move, outcome: Outcome | None, now: datetime) -> Move:
         tasks = await move(db)
         ended = [task.task_id for task in tasks]
         if outcome is not None and ended:
-            sql = "INSERT INTO outcomes VALUES ($1, $2, $3)"
             body = json.dumps(outcome.body)
-            await db.executemany(sql, [(task_id, outcome.kind, body) for task_id in ended])
+            rows = [(task_id, outcome.kind, body) for task_id in ended]
+            await db.executemany(SQL.insert_outcome, rows)
         await inputs.withdraw_all(db, ended, now)
         await attempts.forget(db, ended)
         return tasks

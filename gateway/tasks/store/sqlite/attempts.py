@@ -17,19 +17,11 @@ from datetime import datetime
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.tasks.models import Task, TaskStatus, epoch_us
 from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
+from gateway.tasks.store.sql import LIVE_SQL
 from gateway.tasks.store.sqlite import inputs
-from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, LIVE_SQL
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, SQL
 
 LIVE_TASKS = f"SELECT {TASK_COLUMNS} FROM tasks WHERE {LIVE_SQL} ORDER BY created_at, task_id"
-
-REQUEST = "SELECT request FROM task_calls WHERE task_id = ? AND request IS NOT NULL"
-
-UPSTREAM_CALL = (
-    "SELECT task_id, upstream_session_id, upstream_request_id FROM task_calls"
-    " WHERE task_id = ? AND upstream_request_id IS NOT NULL"
-)
-
-_SAVE_REQUEST = "INSERT INTO task_calls (task_id, request) VALUES (?, ?)"
 
 # INSERT ... SELECT from the task's row: a terminal or unknown task gets no row.
 _NOTE = (
@@ -51,7 +43,7 @@ _FORGET = f"DELETE FROM task_calls WHERE task_id {IN_JSON_ARRAY}"
 
 def save_request(db: sqlite3.Connection, task_id: str, request: JsonObject) -> None:
     """Keeps the request a repeatable task runs again from; part of its creation."""
-    db.execute(_SAVE_REQUEST, (task_id, json_text(request)))
+    db.execute(SQL.save_request, (task_id, json_text(request)))
 
 
 def note(

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import aiosqlite
 
+from gateway.tasks.store.sql import Statements, qmark
+
 #: Applied in order once each; PRAGMA user_version counts those applied. Append, never edit.
 MIGRATIONS = [
     """
@@ -111,10 +113,8 @@ MIGRATIONS = [
 # the same NULL for every connection; enum members and bools are bound as plain values.)
 sqlite3.register_adapter(type(None), lambda _: None)
 
-#: The statuses of a running task, spelled exactly as the `tasks_live` partial index's WHERE:
-#: SQLite uses that index only for a query that repeats its condition literally (bound
-#: parameters do not count).
-LIVE_SQL = "status IN ('working', 'input_required')"
+#: The statements both backends share, in SQLite's placeholders.
+SQL = Statements(qmark)
 
 #: `IN` over any number of values through one JSON array parameter (SQLite caps parameters).
 IN_JSON_ARRAY = "IN (SELECT value FROM json_each(?))"
