@@ -31,23 +31,14 @@ from gateway.tasks.models import (
     Task,
     TaskFilter,
     TaskStatus,
-    UpstreamCall,
     epoch_us,
 )
-from gateway.tasks.store.filters import select_sessions, select_tasks, tasks_where
+from gateway.tasks.store.filters import tasks_where
 from gateway.tasks.store.postgres import attempts, inputs, sessions
 from gateway.tasks.store.postgres import tasks as task_rows
 from gateway.tasks.store.postgres.listener import Listener
 from gateway.tasks.store.postgres.schema import SQL, Connection, cursor_secret, migrate
-from gateway.tasks.store.rows import (
-    answer_from_row,
-    input_from_row,
-    outcome_from_row,
-    request_from_row,
-    session_from_row,
-    task_from_row,
-    upstream_call_from_row,
-)
+from gateway.tasks.store.reads import SharedReads
 from gateway.tasks.store.writes import check_request, failure, finish_sources, update_sources
 
 T = TypeVar("T")
@@ -64,9 +55,11 @@ _STORED_BYTES = (
 )
 
 
-class PostgresTaskStore:
+class PostgresTaskStore(SharedReads):
     """`TaskStore` on a PostgreSQL database, as the replica `replica`. `commits` counts the
     transactions its writes committed."""
+
+    _sql = SQL
 
     def __init__(
         self,
@@ -95,26 +88,6 @@ class PostgresTaskStore:
         return await self._write(
             lambda db: task_rows.create(db, task, max_active, request, self._replica)
         )
-
-    async def find_task(self, task_id: str, owner: str) -> Task | None:
-        return next(map(task_from_row, await self._read(SQL.owners_task, task_id, owner)), None)
-
-    async def get_task(self, task_id: str) -> Task | None:
-        return next(map(task_from_row, await self._read(SQL.task, task_id)), None)
-
-    async def list_tasks(
-        self, owner: str, after: tuple[datetime, str] | None, limit: int, now: datetime
-    ) -> list[Task]:
-        if after is None:
-            rows = await self._read(SQL.list_tasks, owner, epoch_us(now), limit)
-        else:
-            start = (epoch_us(after[0]), after[1])
-            rows = await self._read(SQL.list_tasks_after, owner, *start, epoch_us(now), limit)
-        return [task_from_row(row) for row in rows]
-
-    async def query_tasks(self, choice: TaskFilter) -> list[Task]:
-        sql, params = select_tasks(choice, SQL.mark)
-        return [task_from_row(row) for row in await self._read(sql, *params)]
 
     async def purge_tasks(self, choice: TaskFilter) -> list[str]:
         where, params = tasks_where(choice, SQL.mark, TERMINAL)
@@ -153,9 +126,6 @@ class PostgresTaskStore:
         move = task_rows.transition(task_id, sources, status, status_message, now, runner)
         return next(iter(await self._write(task_rows.ending(move, outcome, now))), None)
 
-    async def get_outcome(self, task_id: str) -> Outcome | None:
-        return next(map(outcome_from_row, await self._read(SQL.outcome, task_id)), None)
-
     async def erase_principal(self, principal: str) -> tuple[int, int]:
         async def erase(db: Connection) -> tuple[int, int]:
             tasks = await db.fetch(SQL.erase_tasks, principal)
@@ -170,12 +140,6 @@ class PostgresTaskStore:
 
     async def add_input(self, request: InputRequest) -> bool:
         return await self._write(lambda db: inputs.add(db, request, self._replica))
-
-    async def pending_inputs(self, task_id: str) -> list[InputRequest]:
-        return [input_from_row(row) for row in await self._read(SQL.pending_inputs, task_id)]
-
-    async def answered_inputs(self, task_id: str) -> dict[str, JsonObject]:
-        return dict(map(answer_from_row, await self._read(SQL.answered_inputs, task_id)))
 
     async def answer_input(
         self, task_id: str, key: str, response: JsonObject, now: datetime
@@ -199,9 +163,6 @@ class PostgresTaskStore:
         move = task_rows.transition(list(task_ids), sources, failed, message, now, self._replica)
         return await self._write(task_rows.ending(move, failure(message), now))
 
-    async def get_request(self, task_id: str) -> JsonObject | None:
-        return next(map(request_from_row, await self._read(SQL.request, task_id)), None)
-
     async def begin_attempt(
         self, task_id: str, attempt: int, status_message: str, now: datetime
     ) -> Task | None:
@@ -215,10 +176,6 @@ class PostgresTaskStore:
         await self._write(
             lambda db: attempts.note(db, task_id, session_id, request_id, self._replica)
         )
-
-    async def get_upstream_call(self, task_id: str) -> UpstreamCall | None:
-        rows = await self._read(SQL.upstream_call, task_id)
-        return next(map(upstream_call_from_row, rows), None)
 
     async def claim_orphans(self) -> list[Task]:
         return await self._write(lambda db: attempts.claim(db, self._replica))
@@ -241,15 +198,6 @@ class PostgresTaskStore:
 
     async def update_session(self, record: SessionRecord) -> bool:
         return await self._write(lambda db: sessions.update(db, record))
-
-    async def get_session(self, session_id: str) -> SessionRecord | None:
-        return next(map(session_from_row, await self._read(SQL.session, session_id)), None)
-
-    async def query_sessions(
-        self, route: str | None, principal: str | None, limit: int
-    ) -> list[SessionRecord]:
-        sql, params = select_sessions(route, principal, limit, SQL.mark)
-        return [session_from_row(row) for row in await self._read(sql, *params)]
 
     async def delete_session(self, session_id: str) -> None:
         await self._write(lambda db: db.execute(SQL.delete_session, session_id))

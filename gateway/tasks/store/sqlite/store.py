@@ -25,20 +25,12 @@ from gateway.tasks.models import (
     Task,
     TaskFilter,
     TaskStatus,
-    UpstreamCall,
     epoch_us,
     from_epoch_us,
 )
-from gateway.tasks.store.filters import select_sessions, select_tasks, tasks_where
-from gateway.tasks.store.rows import (
-    answer_from_row,
-    input_from_row,
-    outcome_from_row,
-    request_from_row,
-    session_from_row,
-    task_from_row,
-    upstream_call_from_row,
-)
+from gateway.tasks.store.filters import tasks_where
+from gateway.tasks.store.reads import SharedReads
+from gateway.tasks.store.rows import task_from_row
 from gateway.tasks.store.sqlite import attempts, inputs, sessions, tasks
 from gateway.tasks.store.sqlite.cache import TaskCache
 from gateway.tasks.store.sqlite.schema import SQL, Database, open_database
@@ -56,8 +48,10 @@ _STORED_BYTES = (
 )
 
 
-class SqliteTaskStore:
+class SqliteTaskStore(SharedReads):
     """`TaskStore` on one SQLite file. `commits` counts COMMITs, to make batching visible."""
+
+    _sql = SQL
 
     def __init__(
         self, database: Database, on_timing: Callable[[str, float], None] | None = None
@@ -86,27 +80,11 @@ class SqliteTaskStore:
             return kept
         # Another owner's kept task costs the read an unknown id costs: the time taken must
         # not tell a caller that someone else's task exists.
-        return next(map(task_from_row, await self._read(SQL.owners_task, task_id, owner)), None)
+        return await super().find_task(task_id, owner)
 
     async def get_task(self, task_id: str) -> Task | None:
         kept = self._cache.task(task_id)
-        if kept is not None:
-            return kept
-        return next(map(task_from_row, await self._read(SQL.task, task_id)), None)
-
-    async def list_tasks(
-        self, owner: str, after: tuple[datetime, str] | None, limit: int, now: datetime
-    ) -> list[Task]:
-        if after is None:
-            rows = await self._read(SQL.list_tasks, owner, epoch_us(now), limit)
-        else:
-            start = (epoch_us(after[0]), after[1])
-            rows = await self._read(SQL.list_tasks_after, owner, *start, epoch_us(now), limit)
-        return [task_from_row(row) for row in rows]
-
-    async def query_tasks(self, choice: TaskFilter) -> list[Task]:
-        sql, params = select_tasks(choice, SQL.mark)
-        return [task_from_row(row) for row in await self._read(sql, *params)]
+        return kept if kept is not None else await super().get_task(task_id)
 
     async def purge_tasks(self, choice: TaskFilter) -> list[str]:
         where, params = tasks_where(choice, SQL.mark, TERMINAL)
@@ -162,9 +140,7 @@ class SqliteTaskStore:
 
     async def get_outcome(self, task_id: str) -> Outcome | None:
         kept = self._cache.outcome(task_id)
-        if kept is not None:
-            return kept
-        return next(map(outcome_from_row, await self._read(SQL.outcome, task_id)), None)
+        return kept if kept is not None else await super().get_outcome(task_id)
 
     async def erase_principal(self, principal: str) -> tuple[int, int]:
         def erase(db: sqlite3.Connection) -> tuple[list[str], int]:
@@ -181,12 +157,6 @@ class SqliteTaskStore:
 
     async def add_input(self, request: InputRequest) -> bool:
         return await self._write(lambda db: inputs.add(db, request))
-
-    async def pending_inputs(self, task_id: str) -> list[InputRequest]:
-        return [input_from_row(row) for row in await self._read(SQL.pending_inputs, task_id)]
-
-    async def answered_inputs(self, task_id: str) -> dict[str, JsonObject]:
-        return dict(map(answer_from_row, await self._read(SQL.answered_inputs, task_id)))
 
     async def answer_input(
         self, task_id: str, key: str, response: JsonObject, now: datetime
@@ -222,9 +192,6 @@ class SqliteTaskStore:
         self._cache.committed(failed_tasks)
         return failed_tasks
 
-    async def get_request(self, task_id: str) -> JsonObject | None:
-        return next(map(request_from_row, await self._read(SQL.request, task_id)), None)
-
     async def begin_attempt(
         self, task_id: str, attempt: int, status_message: str, now: datetime
     ) -> Task | None:
@@ -238,10 +205,6 @@ class SqliteTaskStore:
         self, task_id: str, session_id: str | None, request_id: RequestId
     ) -> None:
         await self._write(lambda db: attempts.note(db, task_id, session_id, request_id))
-
-    async def get_upstream_call(self, task_id: str) -> UpstreamCall | None:
-        rows = await self._read(SQL.upstream_call, task_id)
-        return next(map(upstream_call_from_row, rows), None)
 
     async def claim_orphans(self) -> list[Task]:
         return [task_from_row(row) for row in await self._read(attempts.LIVE_TASKS)]
@@ -257,15 +220,6 @@ class SqliteTaskStore:
 
     async def update_session(self, record: SessionRecord) -> bool:
         return await self._write(lambda db: sessions.update(db, record))
-
-    async def get_session(self, session_id: str) -> SessionRecord | None:
-        return next(map(session_from_row, await self._read(SQL.session, session_id)), None)
-
-    async def query_sessions(
-        self, route: str | None, principal: str | None, limit: int
-    ) -> list[SessionRecord]:
-        sql, params = select_sessions(route, principal, limit, SQL.mark)
-        return [session_from_row(row) for row in await self._read(sql, *params)]
 
     async def delete_session(self, session_id: str) -> None:
         await self._write(lambda db: db.execute(SQL.delete_session, (session_id,)))
