@@ -1,27 +1,23 @@
 """The PostgreSQL backend of `TaskStore`: the database several replicas share (DESIGN.md,
-"Several replicas"). The reads are here; the writes it delegates, by the rows they change, to
-`tasks`, `inputs`, `attempts` and `sessions`.
+"Several replicas"). Its reads are those both backends share (`reads.SharedReads`); its
+writes it delegates, by the rows they change, to `tasks`, `inputs`, `attempts` and `sessions`.
 
-Each write is one transaction on a pooled connection, durable on return (a caller cancelled
-before the commit has written nothing). A task's runner is the replica that created or
-claimed it, and the runner's writes are fenced on it: a replica taken for dead can no longer
-write to the tasks a survivor took over, while a client's cancel or answer lands on any
-replica. `schema` keeps the schema current, `listener` hears the wake-ups.
+Each write is one transaction on a pooled connection (`pool`), durable on return. A task's
+runner is the replica that created or claimed it, and the runner's writes are fenced on it: a
+replica taken for dead can no longer write to the tasks a survivor took over, while a client's
+cancel or answer lands on any replica. `schema` keeps the schema current, `listener` hears
+the wake-ups.
 """
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import time
-from collections.abc import Awaitable, Callable, Collection, Iterator
+from collections.abc import Awaitable, Callable, Collection
 from datetime import datetime
 from typing import Any, TypeVar
 
-import asyncpg
 from asyncpg import Record
 
-from gateway.protocol.errors import StoreUnreachable
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import (
@@ -37,16 +33,12 @@ from gateway.tasks.store.filters import tasks_where
 from gateway.tasks.store.postgres import attempts, inputs, sessions
 from gateway.tasks.store.postgres import tasks as task_rows
 from gateway.tasks.store.postgres.listener import Listener
+from gateway.tasks.store.postgres.pool import Pool, application_name
 from gateway.tasks.store.postgres.schema import SQL, Connection, cursor_secret, migrate
 from gateway.tasks.store.reads import SharedReads
 from gateway.tasks.store.writes import check_request, failure, finish_sources, update_sources
 
 T = TypeVar("T")
-
-_POOL_SIZE = 10
-#: How long `close` waits for the writes under way before it drops their connections.
-_CLOSE_SECONDS = 10.0
-
 
 _STORED_BYTES = (
     "SELECT coalesce(sum(octet_length(o.body)), 0) + coalesce(sum(octet_length(c.request)), 0)"
@@ -62,24 +54,14 @@ class PostgresTaskStore(SharedReads):
     _sql = SQL
 
     def __init__(
-        self,
-        pool: asyncpg.Pool[Record],
-        url: str,
-        replica: str,
-        lease_seconds: float,
-        secret: bytes,
-        on_timing: Callable[[str, float], None] | None = None,
+        self, db: Pool, url: str, replica: str, lease_seconds: float, secret: bytes
     ) -> None:
-        self._pool = pool
+        self._db = db
         self._url = url
         self._replica = replica
         self._lease_seconds = lease_seconds
         self._secret = secret
-        self._on_timing = on_timing
         self._listener: Listener | None = None
-        self._closed = False
-        self.commits = 0
-        self._last_commit = 0.0
 
     async def create_task(
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
@@ -189,7 +171,7 @@ class PostgresTaskStore(SharedReads):
         listener's connection cannot be made."""
         if self._listener is not None:
             raise RuntimeError("the task store is watched already")
-        listener = Listener(self._url, _application_name(self._replica), changed)
+        listener = Listener(self._url, application_name(self._replica), changed)
         await listener.start()
         self._listener = listener
 
@@ -208,8 +190,12 @@ class PostgresTaskStore(SharedReads):
         return await self._write(lambda db: sessions.prune(db, live, now, idle_before))
 
     @property
+    def commits(self) -> int:
+        return self._db.commits
+
+    @property
     def last_commit(self) -> float:
-        return self._last_commit
+        return self._db.last_commit
 
     async def check_writable(self) -> None:
         sql = (
@@ -225,73 +211,21 @@ class PostgresTaskStore(SharedReads):
         """Stops listening, gives up this replica's lease (its live tasks are the others' to
         claim at once), then closes the pool once the writes under way have ended; later
         calls are refused."""
-        if self._closed:
+        if not self._db.refuse():
             return
-        self._closed = True
         try:
             if self._listener is not None:
                 await self._listener.close()
-            async with self._pool.acquire() as db:
+            async with self._db.acquire() as db:
                 await db.execute(attempts.RELEASE, self._replica)
         finally:
-            # On timeout the pool terminates the connections still in use.
-            with contextlib.suppress(TimeoutError):
-                async with asyncio.timeout(_CLOSE_SECONDS):
-                    await self._pool.close()
+            await self._db.close()
 
     async def _read(self, sql: str, *params: Any) -> list[Record]:
-        self._check_open()
-        started = time.perf_counter()
-        with self._unreachable_as_503():
-            rows = await self._pool.fetch(sql, *params)
-        if self._on_timing is not None:
-            self._on_timing("read", time.perf_counter() - started)
-        return rows
+        return await self._db.read(sql, *params)
 
     async def _write(self, run: Callable[[Connection], Awaitable[T]]) -> T:
-        self._check_open()
-        started = time.perf_counter()
-        with self._unreachable_as_503():
-            async with self._pool.acquire() as db, db.transaction():
-                value = await run(db)
-        self.commits += 1
-        self._last_commit = time.monotonic()
-        if self._on_timing is not None:
-            self._on_timing("commit", time.perf_counter() - started)
-        return value
-
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("the task store is closed")
-
-    @contextlib.contextmanager
-    def _unreachable_as_503(self) -> Iterator[None]:
-        # OSError is a ConnectionError too, which the HTTP layer would take for a client that
-        # went away: the client would get a bare 500 instead of being told to retry.
-        try:
-            yield
-        except _UNREACHABLE as exc:
-            # No commit before this one proves the store takes writes now: the health check
-            # asks again (a load balancer stops sending what would get 503 within seconds).
-            self._last_commit = float("-inf")
-            raise StoreUnreachable(
-                "the task store is unreachable just now; send the request again shortly",
-                headers={"Retry-After": "1"},
-            ) from exc
-
-
-#: Errors that say the server cannot be used now, not that a statement is wrong.
-_UNREACHABLE = (
-    OSError,
-    asyncpg.PostgresConnectionError,
-    asyncpg.InterfaceError,
-    asyncpg.exceptions.OperatorInterventionError,
-)
-
-
-def _application_name(replica: str) -> str:
-    """What the server shows for this replica's connections (pg_stat_activity)."""
-    return f"mcp-task-gateway {replica}"
+        return await self._db.write(run)
 
 
 async def open_postgres_store(
@@ -310,19 +244,14 @@ async def open_postgres_store(
     Raises: what asyncpg raises when the database cannot be reached or used (OSError,
     asyncpg.PostgresError, ...); RuntimeError if its schema is newer than this gateway knows.
     """
-    pool = await asyncpg.create_pool(
-        url,
-        min_size=1,
-        max_size=_POOL_SIZE,
-        server_settings={"application_name": _application_name(replica)},
-    )
+    db = await Pool.connect(url, replica, on_timing)
     try:
-        async with pool.acquire() as db:
-            await migrate(db)
-            secret = await cursor_secret(db)
-        store = PostgresTaskStore(pool, url, replica, lease_seconds, secret, on_timing)
+        async with db.acquire() as conn:
+            await migrate(conn)
+            secret = await cursor_secret(conn)
+        store = PostgresTaskStore(db, url, replica, lease_seconds, secret)
         await store.renew_lease()
     except BaseException:
-        pool.terminate()
+        db.terminate()
         raise
     return store

@@ -1,9 +1,10 @@
-"""The SQLite backend of `TaskStore`: its reads, and the writes it hands to the file's single
-writer (`writer`), by the rows they change: `tasks`, `inputs`, `attempts` and `sessions`.
+"""The SQLite backend of `TaskStore`: one file, one process. Its reads are those both
+backends share (`reads.SharedReads`), the tasks it wrote last answered from memory first
+(`cache`); its writes it hands to the file's single writer (`writer`), by the rows they
+change: `tasks`, `inputs`, `attempts` and `sessions`.
 
 Each write returns once durable; reads use a second connection and, under WAL, see committed
-rows only and never wait in the writer's queue. Every task a write commits passes through the
-`TaskCache`, which answers polls without a read. `schema` opens and locks the file and keeps
+rows only and never wait in the writer's queue. `schema` opens and locks the file and keeps
 its schema current.
 """
 
