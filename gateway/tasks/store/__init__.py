@@ -20,6 +20,13 @@ exports, and never learn which backend they have.
 
 from gateway.tasks.store.base import TaskStore
 from gateway.tasks.store.postgres import open_postgres_store
-from gateway.tasks.store.sqlite import StoreInUse, open_store
+from gateway.tasks.store.sqlite import BackupRefused, StoreInUse, backup_store, open_store
 
-__all__ = ["StoreInUse", "TaskStore", "open_postgres_store", "open_store"]
+__all__ = [
+    "BackupRefused",
+    "StoreInUse",
+    "TaskStore",
+    "backup_store",
+    "open_postgres_store",
+    "open_store",
+]

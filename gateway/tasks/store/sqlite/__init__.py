@@ -7,7 +7,8 @@ inputs.py, attempts.py, sessions.py
               its input-request, attempt and session rows
 """
 
+from gateway.tasks.store.sqlite.backup import BackupRefused, backup_store
 from gateway.tasks.store.sqlite.schema import StoreInUse
 from gateway.tasks.store.sqlite.store import SqliteTaskStore, open_store
 
-__all__ = ["SqliteTaskStore", "StoreInUse", "open_store"]
+__all__ = ["BackupRefused", "SqliteTaskStore", "StoreInUse", "backup_store", "open_store"]
