@@ -19,7 +19,7 @@ from gateway.tasks.models import InputRequest, Task, TaskStatus, UpstreamCall, e
 from gateway.tasks.store import TaskStore, open_store
 from gateway.tasks.store.sqlite.schema import MIGRATIONS
 
-from .test_store import BACKENDS, Backend, StoreUnderTest
+from .test_store import BACKENDS, Backend, Commits, StoreUnderTest
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -129,16 +129,17 @@ async def test_a_task_refused_by_the_active_cap_keeps_no_request(backend: Backen
 async def test_begin_attempt_makes_the_task_work_again_and_withdraws_earlier_questions(
     backend: Backend,
 ) -> None:
-    store = await backend.open()
+    commits = Commits()
+    store = await backend.open(on_timing=commits)
     await store.create_task(make_task("t"), request=REQUEST)
     await store.add_input(ask("k1"))
     await store.update_task("t", INPUT, "which file?", T0 + SECOND)
     restart = T0 + timedelta(minutes=5)
-    commits = store.commits
+    before = commits.count
 
     begun = await store.begin_attempt("t", 2, RESTARTED, restart)
 
-    assert store.commits == commits + 1  # the move and the withdrawal: one transaction
+    assert commits.count == before + 1  # the move and the withdrawal: one transaction
     assert begun is not None and begun.status == WORKING and begun.attempt == 2
     assert begun.status_message == RESTARTED and begun.updated_at == restart
     assert begun.created_at == T0  # the time limit and ttl still count from here

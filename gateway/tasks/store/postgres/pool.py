@@ -44,9 +44,8 @@ def application_name(replica: str) -> str:
 
 
 class Pool:
-    """Reads and writes on the connections of `pool`. `commits` counts the transactions its
-    writes committed; `on_timing(operation, seconds)` hears how long each read and each
-    commit took."""
+    """Reads and writes on the connections of `pool`. `on_timing(operation, seconds)` hears
+    how long each read and each commit took."""
 
     def __init__(
         self, pool: asyncpg.Pool[Record], on_timing: Callable[[str, float], None] | None
@@ -54,7 +53,6 @@ class Pool:
         self._pool = pool
         self._on_timing = on_timing
         self._refused = False
-        self.commits = 0
         #: `time.monotonic()` of the latest commit (0.0 before the first; -inf after the
         #: server was found unreachable, until the next commit).
         self.last_commit = 0.0
@@ -88,7 +86,6 @@ class Pool:
         with self._unreachable_as_503():
             async with self._pool.acquire() as db, db.transaction():
                 value = await run(db)
-        self.commits += 1
         self.last_commit = time.monotonic()
         if self._on_timing is not None:
             self._on_timing("commit", time.perf_counter() - started)

@@ -48,8 +48,7 @@ _STORED_BYTES = (
 
 
 class PostgresTaskStore(SharedReads):
-    """`TaskStore` on a PostgreSQL database, as the replica `replica`. `commits` counts the
-    transactions its writes committed."""
+    """`TaskStore` on a PostgreSQL database, as the replica `replica`."""
 
     _sql = SQL
 
@@ -188,10 +187,6 @@ class PostgresTaskStore(SharedReads):
         self, live: Collection[str], now: datetime, idle_before: datetime
     ) -> list[str]:
         return await self._write(lambda db: sessions.prune(db, live, now, idle_before))
-
-    @property
-    def commits(self) -> int:
-        return self._db.commits
 
     @property
     def last_commit(self) -> float:

@@ -50,7 +50,7 @@ _STORED_BYTES = (
 
 
 class SqliteTaskStore(SharedReads):
-    """`TaskStore` on one SQLite file. `commits` counts COMMITs, to make batching visible."""
+    """`TaskStore` on one SQLite file."""
 
     _sql = SQL
 
@@ -229,10 +229,6 @@ class SqliteTaskStore(SharedReads):
         self, live: Collection[str], now: datetime, idle_before: datetime
     ) -> list[str]:
         return await self._write(lambda db: sessions.prune(db, live, now, idle_before), bulk=True)
-
-    @property
-    def commits(self) -> int:
-        return self._writer.commits
 
     @property
     def last_commit(self) -> float:
