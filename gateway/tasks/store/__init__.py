@@ -7,15 +7,22 @@ APIs answer from here alone, never from the runner's memory, so answers survive 
 that keeps its session id never notices a restart.
 
     base.py       `TaskStore`, the interface: async methods that speak `tasks.models`
-    sqlite/       the SQLite backend (the default, one process)
+    sqlite/       the SQLite backend (the default): one file, one process
     postgres/     the PostgreSQL backend, shared by replicas (DESIGN.md "Several replicas")
-    filters.py    the WHERE clauses of an operator's choice of tasks and sessions, in either
-                  backend's placeholders
-    opening.py    the store the settings name
+    opening.py    the backend the settings name, opened
 
-Both backends have the same modules for the same rows (`inputs`, `attempts`, `sessions`,
-`schema`, and `store` for the class). Callers import only what this package
-exports, and never learn which backend they have.
+What both backends share is written once, here:
+
+    rows.py       how each kind of stored row reads back as a model
+    sql.py        the statements that differ only by placeholder, built per backend
+    filters.py    the queries of an operator's choice of tasks and sessions
+    reads.py      the reads both make alike, which each store class inherits
+    writes.py     the writes' argument checks, and the outcome of a task failed while running
+
+Both backends have the same modules for the same parts: `store` (the class), `schema` (the
+database and its migrations), and the writes by the rows they change, `tasks`, `inputs`,
+`attempts` and `sessions`. Callers import only what this package exports, and never learn
+which backend they have.
 """
 
 from gateway.tasks.store.base import TaskStore

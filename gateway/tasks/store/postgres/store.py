@@ -30,8 +30,7 @@ from gateway.tasks.models import (
     epoch_us,
 )
 from gateway.tasks.store.filters import tasks_where
-from gateway.tasks.store.postgres import attempts, inputs, sessions
-from gateway.tasks.store.postgres import tasks as task_rows
+from gateway.tasks.store.postgres import attempts, inputs, sessions, tasks
 from gateway.tasks.store.postgres.listener import Listener
 from gateway.tasks.store.postgres.pool import Pool, application_name
 from gateway.tasks.store.postgres.schema import SQL, Connection, cursor_secret, migrate
@@ -67,7 +66,7 @@ class PostgresTaskStore(SharedReads):
     ) -> bool:
         check_request(task, request)
         return await self._write(
-            lambda db: task_rows.create(db, task, max_active, request, self._replica)
+            lambda db: tasks.create(db, task, max_active, request, self._replica)
         )
 
     async def purge_tasks(self, choice: TaskFilter) -> list[str]:
@@ -85,12 +84,12 @@ class PostgresTaskStore(SharedReads):
         self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
     ) -> Task | None:
         sources = update_sources(status)
-        move = task_rows.transition(task_id, sources, status, status_message, now, self._replica)
+        move = tasks.transition(task_id, sources, status, status_message, now, self._replica)
         return next(iter(await self._write(move)), None)
 
     async def note_task(self, task_id: str, status_message: str, now: datetime) -> Task | None:
         return await self._write(
-            lambda db: task_rows.note(db, task_id, status_message, now, self._replica)
+            lambda db: tasks.note(db, task_id, status_message, now, self._replica)
         )
 
     async def finish_task(
@@ -104,14 +103,14 @@ class PostgresTaskStore(SharedReads):
         sources = finish_sources(status)
         # A client's cancel lands on whichever replica it reached, not only on the runner.
         runner = None if status == TaskStatus.CANCELLED else self._replica
-        move = task_rows.transition(task_id, sources, status, status_message, now, runner)
-        return next(iter(await self._write(task_rows.ending(move, outcome, now))), None)
+        move = tasks.transition(task_id, sources, status, status_message, now, runner)
+        return next(iter(await self._write(tasks.ending(move, outcome, now))), None)
 
     async def erase_principal(self, principal: str) -> tuple[int, int]:
         async def erase(db: Connection) -> tuple[int, int]:
-            tasks = await db.fetch(SQL.erase_tasks, principal)
+            erased = await db.fetch(SQL.erase_tasks, principal)
             status: str = await db.execute(SQL.erase_sessions, principal)
-            return len(tasks), int(status.split()[-1])
+            return len(erased), int(status.split()[-1])
 
         return await self._write(erase)
 
@@ -141,8 +140,8 @@ class PostgresTaskStore(SharedReads):
     ) -> list[Task]:
         failed = TaskStatus.FAILED
         sources = finish_sources(failed)
-        move = task_rows.transition(list(task_ids), sources, failed, message, now, self._replica)
-        return await self._write(task_rows.ending(move, failure(message), now))
+        move = tasks.transition(list(task_ids), sources, failed, message, now, self._replica)
+        return await self._write(tasks.ending(move, failure(message), now))
 
     async def begin_attempt(
         self, task_id: str, attempt: int, status_message: str, now: datetime

@@ -1,10 +1,12 @@
-"""The SQLite backend: one file, one process (the default).
+"""The SQLite backend: one file, held by one process, which runs every task in it.
 
-store.py      `SqliteTaskStore`: the task and outcome queries, the rest delegated below
+store.py      `SqliteTaskStore`: the writes handed to the writer, and the reads
+cache.py      the tasks it wrote last, in memory: a poll reads no file
 writer.py     the file's single writer: group commit, each write durable on return
-schema.py     the file: the one-process lock, connections, migrations
-inputs.py, attempts.py, sessions.py
-              its input-request, attempt and session rows
+schema.py     the file: the one-process lock, its connections, migrations
+tasks.py, inputs.py, attempts.py, sessions.py
+              the writes of each kind of row, inside the writer's transaction
+backup.py     a consistent copy of the file while the gateway runs
 """
 
 from gateway.tasks.store.sqlite.backup import BackupRefused, backup_store
