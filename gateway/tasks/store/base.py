@@ -25,6 +25,12 @@ from gateway.tasks.models import (
 class TaskStore(Protocol):
     """Durable tasks, their outcomes and sessions. Each write is committed before it returns.
 
+    Every member has a caller in production: the runner (task writes, attempts, recovery,
+    expiry), the task and admin APIs (reads, answers, purges), a running call's questions
+    (input requests), the session registry (session records), the replicas' lease and wake-ups
+    (`renew_lease`, `watch`), list cursors (`secret`), the health check (`check_writable`,
+    `last_commit`) and `store erase` (`erase_principal`).
+
     With several replicas on one database (PostgreSQL), each live task has a runner: the
     replica that created or claimed it (`claim_orphans`). The runner's writes (`update_task`,
     `note_task`, `finish_task` but for `cancelled`, `add_input`, `withdraw_inputs`,

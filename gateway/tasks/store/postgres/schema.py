@@ -1,4 +1,5 @@
-"""The PostgreSQL database itself: its tables, and how they change between versions.
+"""The PostgreSQL database itself: its tables, how they change between versions, and the
+statements shared with SQLite in its placeholders (`SQL`).
 
 Several replicas may start together on one database: `migrate` takes a transaction-scoped
 advisory lock before it looks at the schema version, so exactly one of them applies each

@@ -1,4 +1,5 @@
-"""The SQLite file itself: its lock, its two connections, and its tables.
+"""The SQLite file itself: its lock, its two connections, its tables, and the statements
+shared with PostgreSQL in its placeholders (`SQL`).
 
 One process at a time: `open_database` takes an exclusive lock on `<file>.lock` before its
 first statement, and the store holds it for its lifetime, so a second gateway started on the
