@@ -22,9 +22,11 @@ from typing import Any
 import aiohttp
 import httpx
 import pytest
+from aiohttp import web
 from mcp import ClientSession, types
 from mcp.client.streamable_http import streamable_http_client
 
+from gateway.http.keys import METRICS
 from gateway.protocol import jsonrpc
 from gateway.session.session import Session
 from gateway.session.streams import EventStream
@@ -72,6 +74,12 @@ INIT: dict[str, Any] = {
         "clientInfo": {"name": "raw-test", "version": "1"},
     },
 }
+
+
+def store_commits(app: web.Application) -> float:
+    """The commits of the app's task store so far, as its metrics count them."""
+    name = "mcp_gateway_store_operation_duration_seconds_count"
+    return app[METRICS].registry.get_sample_value(name, {"operation": "commit"}) or 0.0
 
 
 def headers(session_id: str | None = None, **extra: str) -> dict[str, str]:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from gateway.tasks.store.sqlite_writer import GroupCommitWriter
+from gateway.tasks.store.sqlite.writer import GroupCommitWriter
 
 SCHEMA = """
     CREATE TABLE parents (id TEXT PRIMARY KEY);

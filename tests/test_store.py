@@ -3,7 +3,7 @@ from __future__ import annotations
 import asyncio
 import json
 import sqlite3
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -16,8 +16,8 @@ from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import SessionRecord, Task, TaskStatus, epoch_us, owner_of
 from gateway.tasks.store import StoreInUse, TaskStore, open_store
 from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
-from gateway.tasks.store.sqlite import _COUNT_LIVE, SqliteTaskStore
-from gateway.tasks.store.sqlite_schema import MIGRATIONS
+from gateway.tasks.store.sqlite.schema import MIGRATIONS, SQL
+from gateway.tasks.store.sqlite.store import SqliteTaskStore
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 WORKING, INPUT = TaskStatus.WORKING, TaskStatus.INPUT_REQUIRED
@@ -57,6 +57,17 @@ REPLICA = "replica-a"
 StoreUnderTest = SqliteTaskStore | PostgresTaskStore
 
 
+class Commits:
+    """An `on_timing` that counts a store's commits, as the metrics do in production."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __call__(self, operation: str, seconds: float) -> None:
+        if operation == "commit":
+            self.count += 1
+
+
 class Backend:
     """One backend under test: stores opened on one database (a SQLite file, or a PostgreSQL
     database of the test's own), and that database's rows read directly."""
@@ -71,12 +82,14 @@ class Backend:
         url = request.getfixturevalue("pg_url") if request.param == "postgres" else None
         return cls(tmp_path / "state" / "tasks.db", url)
 
-    async def open(self, replica: str = REPLICA) -> StoreUnderTest:
+    async def open(
+        self, replica: str = REPLICA, on_timing: Callable[[str, float], None] | None = None
+    ) -> StoreUnderTest:
         """A store on the database: a (re)started process's for SQLite, the replica
         `replica`'s for PostgreSQL."""
         if self.url is None:
-            return await open_store(self.path)
-        return await open_postgres_store(self.url, replica)
+            return await open_store(self.path, on_timing)
+        return await open_postgres_store(self.url, replica, on_timing=on_timing)
 
     async def rows(self, sql: str) -> list[tuple[Any, ...]]:
         """What `sql` selects, read past the store: what is at rest."""
@@ -232,38 +245,46 @@ async def test_delete_expired_removes_tasks_at_expiry_with_their_outcomes(
     assert await store.delete_expired(T0 + timedelta(days=365)) == ["later"]
 
 
-async def test_fail_interrupted_fails_live_tasks_with_an_internal_error(
-    store: TaskStore,
+async def test_a_restart_fails_the_live_tasks_it_claims_with_an_internal_error(
+    backend: Backend,
 ) -> None:
+    store = await backend.open()
     for task in [make_task("w"), make_task("i", status=INPUT), make_task("done")]:
         await store.create_task(task)
     done = await store.finish_task("done", COMPLETED, None, RESULT, T0)
+    await store.close()
+    restarted = await backend.open("replica-restarted")
     restart = T0 + timedelta(minutes=5)
 
-    failed = await store.fail_interrupted("gateway restarted", restart)
+    claimed = [task.task_id for task in await restarted.claim_orphans()]
+    failed = await restarted.fail_running(claimed, "gateway restarted", restart)
 
     assert sorted(t.task_id for t in failed) == ["i", "w"]
     for task in failed:
         assert task.status == FAILED and task.status_message == "gateway restarted"
-        assert task.updated_at == restart and await store.get_task(task.task_id) == task
-        assert await store.get_outcome(task.task_id) == Outcome.error(-32603, "gateway restarted")
-    assert await store.get_task("done") == done and await store.get_outcome("done") == RESULT
-    assert await store.fail_interrupted("gateway restarted", restart) == []
+        assert task.updated_at == restart and await restarted.get_task(task.task_id) == task
+        outcome = await restarted.get_outcome(task.task_id)
+        assert outcome == Outcome.error(-32603, "gateway restarted")
+    assert await restarted.get_task("done") == done
+    assert await restarted.get_outcome("done") == RESULT
+    assert await restarted.fail_running(claimed, "gateway restarted", restart) == []
+    await restarted.close()
 
 
 async def test_fail_running_fails_the_listed_live_tasks_in_one_commit_and_only_once(
     backend: Backend,
 ) -> None:
-    store = await backend.open()
+    commits = Commits()
+    store = await backend.open(on_timing=commits)
     ids = [f"t{n:04}" for n in range(1000)]
     await asyncio.gather(*(store.create_task(make_task(i)) for i in [*ids, "other", "done"]))
     done = await store.finish_task("done", COMPLETED, None, RESULT, T0)
-    commits = store.commits
+    before = commits.count
     shutdown = T0 + timedelta(minutes=1)
 
     failed = await store.fail_running([*ids, "done", "unknown"], "gateway shut down", shutdown)
 
-    assert store.commits == commits + 1  # one fsync for them all, not one per task
+    assert commits.count == before + 1  # one fsync for them all, not one per task
     assert sorted(t.task_id for t in failed) == ids
     assert all(t.status == FAILED and t.status_message == "gateway shut down" for t in failed)
     assert await store.get_outcome("t0999") == Outcome.error(-32603, "gateway shut down")
@@ -293,7 +314,7 @@ async def test_a_second_store_on_the_same_file_is_refused_before_it_reads_or_wri
     await first.close()
     # Closing lets the next process have it; a failed attempt left nothing held.
     second = await open_store(path)
-    assert await second.fail_interrupted("gateway restarted", T0) != []
+    assert await second.fail_running(["running"], "gateway restarted", T0) != []
     await second.close()
 
 
@@ -311,7 +332,9 @@ async def test_the_active_task_count_reads_the_live_index_not_the_finished_rows(
     assert await store.create_task(make_task("fourth"), max_active=3) is False
     await store.close()
     with sqlite3.connect(path) as db:
-        plan = " ".join(str(row) for row in db.execute(f"EXPLAIN QUERY PLAN {_COUNT_LIVE}", ("a",)))
+        plan = " ".join(
+            str(row) for row in db.execute(f"EXPLAIN QUERY PLAN {SQL.count_live}", ("a",))
+        )
     # The partial index holds live rows only: the count never walks the finished ones.
     assert "tasks_live" in plan
 
@@ -466,27 +489,29 @@ async def test_everything_survives_reopening_the_store(backend: Backend) -> None
 
 
 async def test_concurrent_creates_share_commits(tmp_path: Path) -> None:
-    store = await open_store(tmp_path / "tasks.db")
+    commits = Commits()
+    store = await open_store(tmp_path / "tasks.db", commits)
     tasks = [make_task(f"t{n:03}") for n in range(200)]
 
     await asyncio.gather(*(store.create_task(task) for task in tasks))
 
     assert await store.list_tasks("alice", None, 500, T0) == tasks
-    assert store.commits < 10
+    assert commits.count < 10
     await store.close()
 
 
 async def test_failing_write_fails_only_its_caller_and_the_batch_commits(tmp_path: Path) -> None:
-    store = await open_store(tmp_path / "tasks.db")
+    commits = Commits()
+    store = await open_store(tmp_path / "tasks.db", commits)
     await store.create_task(make_task("taken"))
-    commits = store.commits
+    before = commits.count
     batch = [make_task("a"), make_task("taken", owner="bob"), make_task("b")]
 
     results = await asyncio.gather(*(store.create_task(t) for t in batch), return_exceptions=True)
 
     assert results[0] is True and results[2] is True
     assert isinstance(results[1], sqlite3.IntegrityError)
-    assert store.commits == commits + 1
+    assert commits.count == before + 1
     assert [t.task_id for t in await store.list_tasks("alice", None, 10, T0)] == ["a", "b", "taken"]
     await store.close()
 
@@ -530,7 +555,7 @@ async def test_sqlite_polls_read_what_was_committed_whether_kept_in_memory_or_no
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Live tasks are kept in memory up to a bound (2 here); past it they are read from the file.
-    monkeypatch.setattr("gateway.tasks.store.sqlite._LIVE_KEPT", 2)
+    monkeypatch.setattr("gateway.tasks.store.sqlite.cache._LIVE_KEPT", 2)
     store = await open_store(tmp_path / "tasks.db")
     for name in ("a", "b", "c"):
         assert await store.create_task(make_task(name))
@@ -565,7 +590,7 @@ async def test_sqlite_a_task_just_finished_and_its_outcome_are_read_without_the_
     # The poll that sees the terminal status and the tasks/result after it come right after
     # the terminal write: both are answered from what that write committed, up to a bound
     # (one task here), and past it from the file, with the same answer.
-    monkeypatch.setattr("gateway.tasks.store.sqlite._ENDED_KEPT", 1)
+    monkeypatch.setattr("gateway.tasks.store.sqlite.cache._ENDED_KEPT", 1)
     body = {"content": [{"type": "text", "text": "done"}], "n": 2**70}
     store, reads = await finished(tmp_path, {"old": body, "new": body})
 
@@ -584,7 +609,7 @@ async def test_sqlite_a_task_just_finished_and_its_outcome_are_read_without_the_
 async def test_sqlite_a_large_outcome_is_read_from_the_file_and_keeps_the_small_ones_kept(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("gateway.tasks.store.sqlite._ENDED_BYTES", 16_000)
+    monkeypatch.setattr("gateway.tasks.store.sqlite.cache._ENDED_BYTES", 16_000)
     small, large = {"text": "s"}, {"text": "x" * 1_001}  # over a sixteenth of the bytes
     store, reads = await finished(tmp_path, {"small": small, "large": large})
 

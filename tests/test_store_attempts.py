@@ -17,9 +17,9 @@ from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import InputRequest, Task, TaskStatus, UpstreamCall, epoch_us
 from gateway.tasks.store import TaskStore, open_store
-from gateway.tasks.store.sqlite_schema import MIGRATIONS
+from gateway.tasks.store.sqlite.schema import MIGRATIONS
 
-from .test_store import BACKENDS, Backend, StoreUnderTest
+from .test_store import BACKENDS, Backend, Commits, StoreUnderTest
 
 T0 = datetime(2025, 3, 4, 5, 6, 7, 891011, tzinfo=UTC)
 SECOND = timedelta(seconds=1)
@@ -129,16 +129,17 @@ async def test_a_task_refused_by_the_active_cap_keeps_no_request(backend: Backen
 async def test_begin_attempt_makes_the_task_work_again_and_withdraws_earlier_questions(
     backend: Backend,
 ) -> None:
-    store = await backend.open()
+    commits = Commits()
+    store = await backend.open(on_timing=commits)
     await store.create_task(make_task("t"), request=REQUEST)
     await store.add_input(ask("k1"))
     await store.update_task("t", INPUT, "which file?", T0 + SECOND)
     restart = T0 + timedelta(minutes=5)
-    commits = store.commits
+    before = commits.count
 
     begun = await store.begin_attempt("t", 2, RESTARTED, restart)
 
-    assert store.commits == commits + 1  # the move and the withdrawal: one transaction
+    assert commits.count == before + 1  # the move and the withdrawal: one transaction
     assert begun is not None and begun.status == WORKING and begun.attempt == 2
     assert begun.status_message == RESTARTED and begun.updated_at == restart
     assert begun.created_at == T0  # the time limit and ttl still count from here
@@ -214,7 +215,7 @@ async def test_every_terminal_write_deletes_the_stored_request_in_its_transactio
     await store.finish_task("cancelled", TaskStatus.CANCELLED, "cancelled", None, end)
     await store.fail_running(["shut-down"], "interrupted: gateway shut down", end)
     assert await stored_calls(backend) == [("interrupted", json.dumps(REQUEST))]
-    await store.fail_interrupted("interrupted: gateway restarted", end)
+    await store.fail_running(["interrupted"], "interrupted: gateway restarted", end)
 
     for task_id in ended:
         assert await store.get_request(task_id) is None
@@ -259,7 +260,8 @@ async def test_a_restart_claims_every_owners_working_and_input_required_tasks_ol
     assert [task.task_id for task in live] == ["asking", "bobs", "late"]
     assert live == [tasks[2], tasks[1], tasks[0]]
     # Claimed, they are the restarted process's to settle.
-    failed = await restarted.fail_interrupted("interrupted: gateway restarted", T0 + SECOND)
+    claimed = [task.task_id for task in live]
+    failed = await restarted.fail_running(claimed, "interrupted: gateway restarted", T0 + SECOND)
     assert sorted(task.task_id for task in failed) == ["asking", "bobs", "late"]
     await restarted.close()
 
@@ -283,7 +285,7 @@ async def test_a_database_of_the_previous_schema_gains_attempts_and_keeps_its_ta
     assert await store.get_request("old") is None
     await store.create_task(make_task("new"), request=REQUEST)
     assert await store.get_request("new") == REQUEST
-    failed = await store.fail_interrupted("interrupted: gateway restarted", T0 + SECOND)
+    failed = await store.fail_running(["new", "old"], "interrupted: gateway restarted", T0 + SECOND)
     assert sorted(task.task_id for task in failed) == ["new", "old"]
     await store.close()
     with sqlite3.connect(path) as db:

@@ -14,7 +14,8 @@ from pathlib import Path
 import pytest
 
 from gateway.commands import store as store_cli
-from gateway.tasks.store import open_store, sqlite_schema
+from gateway.tasks.store import open_store
+from gateway.tasks.store.sqlite import schema as sqlite_schema
 
 from .conftest import ROOT, free_port
 from .helpers import write_config

@@ -16,7 +16,7 @@ from gateway.protocol.jsonrpc import RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import InputRequest, Task, TaskStatus, epoch_us
 from gateway.tasks.store import TaskStore, open_store
-from gateway.tasks.store.sqlite_schema import MIGRATIONS
+from gateway.tasks.store.sqlite.schema import MIGRATIONS
 
 from .test_store import BACKENDS, Backend
 
@@ -192,7 +192,7 @@ async def test_the_terminal_write_withdraws_the_tasks_pending_inputs(backend: Ba
     await store.finish_task("finished", TaskStatus.CANCELLED, None, None, end)
     await store.fail_running(["shut-down"], "gateway shut down", end)
     assert await store.pending_inputs("bystander") == [ask("k", task_id="bystander")]
-    await store.fail_interrupted("gateway restarted", end)
+    await store.fail_running(["interrupted", "bystander"], "gateway restarted", end)
 
     for task_id in ["finished", "shut-down", "interrupted", "bystander"]:
         assert await store.pending_inputs(task_id) == []

@@ -16,7 +16,7 @@ import pytest
 
 from gateway.tasks.models import SessionRecord, TaskStatus, UpstreamCall
 from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
-from gateway.tasks.store.postgres_schema import MIGRATIONS
+from gateway.tasks.store.postgres.schema import MIGRATIONS
 
 from . import postgres
 from .test_store_attempts import INPUT, RESULT, SECOND, T0, WORKING, ask, make_task
@@ -102,7 +102,6 @@ async def test_a_replica_whose_lease_ran_out_has_its_tasks_claimed_and_its_write
         assert await a.begin_attempt("t", 2, "again", T0) is None
         assert await a.finish_task("t", COMPLETED, None, RESULT, T0) is None
         assert await a.fail_running(["t"], "gateway shut down", T0) == []
-        assert await a.fail_interrupted("gateway restarted", T0) == []
         await a.renew_lease()  # back, too late: the tasks stay the survivor's
         assert await a.claim_orphans() == []
 
@@ -152,7 +151,7 @@ async def test_a_live_replicas_tasks_are_never_claimed_nor_failed_by_another(
 
         assert await b.claim_orphans() == []
         assert await a.claim_orphans() == []  # nor are its own, ever
-        failed = await b.fail_interrupted("gateway restarted", T0)
+        failed = await b.fail_running(["a's", "b's"], "gateway restarted", T0)
 
         assert [task.task_id for task in failed] == ["b's"]
         moved = await a.update_task("a's", INPUT, "which file?", T0 + SECOND)
@@ -206,7 +205,8 @@ async def test_a_watching_replica_hears_the_writes_waited_for_and_not_progress(
         await a.withdraw_inputs("withdrawn", T0)
         await a.begin_attempt("begun", 2, "again", T0)
         await a.fail_running(["failed"], "gateway shut down", T0)
-        interrupted = await a.fail_interrupted("gateway restarted", T0)
+        live = ["quiet", "moved", "answered", "withdrawn", "begun"]
+        interrupted = await a.fail_running(live, "gateway restarted", T0)
         await a.create_task(make_task("sentinel"))
         await b.finish_task("sentinel", CANCELLED, None, None, T0)
 

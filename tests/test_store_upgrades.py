@@ -20,7 +20,7 @@ import pytest
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import SessionRecord, Task, TaskStatus
 from gateway.tasks.store import TaskStore, open_store
-from gateway.tasks.store.sqlite_schema import MIGRATIONS
+from gateway.tasks.store.sqlite.schema import MIGRATIONS
 
 FIXTURES = Path(__file__).parent / "fixtures" / "stores"
 STATUSES = {

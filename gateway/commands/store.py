@@ -16,16 +16,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import contextlib
 import hashlib
 import json
 import os
-import sqlite3
 import sys
 from pathlib import Path
 
 from gateway.config import ConfigError, Settings, load_settings
-from gateway.tasks.store import StoreInUse
+from gateway.tasks.store import BackupRefused, StoreInUse, backup_store
 from gateway.tasks.store.opening import StoreUnavailable, open_configured
 
 
@@ -67,34 +65,12 @@ def main(argv: list[str]) -> int:
         )
         return 2
     try:
-        tasks, sessions = _backup(Path(settings.store.path), Path(args.path))
-    except _Refused as exc:
+        tasks, sessions = backup_store(Path(settings.store.path), Path(args.path))
+    except BackupRefused as exc:
         print(f"mcp-task-gateway: {exc}", file=sys.stderr)
         return 2
     print(f"backed up {settings.store.path} to {args.path}: {tasks} task(s), {sessions} session(s)")
     return 0
-
-
-class _Refused(Exception):
-    """Why no copy was made."""
-
-
-def _backup(store: Path, target: Path) -> tuple[int, int]:
-    """Copies `store` to the new file `target`; the copy's task and session counts."""
-    if not store.is_file():
-        raise _Refused(f"there is no store at {store} (store.path)")
-    if target.exists():
-        raise _Refused(f"{target} exists already: give the backup a new path")
-    try:
-        with contextlib.closing(sqlite3.connect(store, timeout=10)) as db:
-            # One read transaction: what the copy holds is the store at one moment.
-            db.execute("VACUUM INTO ?", (str(target),))
-        with contextlib.closing(sqlite3.connect(f"file:{target}?mode=ro", uri=True)) as copy:
-            (tasks,) = copy.execute("SELECT count(*) FROM tasks").fetchone()
-            (sessions,) = copy.execute("SELECT count(*) FROM sessions").fetchone()
-    except sqlite3.Error as exc:
-        raise _Refused(f"could not copy {store} to {target}: {exc}") from None
-    return int(tasks), int(sessions)
 
 
 def _erase(settings: Settings, principal: str, pseudonymise: bool) -> int:

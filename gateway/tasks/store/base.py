@@ -25,13 +25,19 @@ from gateway.tasks.models import (
 class TaskStore(Protocol):
     """Durable tasks, their outcomes and sessions. Each write is committed before it returns.
 
+    Every member has a caller in production: the runner (task writes, attempts, recovery,
+    expiry), the task and admin APIs (reads, answers, purges), a running call's questions
+    (input requests), the session registry (session records), the replicas' lease and wake-ups
+    (`renew_lease`, `watch`), list cursors (`secret`), the health check (`check_writable`,
+    `last_commit`) and `store erase` (`erase_principal`).
+
     With several replicas on one database (PostgreSQL), each live task has a runner: the
     replica that created or claimed it (`claim_orphans`). The runner's writes (`update_task`,
     `note_task`, `finish_task` but for `cancelled`, `add_input`, `withdraw_inputs`,
-    `begin_attempt`, `note_upstream_call`, `fail_running`, `fail_interrupted`) take effect only
-    while this replica is that runner, and otherwise answer as for an unknown task; a client's
-    writes (a cancel, an answer) and every read take effect on any replica. With SQLite, one
-    process has the file, and runs every task in it.
+    `begin_attempt`, `note_upstream_call`, `fail_running`) take effect only while this replica
+    is that runner, and otherwise answer as for an unknown task; a client's writes (a cancel,
+    an answer) and every read take effect on any replica. With SQLite, one process has the
+    file, and runs every task in it.
     """
 
     async def create_task(
@@ -132,16 +138,13 @@ class TaskStore(Protocol):
     async def delete_expired(self, now: datetime) -> list[str]:
         """Deletes tasks (and outcomes) whose expiry is at or before `now`; returns their ids."""
 
-    async def fail_interrupted(self, message: str, now: datetime) -> list[Task]:
-        """Start-up recovery: every live task this replica runs fails with `message` and an
-        internal-error outcome, a terminal write as `finish_task`'s."""
-
     async def fail_running(
         self, task_ids: Collection[str], message: str, now: datetime
     ) -> list[Task]:
-        """Those of `task_ids` still live fail as `fail_interrupted` fails them, all in one
-        transaction; returns the tasks it moved (a later terminal write is refused). Used at
-        shutdown, and at start-up for the tasks `recovery.after_loss` fails."""
+        """Those of `task_ids` still live fail with `message` and an internal-error outcome,
+        a terminal write as `finish_task`'s, all in one transaction; returns the tasks it moved
+        (a later terminal write is refused). Used at shutdown, and at start-up for the tasks
+        `recovery.after_loss` fails."""
 
     async def get_request(self, task_id: str) -> JsonObject | None:
         """The request a repeatable task was created with; None for any other task, and once

@@ -1,18 +1,28 @@
-"""The WHERE clauses of an operator's choice of tasks and sessions, for either backend.
+"""The queries of an operator's choice of tasks and sessions, for either backend.
 
-Both keep the same columns (times as whole microseconds since the epoch); only their
-placeholders differ (`?` for SQLite, `$1, $2, ...` for PostgreSQL), so each backend passes
-its own `mark`, which is given the 1-based number of each parameter.
+Which conditions apply depends on the choice, so these are built per call, with the
+backend's placeholders (`sql.Mark`) numbered as the parameters are added.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Collection
 from typing import Any
 
 from gateway.tasks.models import TaskFilter, TaskStatus, epoch_us
+from gateway.tasks.store.rows import TASK_COLUMNS
+from gateway.tasks.store.sql import Mark
 
-Mark = Callable[[int], str]
+
+def select_tasks(choice: TaskFilter, mark: Mark) -> tuple[str, list[Any]]:
+    """`query_tasks`: the tasks `choice` picks, oldest first, at most `choice.limit`; the
+    statement and its parameters."""
+    where, params = tasks_where(choice, mark)
+    sql = (
+        f"SELECT {TASK_COLUMNS} FROM tasks WHERE {where}"
+        f" ORDER BY created_at, task_id LIMIT {mark(len(params) + 1)}"
+    )
+    return sql, [*params, choice.limit]
 
 
 def tasks_where(
@@ -41,12 +51,20 @@ def tasks_where(
     return " AND ".join(clauses) or "1 = 1", params
 
 
-def sessions_where(route: str | None, principal: str | None, mark: Mark) -> tuple[str, list[Any]]:
-    """The condition on session records of `route` and `principal` (either may be None: any)."""
+def select_sessions(
+    route: str | None, principal: str | None, limit: int, mark: Mark
+) -> tuple[str, list[Any]]:
+    """`query_sessions`: the session records of `route` and `principal` (either may be None:
+    any), oldest first, at most `limit`; the statement and its parameters."""
     clauses: list[str] = []
     params: list[Any] = []
     for column, value in (("route", route), ("principal", principal)):
         if value is not None:
             params.append(value)
             clauses.append(f"{column} = {mark(len(params))}")
-    return " AND ".join(clauses) or "1 = 1", params
+    where = " AND ".join(clauses) or "1 = 1"
+    sql = (
+        f"SELECT * FROM sessions WHERE {where}"
+        f" ORDER BY created_at, session_id LIMIT {mark(len(params) + 1)}"
+    )
+    return sql, [*params, limit]

@@ -1,4 +1,5 @@
-"""The SQLite file itself: its lock, its two connections, its tables and how their rows read.
+"""The SQLite file itself: its lock, its two connections, its tables, and the statements
+shared with PostgreSQL in its placeholders (`SQL`).
 
 One process at a time: `open_database` takes an exclusive lock on `<file>.lock` before its
 first statement, and the store holds it for its lifetime, so a second gateway started on the
@@ -11,17 +12,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import fcntl
-import json
 import os
 import sqlite3
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import aiosqlite
 
-from gateway.tasks.models import Task, TaskStatus, from_epoch_us
+from gateway.tasks.store.sql import Statements, qmark
 
 #: Applied in order once each; PRAGMA user_version counts those applied. Append, never edit.
 MIGRATIONS = [
@@ -68,7 +67,7 @@ MIGRATIONS = [
     CREATE INDEX tasks_live ON tasks (owner) WHERE status IN ('working', 'input_required');
     """,
     # Tasks remember the generation that made them; the questions a task's call asks are kept
-    # (see `sqlite_inputs`) so that the 2026-07-28 generation can show and answer them.
+    # (see `inputs`) so that the 2026-07-28 generation can show and answer them.
     """
     ALTER TABLE tasks ADD COLUMN generation TEXT NOT NULL DEFAULT '2025-11-25';
     CREATE TABLE task_inputs (
@@ -115,54 +114,19 @@ MIGRATIONS = [
 # the same NULL for every connection; enum members and bools are bound as plain values.)
 sqlite3.register_adapter(type(None), lambda _: None)
 
-#: The statuses of a running task, spelled exactly as the `tasks_live` partial index's WHERE:
-#: SQLite uses that index only for a query that repeats its condition literally (bound
-#: parameters do not count).
-LIVE_SQL = "status IN ('working', 'input_required')"
+#: The statements both backends share, in SQLite's placeholders.
+SQL = Statements(qmark)
 
 #: `IN` over any number of values through one JSON array parameter (SQLite caps parameters).
 IN_JSON_ARRAY = "IN (SELECT value FROM json_each(?))"
-
-#: What `task_from_row` reads. Times are `epoch_us` integers, a progress token is JSON text.
-TASK_COLUMNS = (
-    "task_id, owner, route, tool, status, status_message, created_at, updated_at, ttl_ms,"
-    " poll_interval_ms, progress_token, generation, repeatable, attempt"
-)
 
 _PRAGMAS = "PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
 
 #: The writer's page cache (SQLite's default is 2 MiB): task ids are random, so each new task
 #: and outcome lands on a leaf page of its own in the id indexes, and with the default cache
 #: most of those were read again from the file on every write, on the event loop (see
-#: `sqlite_writer`). 32 MiB holds them for some hundred thousand tasks.
+#: `writer`). 32 MiB holds them for some hundred thousand tasks.
 _WRITER_CACHE = "PRAGMA cache_size = -32768"
-
-
-def task_from_row(row: sqlite3.Row) -> Task:
-    token = row["progress_token"]
-    return Task(
-        task_id=row["task_id"],
-        owner=row["owner"],
-        route=row["route"],
-        tool=row["tool"],
-        status=TaskStatus(row["status"]),
-        status_message=row["status_message"],
-        created_at=from_epoch_us(row["created_at"]),
-        updated_at=from_epoch_us(row["updated_at"]),
-        ttl_ms=row["ttl_ms"],
-        poll_interval_ms=row["poll_interval_ms"],
-        # JSON text keeps an int token an int and a str token a str.
-        progress_token=None if token is None else json.loads(token),
-        generation=row["generation"],
-        repeatable=bool(row["repeatable"]),
-        attempt=row["attempt"],
-    )
-
-
-def json_text(value: Any) -> str | None:
-    """A JSON column's value (None stays NULL)."""
-    # ensure_ascii (the default) escapes lone surrogates, which UTF-8 storage would reject.
-    return None if value is None else json.dumps(value)
 
 
 class StoreInUse(Exception):

@@ -3,7 +3,7 @@
 A repeatable task's request is kept in `task_calls` from its creation to its terminal write,
 and only that long (its arguments are at rest until then); so is the upstream request of its
 latest attempt, so that the next process can cancel that call before it runs the task again.
-The write functions here run inside the store's writer (`sqlite_writer`), each in its
+The write functions here run inside the store's writer (`writer`), each in its
 batch's transaction; the store does the reads.
 """
 
@@ -15,26 +15,13 @@ from collections.abc import Collection
 from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject, RequestId
-from gateway.tasks.models import Task, TaskStatus, UpstreamCall, epoch_us
-from gateway.tasks.store import sqlite_inputs as inputs
-from gateway.tasks.store.sqlite_schema import (
-    IN_JSON_ARRAY,
-    LIVE_SQL,
-    TASK_COLUMNS,
-    json_text,
-    task_from_row,
-)
+from gateway.tasks.models import Task, TaskStatus, epoch_us
+from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
+from gateway.tasks.store.sql import LIVE_SQL
+from gateway.tasks.store.sqlite import inputs
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, SQL
 
 LIVE_TASKS = f"SELECT {TASK_COLUMNS} FROM tasks WHERE {LIVE_SQL} ORDER BY created_at, task_id"
-
-REQUEST = "SELECT request FROM task_calls WHERE task_id = ? AND request IS NOT NULL"
-
-UPSTREAM_CALL = (
-    "SELECT task_id, upstream_session_id, upstream_request_id FROM task_calls"
-    " WHERE task_id = ? AND upstream_request_id IS NOT NULL"
-)
-
-_SAVE_REQUEST = "INSERT INTO task_calls (task_id, request) VALUES (?, ?)"
 
 # INSERT ... SELECT from the task's row: a terminal or unknown task gets no row.
 _NOTE = (
@@ -54,22 +41,9 @@ _BEGIN = (
 _FORGET = f"DELETE FROM task_calls WHERE task_id {IN_JSON_ARRAY}"
 
 
-def request_from_row(row: sqlite3.Row) -> JsonObject:
-    request: JsonObject = json.loads(row["request"])
-    return request
-
-
-def upstream_call_from_row(row: sqlite3.Row) -> UpstreamCall:
-    return UpstreamCall(
-        task_id=row["task_id"],
-        session_id=row["upstream_session_id"],
-        request_id=json.loads(row["upstream_request_id"]),
-    )
-
-
 def save_request(db: sqlite3.Connection, task_id: str, request: JsonObject) -> None:
     """Keeps the request a repeatable task runs again from; part of its creation."""
-    db.execute(_SAVE_REQUEST, (task_id, json_text(request)))
+    db.execute(SQL.save_request, (task_id, json_text(request)))
 
 
 def note(

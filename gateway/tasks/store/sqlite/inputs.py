@@ -2,7 +2,7 @@
 
 A row is `pending` until it is `answered` or `withdrawn`, and never changes again; it stays
 until its task is deleted (the foreign key cascades), so a settled key is never reused. The
-write functions here run inside the store's writer (`sqlite_writer`), each in its batch's
+write functions here run inside the store's writer (`writer`), each in its batch's
 transaction; the store does the reads.
 """
 
@@ -14,44 +14,18 @@ from collections.abc import Collection
 from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject
-from gateway.tasks.models import InputRequest, epoch_us, from_epoch_us
-from gateway.tasks.store.sqlite_schema import IN_JSON_ARRAY, LIVE_SQL, json_text
-
-#: What `input_from_row` reads. `upstream_id` is JSON text, so 1 and "1" stay apart.
-_COLUMNS = "task_id, key, method, params, upstream_id, created_at"
+from gateway.tasks.models import InputRequest, epoch_us
+from gateway.tasks.store.rows import INPUT_COLUMNS, input_from_row, inputs_oldest_first, json_text
+from gateway.tasks.store.sql import LIVE_SQL
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, SQL
 
 # INSERT ... SELECT from the task's row: no row (unknown or terminal task), no insert; the
 # check and the write are one statement. A taken key inserts nothing either.
 _ADD = (
-    f"INSERT INTO task_inputs ({_COLUMNS}, state)"
+    f"INSERT INTO task_inputs ({INPUT_COLUMNS}, state)"
     f" SELECT ?, ?, ?, ?, ?, ?, 'pending' FROM tasks WHERE task_id = ? AND {LIVE_SQL}"
     " ON CONFLICT (task_id, key) DO NOTHING RETURNING key"
 )
-
-PENDING = (
-    f"SELECT {_COLUMNS} FROM task_inputs WHERE task_id = ? AND state = 'pending'"
-    " ORDER BY created_at, key"
-)
-
-ANSWERED = "SELECT key, response FROM task_inputs WHERE task_id = ? AND state = 'answered'"
-
-_ANSWER = (
-    "UPDATE task_inputs SET state = 'answered', response = ?, settled_at = ?"
-    f" WHERE task_id = ? AND key = ? AND state = 'pending' RETURNING {_COLUMNS}"
-)
-
-_WITHDRAW = "UPDATE task_inputs SET state = 'withdrawn', settled_at = ? WHERE state = 'pending'"
-
-
-def input_from_row(row: sqlite3.Row) -> InputRequest:
-    return InputRequest(
-        task_id=row["task_id"],
-        key=row["key"],
-        method=row["method"],
-        params=json.loads(row["params"]),
-        upstream_id=json.loads(row["upstream_id"]),
-        created_at=from_epoch_us(row["created_at"]),
-    )
 
 
 def add(db: sqlite3.Connection, request: InputRequest) -> bool:
@@ -67,7 +41,8 @@ def answer(
     db: sqlite3.Connection, task_id: str, key: str, response: JsonObject, now: datetime
 ) -> InputRequest | None:
     """Moves the pending `key` to answered with `response`; None unless it was pending."""
-    rows = db.execute(_ANSWER, (json_text(response), epoch_us(now), task_id, key)).fetchall()
+    params = (json_text(response), epoch_us(now), task_id, key)
+    rows = db.execute(SQL.answer_input, params).fetchall()
     return next((input_from_row(row) for row in rows), None)
 
 
@@ -80,17 +55,15 @@ def withdraw(
     if keys is not None:
         named = f"AND key {IN_JSON_ARRAY}"
         params.append(json.dumps(list(keys)))
-    sql = f"{_WITHDRAW} AND task_id = ? {named} RETURNING {_COLUMNS}"
-    rows = db.execute(sql, params).fetchall()
-    # RETURNING comes in no promised order.
-    return sorted(map(input_from_row, rows), key=lambda r: (r.created_at, r.key))
+    sql = f"{SQL.withdraw_inputs} AND task_id = ? {named} RETURNING {INPUT_COLUMNS}"
+    return inputs_oldest_first(db.execute(sql, params).fetchall())
 
 
 def withdraw_all(db: sqlite3.Connection, task_ids: Collection[str], now: datetime) -> None:
     """Withdraws every pending row of `task_ids`: part of their terminal write, so that a
     finished task never shows a question."""
     if len(task_ids) == 1:  # a task's own terminal write: the id alone, no JSON to read
-        db.execute(f"{_WITHDRAW} AND task_id = ?", (epoch_us(now), *task_ids))
+        db.execute(f"{SQL.withdraw_inputs} AND task_id = ?", (epoch_us(now), *task_ids))
     elif task_ids:
-        sql = f"{_WITHDRAW} AND task_id {IN_JSON_ARRAY}"
+        sql = f"{SQL.withdraw_inputs} AND task_id {IN_JSON_ARRAY}"
         db.execute(sql, (epoch_us(now), json.dumps(list(task_ids))))

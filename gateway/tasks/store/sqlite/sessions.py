@@ -1,6 +1,6 @@
 """The SQLite store's session records: what a client session needs to outlive a restart.
 
-The write functions here run inside the store's writer (`sqlite_writer`), each in its batch's
+The write functions here run inside the store's writer (`writer`), each in its batch's
 transaction; the store does the reads.
 """
 
@@ -11,8 +11,9 @@ import sqlite3
 from collections.abc import Collection
 from datetime import datetime
 
-from gateway.tasks.models import SessionRecord, epoch_us, from_epoch_us
-from gateway.tasks.store.sqlite_schema import IN_JSON_ARRAY, json_text
+from gateway.tasks.models import SessionRecord, epoch_us
+from gateway.tasks.store.rows import json_text
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, SQL
 
 # Not INSERT OR REPLACE: rewriting a record (its `initialized` arrives later) must not set its
 # last-seen time back to its creation.
@@ -28,31 +29,7 @@ _SAVE = (
     " last_seen = max(last_seen, excluded.last_seen)"
 )
 
-_UPDATE = (
-    "UPDATE sessions SET protocol_version = ?, initialize = ?, initialized = ?,"
-    " upstream_session_id = ?, upstream_protocol_version = ? WHERE session_id = ?"
-)
-
-GET = "SELECT * FROM sessions WHERE session_id = ?"
-DELETE = "DELETE FROM sessions WHERE session_id = ?"
-
 _TOUCH = f"UPDATE sessions SET last_seen = ? WHERE session_id {IN_JSON_ARRAY} AND last_seen < ?"
-_PRUNE = "DELETE FROM sessions WHERE last_seen < ? RETURNING session_id"
-
-
-def session_from_row(row: sqlite3.Row) -> SessionRecord:
-    initialized = row["initialized"]
-    return SessionRecord(
-        session_id=row["session_id"],
-        route=row["route"],
-        principal=row["principal"],
-        protocol_version=row["protocol_version"],
-        initialize=json.loads(row["initialize"]),
-        initialized=None if initialized is None else json.loads(initialized),
-        created_at=from_epoch_us(row["created_at"]),
-        upstream_session_id=row["upstream_session_id"],
-        upstream_protocol_version=row["upstream_protocol_version"],
-    )
 
 
 def save(db: sqlite3.Connection, record: SessionRecord) -> None:
@@ -72,7 +49,7 @@ def update(db: sqlite3.Connection, record: SessionRecord) -> bool:
         *(record.protocol_version, json_text(record.initialize), json_text(record.initialized)),
         *(record.upstream_session_id, record.upstream_protocol_version, record.session_id),
     )
-    cursor = db.execute(_UPDATE, row)
+    cursor = db.execute(SQL.update_session, row)
     return cursor.rowcount > 0
 
 
@@ -83,5 +60,5 @@ def prune(
     `idle_before`; returns the deleted ids."""
     seen = epoch_us(now)
     db.execute(_TOUCH, (seen, json.dumps(list(live)), seen))
-    rows = db.execute(_PRUNE, (epoch_us(idle_before),)).fetchall()
+    rows = db.execute(SQL.prune_sessions, (epoch_us(idle_before),)).fetchall()
     return [row["session_id"] for row in rows]

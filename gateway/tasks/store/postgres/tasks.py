@@ -17,22 +17,13 @@ from typing import Any
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import Task, TaskStatus, epoch_us
-from gateway.tasks.store import postgres_attempts as attempts
-from gateway.tasks.store import postgres_inputs as inputs
-from gateway.tasks.store.postgres_schema import (
-    LIVE_SQL,
-    LOCKS,
-    OWNER_LOCK,
-    TASK_COLUMNS,
-    Connection,
-    json_text,
-    task_from_row,
-)
+from gateway.tasks.store.postgres import attempts, inputs
+from gateway.tasks.store.postgres.schema import LOCKS, OWNER_LOCK, SQL, Connection
+from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
+from gateway.tasks.store.sql import LIVE_SQL
 
 #: A write of one or more task rows, returning the tasks it moved.
 Move = Callable[[Connection], Awaitable[list[Task]]]
-
-_COUNT_LIVE = f"SELECT count(*) FROM tasks WHERE owner = $1 AND {LIVE_SQL}"
 
 _INSERT = (
     f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at, runner)"
@@ -58,7 +49,7 @@ async def create(
         # One owner's creations queue here, on every replica: none can slip past the cap.
         lock = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
         await db.execute(lock, LOCKS + OWNER_LOCK, task.owner)
-        if await db.fetchval(_COUNT_LIVE, task.owner) >= max_active:
+        if await db.fetchval(SQL.count_live, task.owner) >= max_active:
             return False
     expires = task.expires_at
     await db.execute(
@@ -83,23 +74,18 @@ async def note(
 
 
 def transition(
-    which: str | list[str] | None,
+    which: str | list[str],
     sources: Sequence[TaskStatus],
     status: TaskStatus,
     message: str | None,
     now: datetime,
     runner: str | None,
 ) -> Move:
-    """Moves the task `which` names (or those it lists, or with None every task) whose status
-    is in `sources`, and with `runner` only those that replica runs."""
-    params: list[Any] = [status.value, message, epoch_us(now), [s.value for s in sources]]
-    where = ["status = ANY($4::text[])"]
-    if isinstance(which, str):
-        params.append(which)
-        where.append(f"task_id = ${len(params)}")
-    elif which is not None:
-        params.append(which)
-        where.append(f"task_id = ANY(${len(params)}::text[])")
+    """Moves the task `which` names (or those it lists) whose status is in `sources`, and with
+    `runner` only those that replica runs."""
+    params: list[Any] = [status.value, message, epoch_us(now), [s.value for s in sources], which]
+    named = "task_id = $5" if isinstance(which, str) else "task_id = ANY($5::text[])"
+    where = ["status = ANY($4::text[])", named]
     if runner is not None:
         params.append(runner)
         where.append(f"runner = ${len(params)}")
@@ -122,9 +108,9 @@ def ending(move: Move, outcome: Outcome | None, now: datetime) -> Move:
         tasks = await move(db)
         ended = [task.task_id for task in tasks]
         if outcome is not None and ended:
-            sql = "INSERT INTO outcomes VALUES ($1, $2, $3)"
             body = json.dumps(outcome.body)
-            await db.executemany(sql, [(task_id, outcome.kind, body) for task_id in ended])
+            rows = [(task_id, outcome.kind, body) for task_id in ended]
+            await db.executemany(SQL.insert_outcome, rows)
         await inputs.withdraw_all(db, ended, now)
         await attempts.forget(db, ended)
         return tasks

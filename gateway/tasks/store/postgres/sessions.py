@@ -10,7 +10,8 @@ from collections.abc import Collection
 from datetime import datetime
 
 from gateway.tasks.models import SessionRecord, epoch_us
-from gateway.tasks.store.postgres_schema import Connection, json_text
+from gateway.tasks.store.postgres.schema import SQL, Connection
+from gateway.tasks.store.rows import json_text
 
 # An update keeps the later last-seen time: rewriting a record (its `initialized` arrives
 # later) must not set it back to its creation.
@@ -26,16 +27,7 @@ _SAVE = (
     " last_seen = greatest(sessions.last_seen, excluded.last_seen)"
 )
 
-_UPDATE = (
-    "UPDATE sessions SET protocol_version = $2, initialize = $3, initialized = $4,"
-    " upstream_session_id = $5, upstream_protocol_version = $6 WHERE session_id = $1"
-)
-
-GET = "SELECT * FROM sessions WHERE session_id = $1"
-DELETE = "DELETE FROM sessions WHERE session_id = $1"
-
 _TOUCH = "UPDATE sessions SET last_seen = $1 WHERE session_id = ANY($2::text[]) AND last_seen < $1"
-_PRUNE = "DELETE FROM sessions WHERE last_seen < $1 RETURNING session_id"
 
 
 async def save(db: Connection, record: SessionRecord) -> None:
@@ -52,10 +44,9 @@ async def save(db: Connection, record: SessionRecord) -> None:
 async def update(db: Connection, record: SessionRecord) -> bool:
     """Rewrites `record` if it still exists."""
     status: str = await db.execute(
-        _UPDATE,
-        *(record.session_id, record.protocol_version),
-        *(json_text(record.initialize), json_text(record.initialized)),
-        *(record.upstream_session_id, record.upstream_protocol_version),
+        SQL.update_session,
+        *(record.protocol_version, json_text(record.initialize), json_text(record.initialized)),
+        *(record.upstream_session_id, record.upstream_protocol_version, record.session_id),
     )
     return status != "UPDATE 0"
 
@@ -66,5 +57,5 @@ async def prune(
     """Marks the `live` sessions seen at `now`, then deletes those last seen before
     `idle_before`; returns the deleted ids."""
     await db.execute(_TOUCH, epoch_us(now), list(live))
-    rows = await db.fetch(_PRUNE, epoch_us(idle_before))
+    rows = await db.fetch(SQL.prune_sessions, epoch_us(idle_before))
     return [row["session_id"] for row in rows]

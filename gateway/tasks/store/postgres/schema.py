@@ -1,32 +1,23 @@
-"""The PostgreSQL database itself: its tables, how they change between versions, how their
-rows read.
+"""The PostgreSQL database itself: its tables, how they change between versions, and the
+statements shared with SQLite in its placeholders (`SQL`).
 
 Several replicas may start together on one database: `migrate` takes a transaction-scoped
 advisory lock before it looks at the schema version, so exactly one of them applies each
 migration and the others find it done. Columns keep SQLite's shapes (times as `epoch_us`
 integers, JSON as text), so both backends read back exactly the same values; only the
 replicas' leases use the database's clock, so that no replica's clock ever decides whether
-another one is dead. Wake-ups (`postgres_listener`) are sent by triggers, inside the very
+another one is dead. Wake-ups (`listener`) are sent by triggers, inside the very
 transaction that changes a row, and only for changes someone waits for.
 """
 
 from __future__ import annotations
 
-import json
 import secrets
 from typing import TYPE_CHECKING, TypeAlias
 
 from asyncpg import Record
 
-from gateway.protocol.jsonrpc import JsonObject
-from gateway.tasks.models import (
-    InputRequest,
-    SessionRecord,
-    Task,
-    TaskStatus,
-    UpstreamCall,
-    from_epoch_us,
-)
+from gateway.tasks.store.sql import Statements, dollar
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -139,18 +130,8 @@ MIGRATIONS = [
     """,
 ]
 
-#: The statuses of a running task, spelled as the partial indexes' WHERE so that the planner
-#: matches them.
-LIVE_SQL = "status IN ('working', 'input_required')"
-
-#: What `task_from_row` reads.
-TASK_COLUMNS = (
-    "task_id, owner, route, tool, status, status_message, created_at, updated_at, ttl_ms,"
-    " poll_interval_ms, progress_token, generation, repeatable, attempt"
-)
-
-#: What `input_from_row` reads.
-INPUT_COLUMNS = "task_id, key, method, params, upstream_id, created_at"
+#: The statements both backends share, in PostgreSQL's placeholders.
+SQL = Statements(dollar)
 
 
 async def migrate(db: Connection) -> None:
@@ -175,69 +156,3 @@ async def cursor_secret(db: Connection) -> bytes:
     await db.execute(made, secrets.token_bytes(32))
     secret: bytes = await db.fetchval("SELECT value FROM meta WHERE key = 'cursor_secret'")
     return secret
-
-
-def json_text(value: object) -> str | None:
-    """A JSON column's value (None stays NULL)."""
-    # ensure_ascii (the default) escapes NUL and lone surrogates, which text columns refuse.
-    return None if value is None else json.dumps(value)
-
-
-def task_from_row(row: Record) -> Task:
-    token = row["progress_token"]
-    return Task(
-        task_id=row["task_id"],
-        owner=row["owner"],
-        route=row["route"],
-        tool=row["tool"],
-        status=TaskStatus(row["status"]),
-        status_message=row["status_message"],
-        created_at=from_epoch_us(row["created_at"]),
-        updated_at=from_epoch_us(row["updated_at"]),
-        ttl_ms=row["ttl_ms"],
-        poll_interval_ms=row["poll_interval_ms"],
-        # JSON text keeps an int token an int and a str token a str.
-        progress_token=None if token is None else json.loads(token),
-        generation=row["generation"],
-        repeatable=row["repeatable"],
-        attempt=row["attempt"],
-    )
-
-
-def input_from_row(row: Record) -> InputRequest:
-    return InputRequest(
-        task_id=row["task_id"],
-        key=row["key"],
-        method=row["method"],
-        params=json.loads(row["params"]),
-        upstream_id=json.loads(row["upstream_id"]),
-        created_at=from_epoch_us(row["created_at"]),
-    )
-
-
-def request_from_row(row: Record) -> JsonObject:
-    request: JsonObject = json.loads(row["request"])
-    return request
-
-
-def upstream_call_from_row(row: Record) -> UpstreamCall:
-    return UpstreamCall(
-        task_id=row["task_id"],
-        session_id=row["upstream_session_id"],
-        request_id=json.loads(row["upstream_request_id"]),
-    )
-
-
-def session_from_row(row: Record) -> SessionRecord:
-    initialized = row["initialized"]
-    return SessionRecord(
-        session_id=row["session_id"],
-        route=row["route"],
-        principal=row["principal"],
-        protocol_version=row["protocol_version"],
-        initialize=json.loads(row["initialize"]),
-        initialized=None if initialized is None else json.loads(initialized),
-        created_at=from_epoch_us(row["created_at"]),
-        upstream_session_id=row["upstream_session_id"],
-        upstream_protocol_version=row["upstream_protocol_version"],
-    )

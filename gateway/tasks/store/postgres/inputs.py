@@ -1,6 +1,6 @@
 """The PostgreSQL store's input-request rows: the questions a task's call asked, and their fate.
 
-The same rows as SQLite's (`sqlite_inputs`): `pending` until `answered` or `withdrawn`, kept
+The same rows as SQLite's (`sqlite.inputs`): `pending` until `answered` or `withdrawn`, kept
 until their task is deleted so that a settled key is never reused. Asking and withdrawing are
 the runner's writes, fenced on the task's `runner`; an answer is a client's, taken on any
 replica. The write functions here run inside the store's transaction for the write.
@@ -13,13 +13,9 @@ from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.tasks.models import InputRequest, epoch_us
-from gateway.tasks.store.postgres_schema import (
-    INPUT_COLUMNS,
-    LIVE_SQL,
-    Connection,
-    input_from_row,
-    json_text,
-)
+from gateway.tasks.store.postgres.schema import SQL, Connection
+from gateway.tasks.store.rows import INPUT_COLUMNS, input_from_row, inputs_oldest_first, json_text
+from gateway.tasks.store.sql import LIVE_SQL
 
 # INSERT ... SELECT from the task's row: no row (unknown, terminal, or another replica's
 # task), no insert. FOR SHARE holds off a takeover until this commits, so that the new
@@ -30,20 +26,6 @@ _ADD = (
     f" WHERE task_id = $1 AND {LIVE_SQL} AND runner = $7 FOR SHARE"
     " ON CONFLICT (task_id, key) DO NOTHING RETURNING key"
 )
-
-PENDING = (
-    f"SELECT {INPUT_COLUMNS} FROM task_inputs WHERE task_id = $1 AND state = 'pending'"
-    " ORDER BY created_at, key"
-)
-
-ANSWERED = "SELECT key, response FROM task_inputs WHERE task_id = $1 AND state = 'answered'"
-
-_ANSWER = (
-    "UPDATE task_inputs SET state = 'answered', response = $3, settled_at = $4"
-    f" WHERE task_id = $1 AND key = $2 AND state = 'pending' RETURNING {INPUT_COLUMNS}"
-)
-
-_WITHDRAW = "UPDATE task_inputs SET state = 'withdrawn', settled_at = $1 WHERE state = 'pending'"
 
 _FENCE = "SELECT 1 FROM tasks WHERE task_id = $1 AND runner = $2 FOR SHARE"
 
@@ -60,7 +42,7 @@ async def answer(
     db: Connection, task_id: str, key: str, response: JsonObject, now: datetime
 ) -> InputRequest | None:
     """Moves the pending `key` to answered with `response`; None unless it was pending."""
-    row = await db.fetchrow(_ANSWER, task_id, key, json_text(response), epoch_us(now))
+    row = await db.fetchrow(SQL.answer_input, json_text(response), epoch_us(now), task_id, key)
     return None if row is None else input_from_row(row)
 
 
@@ -75,15 +57,13 @@ async def withdraw(
     if keys is not None:
         named = "AND key = ANY($3::text[])"
         params.append(list(keys))
-    sql = f"{_WITHDRAW} AND task_id = $2 {named} RETURNING {INPUT_COLUMNS}"
-    rows = await db.fetch(sql, *params)
-    # RETURNING comes in no promised order.
-    return sorted(map(input_from_row, rows), key=lambda r: (r.created_at, r.key))
+    sql = f"{SQL.withdraw_inputs} AND task_id = $2 {named} RETURNING {INPUT_COLUMNS}"
+    return inputs_oldest_first(await db.fetch(sql, *params))
 
 
 async def withdraw_all(db: Connection, task_ids: Collection[str], now: datetime) -> None:
     """Withdraws every pending row of `task_ids`: part of their terminal write, so that a
     finished task never shows a question."""
     if task_ids:
-        sql = f"{_WITHDRAW} AND task_id = ANY($2::text[])"
+        sql = f"{SQL.withdraw_inputs} AND task_id = ANY($2::text[])"
         await db.execute(sql, epoch_us(now), list(task_ids))

@@ -1,5 +1,5 @@
 """The PostgreSQL store's wake-ups: a connection of its own that LISTENs for the task ids the
-triggers (`postgres_schema`) send when a row changes, on whichever replica changed it.
+triggers (`schema`) send when a row changes, on whichever replica changed it.
 
 Its own connection, never one of the pool's: a LISTEN lasts as long as its session, and a
 pooled connection is handed to every caller in turn. Notifications sent while it is down are
@@ -20,7 +20,7 @@ from typing import Any
 import asyncpg
 
 from gateway.aio import TaskSet
-from gateway.tasks.store.postgres_schema import CHANNEL
+from gateway.tasks.store.postgres.schema import CHANNEL
 
 log = logging.getLogger(__name__)
 

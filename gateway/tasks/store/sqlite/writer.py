@@ -39,8 +39,7 @@ class _Write:
 
 class GroupCommitWriter:
     """Runs writes on `db` in batches, one transaction each, on `thread` (the one thread that
-    ever uses `db`). `commits` counts the COMMITs, to make batching visible;
-    `on_timing("commit", seconds)` hears how long each took."""
+    ever uses `db`). `on_timing("commit", seconds)` hears how long each COMMIT took."""
 
     def __init__(
         self,
@@ -51,7 +50,6 @@ class GroupCommitWriter:
         self._db = db
         self._thread = thread
         self._on_timing = on_timing
-        self.commits = 0
         #: `time.monotonic()` of the latest successful commit (0.0 before the first).
         self.last_commit = 0.0
         self._queue: list[_Write] = []
@@ -143,7 +141,6 @@ class GroupCommitWriter:
         if error is not None:  # COMMIT failed (or BEGIN, for a bulk batch): nothing written
             _fail(batch, error if isinstance(error, Exception) else RuntimeError(repr(error)))
             return
-        self.commits += 1
         self.last_commit = time.monotonic()
         if self._on_timing is not None:
             self._on_timing("commit", time.perf_counter() - started)

@@ -1,6 +1,6 @@
 """The PostgreSQL store's record of attempts, and which replica runs each task.
 
-As in SQLite (`sqlite_attempts`), a repeatable task's request is kept from its creation to its
+As in SQLite (`sqlite.attempts`), a repeatable task's request is kept from its creation to its
 terminal write, with the upstream request of its latest attempt. Here a task also has a
 `runner`, the replica running it, and every replica a lease in `replicas`, renewed in one
 statement on the database's clock. A replica whose lease has run out (or whose row is gone:
@@ -17,14 +17,10 @@ from datetime import datetime
 
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.tasks.models import Task, TaskStatus, epoch_us
-from gateway.tasks.store import postgres_inputs as inputs
-from gateway.tasks.store.postgres_schema import (
-    LIVE_SQL,
-    TASK_COLUMNS,
-    Connection,
-    json_text,
-    task_from_row,
-)
+from gateway.tasks.store.postgres import inputs
+from gateway.tasks.store.postgres.schema import SQL, Connection
+from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
+from gateway.tasks.store.sql import LIVE_SQL
 
 #: How long a dead replica's row is kept once its tasks are settled, for operators to see.
 _FORGET_REPLICAS_AFTER = "1 hour"
@@ -35,15 +31,6 @@ RENEW = (
 )
 
 RELEASE = "DELETE FROM replicas WHERE replica = $1"
-
-REQUEST = "SELECT request FROM task_calls WHERE task_id = $1 AND request IS NOT NULL"
-
-UPSTREAM_CALL = (
-    "SELECT task_id, upstream_session_id, upstream_request_id FROM task_calls"
-    " WHERE task_id = $1 AND upstream_request_id IS NOT NULL"
-)
-
-_SAVE_REQUEST = "INSERT INTO task_calls (task_id, request) VALUES ($1, $2)"
 
 # INSERT ... SELECT from the task's row: a terminal, unknown or another replica's task gets no
 # row; FOR SHARE holds off a takeover until this commits.
@@ -92,7 +79,7 @@ _FORGET_DEAD = f"""
 
 async def save_request(db: Connection, task_id: str, request: JsonObject) -> None:
     """Keeps the request a repeatable task runs again from; part of its creation."""
-    await db.execute(_SAVE_REQUEST, task_id, json_text(request))
+    await db.execute(SQL.save_request, task_id, json_text(request))
 
 
 async def note(

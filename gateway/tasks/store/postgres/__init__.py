@@ -1,0 +1,15 @@
+"""The PostgreSQL backend: the database several replicas share (DESIGN.md, "Several
+replicas"), each live task run by one of them and its runner's writes fenced on it.
+
+    store.py      `PostgresTaskStore`: the writes, each one transaction, and the reads
+    pool.py       its connections: the pool, transactions, an unreachable server as 503
+    schema.py     the database: migrations under an advisory lock, wake-up triggers
+    tasks.py, inputs.py, attempts.py, sessions.py
+                  the writes of each kind of row, each of a runner's fenced on `runner`;
+                  leases and takeovers (`claim_orphans`) in attempts
+    listener.py   the wake-ups: LISTEN on a connection of its own, reconnecting
+"""
+
+from gateway.tasks.store.postgres.store import PostgresTaskStore, open_postgres_store
+
+__all__ = ["PostgresTaskStore", "open_postgres_store"]

@@ -1,0 +1,130 @@
+"""The PostgreSQL store's way to its database: a pool of connections, each write one
+transaction, durable on return (a caller cancelled before the commit has written nothing).
+
+A server that cannot be used just now is the client's to retry, not a failure of its request:
+every read and write then raises `StoreUnreachable` (503 with Retry-After), and no commit
+before it counts for the health check any more.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from collections.abc import Awaitable, Callable, Iterator
+from typing import TYPE_CHECKING, Any, TypeVar
+
+import asyncpg
+from asyncpg import Record
+
+from gateway.protocol.errors import StoreUnreachable
+from gateway.tasks.store.postgres.schema import Connection
+
+if TYPE_CHECKING:
+    from asyncpg.pool import PoolAcquireContext
+
+T = TypeVar("T")
+
+_POOL_SIZE = 10
+#: How long `close` waits for the writes under way before it drops their connections.
+_CLOSE_SECONDS = 10.0
+
+#: Errors that say the server cannot be used now, not that a statement is wrong.
+_UNREACHABLE = (
+    OSError,
+    asyncpg.PostgresConnectionError,
+    asyncpg.InterfaceError,
+    asyncpg.exceptions.OperatorInterventionError,
+)
+
+
+def application_name(replica: str) -> str:
+    """What the server shows for this replica's connections (pg_stat_activity)."""
+    return f"mcp-task-gateway {replica}"
+
+
+class Pool:
+    """Reads and writes on the connections of `pool`. `on_timing(operation, seconds)` hears
+    how long each read and each commit took."""
+
+    def __init__(
+        self, pool: asyncpg.Pool[Record], on_timing: Callable[[str, float], None] | None
+    ) -> None:
+        self._pool = pool
+        self._on_timing = on_timing
+        self._refused = False
+        #: `time.monotonic()` of the latest commit (0.0 before the first; -inf after the
+        #: server was found unreachable, until the next commit).
+        self.last_commit = 0.0
+
+    @classmethod
+    async def connect(
+        cls, url: str, replica: str, on_timing: Callable[[str, float], None] | None
+    ) -> Pool:
+        """Raises: what asyncpg raises when the database cannot be reached."""
+        pool = await asyncpg.create_pool(
+            url,
+            min_size=1,
+            max_size=_POOL_SIZE,
+            server_settings={"application_name": application_name(replica)},
+        )
+        return cls(pool, on_timing)
+
+    async def read(self, sql: str, *params: Any) -> list[Record]:
+        self._check_open()
+        started = time.perf_counter()
+        with self._unreachable_as_503():
+            rows = await self._pool.fetch(sql, *params)
+        if self._on_timing is not None:
+            self._on_timing("read", time.perf_counter() - started)
+        return rows
+
+    async def write(self, run: Callable[[Connection], Awaitable[T]]) -> T:
+        """`run(db)` in a transaction of its own; its value once that has committed."""
+        self._check_open()
+        started = time.perf_counter()
+        with self._unreachable_as_503():
+            async with self._pool.acquire() as db, db.transaction():
+                value = await run(db)
+        self.last_commit = time.monotonic()
+        if self._on_timing is not None:
+            self._on_timing("commit", time.perf_counter() - started)
+        return value
+
+    def acquire(self) -> PoolAcquireContext[Record]:
+        """A connection of the pool, whether reads and writes are refused or not."""
+        return self._pool.acquire()
+
+    def refuse(self) -> bool:
+        """Refuses every later read and write; False if it did already."""
+        refused, self._refused = self._refused, True
+        return not refused
+
+    async def close(self) -> None:
+        """Closes the pool once the writes under way have ended, or after `_CLOSE_SECONDS`
+        drops the connections still in use."""
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(_CLOSE_SECONDS):
+                await self._pool.close()
+
+    def terminate(self) -> None:
+        self._pool.terminate()
+
+    def _check_open(self) -> None:
+        if self._refused:
+            raise RuntimeError("the task store is closed")
+
+    @contextlib.contextmanager
+    def _unreachable_as_503(self) -> Iterator[None]:
+        # OSError is a ConnectionError too, which the HTTP layer would take for a client that
+        # went away: the client would get a bare 500 instead of being told to retry.
+        try:
+            yield
+        except _UNREACHABLE as exc:
+            # No commit before this one proves the store takes writes now: the health check
+            # asks again (a load balancer stops sending what would get 503 within seconds).
+            self.last_commit = float("-inf")
+            raise StoreUnreachable(
+                "the task store is unreachable just now; send the request again shortly",
+                headers={"Retry-After": "1"},
+            ) from exc

@@ -1,0 +1,251 @@
+"""The PostgreSQL backend of `TaskStore`: the database several replicas share (DESIGN.md,
+"Several replicas"). Its reads are those both backends share (`reads.SharedReads`); its
+writes it delegates, by the rows they change, to `tasks`, `inputs`, `attempts` and `sessions`.
+
+Each write is one transaction on a pooled connection (`pool`), durable on return. A task's
+runner is the replica that created or claimed it, and the runner's writes are fenced on it: a
+replica taken for dead can no longer write to the tasks a survivor took over, while a client's
+cancel or answer lands on any replica. `schema` keeps the schema current, `listener` hears
+the wake-ups.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Collection
+from datetime import datetime
+from typing import Any, TypeVar
+
+from asyncpg import Record
+
+from gateway.protocol.jsonrpc import JsonObject, RequestId
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import (
+    TERMINAL,
+    InputRequest,
+    SessionRecord,
+    Task,
+    TaskFilter,
+    TaskStatus,
+    epoch_us,
+)
+from gateway.tasks.store.filters import tasks_where
+from gateway.tasks.store.postgres import attempts, inputs, sessions, tasks
+from gateway.tasks.store.postgres.listener import Listener
+from gateway.tasks.store.postgres.pool import Pool, application_name
+from gateway.tasks.store.postgres.schema import SQL, Connection, cursor_secret, migrate
+from gateway.tasks.store.reads import SharedReads
+from gateway.tasks.store.writes import check_request, failure, finish_sources, update_sources
+
+T = TypeVar("T")
+
+_STORED_BYTES = (
+    "SELECT coalesce(sum(octet_length(o.body)), 0) + coalesce(sum(octet_length(c.request)), 0)"
+    " FROM tasks t LEFT JOIN outcomes o USING (task_id) LEFT JOIN task_calls c USING (task_id)"
+    " WHERE t.owner = $1"
+)
+
+
+class PostgresTaskStore(SharedReads):
+    """`TaskStore` on a PostgreSQL database, as the replica `replica`."""
+
+    _sql = SQL
+
+    def __init__(
+        self, db: Pool, url: str, replica: str, lease_seconds: float, secret: bytes
+    ) -> None:
+        self._db = db
+        self._url = url
+        self._replica = replica
+        self._lease_seconds = lease_seconds
+        self._secret = secret
+        self._listener: Listener | None = None
+
+    async def create_task(
+        self, task: Task, max_active: int | None = None, request: JsonObject | None = None
+    ) -> bool:
+        check_request(task, request)
+        return await self._write(
+            lambda db: tasks.create(db, task, max_active, request, self._replica)
+        )
+
+    async def purge_tasks(self, choice: TaskFilter) -> list[str]:
+        where, params = tasks_where(choice, SQL.mark, TERMINAL)
+        # SKIP LOCKED: a row another replica is writing just now waits for the next purge.
+        sql = (
+            f"DELETE FROM tasks WHERE task_id IN (SELECT task_id FROM tasks WHERE {where}"
+            f" ORDER BY created_at, task_id LIMIT {SQL.mark(len(params) + 1)}"
+            " FOR UPDATE SKIP LOCKED) RETURNING task_id"
+        )
+        rows = await self._write(lambda db: db.fetch(sql, *params, choice.limit))
+        return [row["task_id"] for row in rows]
+
+    async def update_task(
+        self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
+    ) -> Task | None:
+        sources = update_sources(status)
+        move = tasks.transition(task_id, sources, status, status_message, now, self._replica)
+        return next(iter(await self._write(move)), None)
+
+    async def note_task(self, task_id: str, status_message: str, now: datetime) -> Task | None:
+        return await self._write(
+            lambda db: tasks.note(db, task_id, status_message, now, self._replica)
+        )
+
+    async def finish_task(
+        self,
+        task_id: str,
+        status: TaskStatus,
+        status_message: str | None,
+        outcome: Outcome | None,
+        now: datetime,
+    ) -> Task | None:
+        sources = finish_sources(status)
+        # A client's cancel lands on whichever replica it reached, not only on the runner.
+        runner = None if status == TaskStatus.CANCELLED else self._replica
+        move = tasks.transition(task_id, sources, status, status_message, now, runner)
+        return next(iter(await self._write(tasks.ending(move, outcome, now))), None)
+
+    async def erase_principal(self, principal: str) -> tuple[int, int]:
+        async def erase(db: Connection) -> tuple[int, int]:
+            erased = await db.fetch(SQL.erase_tasks, principal)
+            status: str = await db.execute(SQL.erase_sessions, principal)
+            return len(erased), int(status.split()[-1])
+
+        return await self._write(erase)
+
+    async def stored_bytes(self, owner: str) -> int:
+        rows = await self._read(_STORED_BYTES, owner)
+        return int(rows[0][0])
+
+    async def add_input(self, request: InputRequest) -> bool:
+        return await self._write(lambda db: inputs.add(db, request, self._replica))
+
+    async def answer_input(
+        self, task_id: str, key: str, response: JsonObject, now: datetime
+    ) -> InputRequest | None:
+        return await self._write(lambda db: inputs.answer(db, task_id, key, response, now))
+
+    async def withdraw_inputs(
+        self, task_id: str, now: datetime, keys: Collection[str] | None = None
+    ) -> list[InputRequest]:
+        return await self._write(lambda db: inputs.withdraw(db, task_id, now, keys, self._replica))
+
+    async def delete_expired(self, now: datetime) -> list[str]:
+        rows = await self._write(lambda db: db.fetch(SQL.delete_expired, epoch_us(now)))
+        return [row["task_id"] for row in rows]
+
+    async def fail_running(
+        self, task_ids: Collection[str], message: str, now: datetime
+    ) -> list[Task]:
+        failed = TaskStatus.FAILED
+        sources = finish_sources(failed)
+        move = tasks.transition(list(task_ids), sources, failed, message, now, self._replica)
+        return await self._write(tasks.ending(move, failure(message), now))
+
+    async def begin_attempt(
+        self, task_id: str, attempt: int, status_message: str, now: datetime
+    ) -> Task | None:
+        return await self._write(
+            lambda db: attempts.begin(db, task_id, attempt, status_message, now, self._replica)
+        )
+
+    async def note_upstream_call(
+        self, task_id: str, session_id: str | None, request_id: RequestId
+    ) -> None:
+        await self._write(
+            lambda db: attempts.note(db, task_id, session_id, request_id, self._replica)
+        )
+
+    async def claim_orphans(self) -> list[Task]:
+        return await self._write(lambda db: attempts.claim(db, self._replica))
+
+    async def renew_lease(self) -> None:
+        sql, lease = attempts.RENEW, self._lease_seconds
+        await self._write(lambda db: db.execute(sql, self._replica, lease))
+
+    async def watch(self, changed: Callable[[str | None], None]) -> None:
+        """Raises: RuntimeError if this store is watched already; what asyncpg raises if the
+        listener's connection cannot be made."""
+        if self._listener is not None:
+            raise RuntimeError("the task store is watched already")
+        listener = Listener(self._url, application_name(self._replica), changed)
+        await listener.start()
+        self._listener = listener
+
+    async def save_session(self, record: SessionRecord) -> None:
+        await self._write(lambda db: sessions.save(db, record))
+
+    async def update_session(self, record: SessionRecord) -> bool:
+        return await self._write(lambda db: sessions.update(db, record))
+
+    async def delete_session(self, session_id: str) -> None:
+        await self._write(lambda db: db.execute(SQL.delete_session, session_id))
+
+    async def prune_sessions(
+        self, live: Collection[str], now: datetime, idle_before: datetime
+    ) -> list[str]:
+        return await self._write(lambda db: sessions.prune(db, live, now, idle_before))
+
+    @property
+    def last_commit(self) -> float:
+        return self._db.last_commit
+
+    async def check_writable(self) -> None:
+        sql = (
+            "INSERT INTO meta VALUES ('health_check', $1)"
+            " ON CONFLICT (key) DO UPDATE SET value = excluded.value"
+        )
+        await self._write(lambda db: db.execute(sql, str(time.time()).encode()))
+
+    async def secret(self) -> bytes:
+        return self._secret
+
+    async def close(self) -> None:
+        """Stops listening, gives up this replica's lease (its live tasks are the others' to
+        claim at once), then closes the pool once the writes under way have ended; later
+        calls are refused."""
+        if not self._db.refuse():
+            return
+        try:
+            if self._listener is not None:
+                await self._listener.close()
+            async with self._db.acquire() as db:
+                await db.execute(attempts.RELEASE, self._replica)
+        finally:
+            await self._db.close()
+
+    async def _read(self, sql: str, *params: Any) -> list[Record]:
+        return await self._db.read(sql, *params)
+
+    async def _write(self, run: Callable[[Connection], Awaitable[T]]) -> T:
+        return await self._db.write(run)
+
+
+async def open_postgres_store(
+    url: str,
+    replica: str,
+    lease_seconds: float = 15.0,
+    on_timing: Callable[[str, float], None] | None = None,
+) -> PostgresTaskStore:
+    """Connects to the database at `url` (the password from PGPASSWORD), brings its schema up
+    to date and takes the lease of `replica`, this process's name among the replicas. Give a
+    new name at each start: the live tasks of an earlier process of the same name would pass
+    for this one's, and no replica would ever claim them.
+
+    `on_timing(operation, seconds)` hears how long each read and each commit took.
+
+    Raises: what asyncpg raises when the database cannot be reached or used (OSError,
+    asyncpg.PostgresError, ...); RuntimeError if its schema is newer than this gateway knows.
+    """
+    db = await Pool.connect(url, replica, on_timing)
+    try:
+        async with db.acquire() as conn:
+            await migrate(conn)
+            secret = await cursor_secret(conn)
+        store = PostgresTaskStore(db, url, replica, lease_seconds, secret)
+        await store.renew_lease()
+    except BaseException:
+        db.terminate()
+        raise
+    return store

@@ -1,0 +1,106 @@
+"""The SQLite store's task and outcome writes: creation, status moves and the terminal write.
+
+Each status check sits in its UPDATE's WHERE, so check and write are one statement; and the
+file's single writer (`writer`) runs one write at a time, so a count before an insert holds
+until the insert. The functions here run inside the writer's transaction for the write.
+"""
+
+from __future__ import annotations
+
+import json
+import sqlite3
+from collections.abc import Collection, Sequence
+from datetime import datetime
+from typing import Any
+
+from gateway.protocol.jsonrpc import JsonObject
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import Task, TaskStatus, epoch_us
+from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
+from gateway.tasks.store.sqlite import attempts, inputs
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, SQL
+
+
+def _marks(values: Collection[Any]) -> str:
+    """One `?` placeholder per value, comma-separated."""
+    return ",".join("?" * len(values))
+
+
+#: The statuses of a task that is still running, as bound: plain strings, as every status
+#: and flag here is (why: the adapter note in `schema`).
+_LIVE = tuple(s.value for s in TaskStatus if not s.terminal)
+
+_CREATE = (
+    f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES ({_marks(TASK_COLUMNS.split(','))}, ?)"
+)
+
+_NOTE = (
+    "UPDATE tasks SET status_message = ?, updated_at = ?"
+    f" WHERE task_id = ? AND status IN ({_marks(_LIVE)}) RETURNING {TASK_COLUMNS}"
+)
+
+
+def create(
+    db: sqlite3.Connection, task: Task, max_active: int | None, request: JsonObject | None
+) -> bool:
+    """Inserts `task`, with its request if given; False, writing nothing, if its owner has
+    `max_active` live tasks already."""
+    if max_active is not None:
+        (active,) = db.execute(SQL.count_live, (task.owner,)).fetchone()
+        if active >= max_active:
+            return False
+    expires = task.expires_at
+    row = (
+        *(task.task_id, task.owner, task.route, task.tool, task.status.value),
+        *(task.status_message, epoch_us(task.created_at), epoch_us(task.updated_at)),
+        *(task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
+        *(task.generation, int(task.repeatable), task.attempt),
+        None if expires is None else epoch_us(expires),
+    )
+    db.execute(_CREATE, row)
+    if request is not None:
+        attempts.save_request(db, task.task_id, request)
+    return True
+
+
+def note(db: sqlite3.Connection, task_id: str, message: str, now: datetime) -> Task | None:
+    """Sets the statusMessage of a live task; None for any other task."""
+    rows = db.execute(_NOTE, (message, epoch_us(now), task_id, *_LIVE)).fetchall()
+    return next(map(task_from_row, rows), None)
+
+
+def transition(
+    db: sqlite3.Connection,
+    which: str | Collection[str],
+    sources: Sequence[TaskStatus],
+    status: TaskStatus,
+    message: str | None,
+    now: datetime,
+) -> list[Task]:
+    """Moves the task `which` names (or those it lists) whose status is in `sources`."""
+    if isinstance(which, str):
+        named, key = "task_id = ?", which
+    else:
+        named, key = f"task_id {IN_JSON_ARRAY}", json.dumps(list(which))
+    sql = (
+        "UPDATE tasks SET status = ?, status_message = ?, updated_at = ?"
+        f" WHERE {named} AND status IN ({_marks(sources)}) RETURNING {TASK_COLUMNS}"
+    )
+    params = (status.value, message, epoch_us(now), key, *(source.value for source in sources))
+    return [task_from_row(row) for row in db.execute(sql, params).fetchall()]
+
+
+def ending(
+    db: sqlite3.Connection, tasks: list[Task], outcome: Outcome | None, now: datetime
+) -> int:
+    """What goes with the terminal write that moved `tasks`: for each, the outcome kept, the
+    questions withdrawn, the stored request and upstream call forgotten (only repeatable
+    tasks have those). Returns the size of the outcome as stored (0 without one)."""
+    size = 0
+    if outcome is not None:
+        body = json.dumps(outcome.body)
+        db.executemany(SQL.insert_outcome, [(task.task_id, outcome.kind, body) for task in tasks])
+        size = len(body)
+    inputs.withdraw_all(db, [task.task_id for task in tasks], now)
+    attempts.forget(db, [task.task_id for task in tasks if task.repeatable])
+    return size

@@ -1,0 +1,47 @@
+"""What both backends' writes share: the checks of their arguments, the statuses each move
+may start from, and the outcome of a task failed while it ran.
+
+A backend checks before it writes, so a refused argument writes nothing; then its move is
+conditional on the task's status being one of those given here, in the statement's WHERE,
+so that check and write are one statement and a terminal task never moves again.
+"""
+
+from __future__ import annotations
+
+from gateway.protocol.errors import INTERNAL_ERROR
+from gateway.protocol.jsonrpc import JsonObject
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import Task, TaskStatus, sources_of
+
+
+def check_request(task: Task, request: JsonObject | None) -> None:
+    """Raises: ValueError if `request` is given for a task that is not repeatable (no other
+    task's arguments are ever kept)."""
+    if request is not None and not task.repeatable:
+        raise ValueError("only a repeatable task's request is kept")
+
+
+def update_sources(status: TaskStatus) -> tuple[TaskStatus, ...]:
+    """The statuses `update_task` moves a task to `status` from: `status` itself (a
+    message-only update) and those that may move to it.
+
+    Raises: ValueError if `status` is terminal (that is `finish_task`'s job).
+    """
+    if status.terminal:
+        raise ValueError(f"{status} is terminal: use finish_task")
+    return (status, *sources_of(status))
+
+
+def finish_sources(status: TaskStatus) -> tuple[TaskStatus, ...]:
+    """The statuses `finish_task` ends a task in `status` from.
+
+    Raises: ValueError if `status` is not terminal.
+    """
+    if not status.terminal:
+        raise ValueError(f"{status} is not terminal: use update_task")
+    return sources_of(status)
+
+
+def failure(message: str) -> Outcome:
+    """The outcome `fail_running` gives each task it fails: an internal error, `message`."""
+    return Outcome.error(INTERNAL_ERROR, message)
