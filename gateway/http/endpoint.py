@@ -22,6 +22,7 @@ from gateway.http.middleware import ROUTE as ROUTE_KEY
 from gateway.keys import RUNNER, SESSIONS, SETTINGS, TASK_API
 from gateway.observability.logs import printable
 from gateway.protocol import dispatch, jsonrpc, modern, rewrite
+from gateway.protocol.decisions import Local, Reject, Rewrite
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
     InvalidRequest,
@@ -91,8 +92,9 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
         log.debug(
             "route %s: %s from %s", route.name, printable(_method_label(message)), request.remote
         )
+    request_id = None
     if isinstance(message, jsonrpc.Request):
-        request[REQUEST_ID_KEY] = message.id
+        request_id = request[REQUEST_ID_KEY] = message.id
     policy = route.policy
     if not request.headers.get(admission.SESSION_HEADER):
         version = request.headers.get(admission.VERSION_HEADER)
@@ -111,8 +113,8 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
             admission.refuse_when_draining(request, "sessions")
             return await _initialize(request, route, first.request, caller)
         admission.check_modern_version(request, message, served_versions(route.generations))
-        if isinstance(first, dispatch.Reject):
-            return _error(first.request.id, first.code, first.message)
+        if isinstance(first, Reject):
+            return _error(request_id, first.code, first.message)
 
     session = await admission.session_for(request, route, caller)
     decision = dispatch.decide(message, policy, session.protocol_version, route.lists_tasks)
@@ -120,8 +122,8 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
         raise InvalidRequest(
             "initialize must be sent without MCP-Session-Id: it opens a new session"
         )
-    if isinstance(decision, dispatch.Reject):
-        return _error(decision.request.id, decision.code, decision.message)
+    if isinstance(decision, Reject):
+        return _error(request_id, decision.code, decision.message)
     if isinstance(decision, dispatch.Deliver):
         try:
             taken = await session.deliver(decision.message)
@@ -149,7 +151,7 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
         except TaskError as exc:
             return _error(decision.request.id, exc.code, exc.message)
         return _json_response(rewrite.create_task_result(decision.request.id, task.wire(), policy))
-    if isinstance(decision, dispatch.Local):
+    if isinstance(decision, Local):
         answer = await request.app[TASK_API].answer(session, decision.request, policy)
         if isinstance(answer, EventStream):
             return await _answer(request, http, answer)
@@ -183,9 +185,9 @@ def _not_relayed(exc: UpstreamError) -> web.Response:
     return _json_response(jsonrpc.error_response(None, INTERNAL_ERROR, message), status)
 
 
-def _rewriter(which: dispatch.Rewrite | None, route: Route) -> Rewriter | None:
+def _rewriter(which: Rewrite | None, route: Route) -> Rewriter | None:
     policy = route.policy
-    if which is dispatch.Rewrite.TOOLS_LIST:
+    if which is Rewrite.TOOLS_LIST:
 
         def tools_list(answer: Answer) -> Answer:
             if isinstance(answer, jsonrpc.Response):

@@ -32,8 +32,6 @@ Answer = jsonrpc.Response | jsonrpc.ErrorResponse
 MODERN_INPUT_MESSAGE = (
     "waiting for the client's answers: see inputRequests, answer with tasks/update"
 )
-#: Served by this API (tasks/result and tasks/list do not exist in the extension).
-METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 
 
 def task_fields(task: Task, outcome: Outcome | None = None) -> jsonrpc.JsonObject:
