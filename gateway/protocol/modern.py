@@ -100,6 +100,15 @@ def wants_modern(message: jsonrpc.Message, header_version: str | None) -> bool:
     return False
 
 
+def new_call(message: jsonrpc.Message) -> bool:
+    """A 2026-07-28 tools/call that is not the retry of a call waiting for answers."""
+    return (
+        isinstance(message, jsonrpc.Request)
+        and message.method == "tools/call"
+        and jsonrpc.param(message, "requestState") is None
+    )
+
+
 def http_status(error: jsonrpc.ErrorResponse) -> int:
     return _ERROR_STATUS.get(error.error.code, 200)
 
