@@ -10,8 +10,8 @@ then says what the gateway does with a valid request: answer `server/discover`, 
 call that may take MRTR rounds or become a task (`Call`), answer the tasks extension
 (`Local`), relay anything else (`Forward`, the envelope removed), or refuse; `Reject`,
 `Local` and `Forward` are the types the 2025-11-25 `dispatch` returns too (`decisions`).
-What the answers look like is `modern_results`; the `Mcp-Param-*` header checks are
-`modern_headers`.
+What a `Call` then does with its window is `call_plan`; what the answers look like is
+`modern_results`; the `Mcp-Param-*` header checks are `modern_headers`.
 """
 
 from __future__ import annotations
