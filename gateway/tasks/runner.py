@@ -44,7 +44,7 @@ from gateway.protocol.errors import (
 )
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.host import TaskHost
-from gateway.tasks.models import Task, TaskStatus, status_for, storable_text
+from gateway.tasks.models import INPUT_MESSAGE, Task, TaskStatus, status_for, storable_text
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.progress import ProgressNotes
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, Bounds, Fail, Rerun, after_loss
@@ -59,7 +59,6 @@ log = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "The task was cancelled by request."
 SHUTDOWN_MESSAGE = "interrupted: gateway shut down"
-INPUT_MESSAGE = "waiting for the client's answer: call tasks/result to receive the request"
 
 
 #: Longest a read of a task waits for its terminal write under way here (`current`).
