@@ -14,7 +14,7 @@ import pytest
 
 from gateway.config import TaskPolicy
 from gateway.protocol import call_plan, jsonrpc, modern
-from gateway.protocol.call_plan import CallPlan, Heard, Then
+from gateway.protocol.call_plan import PARK_LIMIT_SECONDS, CallPlan, Heard, Then
 from gateway.protocol.decisions import Forward, Local, Reject
 from gateway.protocol.errors import (
     HEADER_MISMATCH,
@@ -238,5 +238,13 @@ def test_plan_says_how_long_a_call_waits_and_what_follows(
 
 
 def test_the_plan_answers_what_the_call_did() -> None:
-    plan = CallPlan(window=None, limit=None, ended=ANSWER, asked=PARK, running=TASK)
+    plan = CallPlan(None, None, 60.0, ended=ANSWER, asked=PARK, running=TASK)
     assert [plan.after(heard) for heard in Heard] == [ANSWER, PARK, TASK]
+
+
+@pytest.mark.parametrize(("input_timeout", "seconds"), [(600.0, 600.0), (None, PARK_LIMIT_SECONDS)])
+def test_a_parked_call_waits_the_routes_input_timeout_else_the_park_limit(
+    input_timeout: float | None, seconds: float
+) -> None:
+    policy = TaskPolicy(input_timeout_seconds=input_timeout)
+    assert call_plan.plan(None, policy, False).park_seconds == seconds

@@ -42,8 +42,6 @@ from gateway.tasks.models import owner_of
 from gateway.tasks.recovery import kept_call
 from gateway.upstream import Answer, native
 
-#: How long a parked call waits for its retry when the route sets no input timeout.
-PARK_LIMIT_SECONDS = 3600.0
 #: How often a waiting request looks whether its client is still connected.
 _GONE_POLL_SECONDS = 0.25
 CLIENT_GONE = "the client closed the request"
@@ -157,8 +155,8 @@ async def _answer(
         then = plan.after(_heard(state))
         if then is Then.PARK:
             assert isinstance(state, Asked)
-            ttl = policy.input_timeout_seconds or PARK_LIMIT_SECONDS
-            token = app[PARKED_CALLS].park(upstream_call, owner, caller.limit_key, message, ttl)
+            parked = app[PARKED_CALLS]
+            token = parked.park(upstream_call, owner, caller.limit_key, message, plan.park_seconds)
             handed_over = True
             asks = {ask.key: ask.wire() for ask in state.asks}
             return modern_results.input_required(message.id, asks, token)

@@ -23,6 +23,9 @@ from enum import Enum
 
 from gateway.config import TaskPolicy
 
+#: How long a parked call waits for its retry when the route sets no input timeout.
+PARK_LIMIT_SECONDS = 3600.0
+
 
 class Heard(Enum):
     """What the call did within its window."""
@@ -52,6 +55,8 @@ class CallPlan:
     window: float | None
     #: The time limit of a call that cannot become a task (a task has its own); None: none.
     limit: float | None
+    #: How long a parked call waits for the client's retry.
+    park_seconds: float
     ended: Then
     asked: Then
     #: A call with no window is still running only when the questions it asked were all
@@ -75,6 +80,7 @@ def plan(task: str | None, policy: TaskPolicy, shared_store: bool) -> CallPlan:
     return CallPlan(
         window=window,
         limit=None if task else policy.time_limit_seconds,
+        park_seconds=policy.input_timeout_seconds or PARK_LIMIT_SECONDS,
         ended=Then.TASK if task == "required" else Then.ANSWER,
         asked=Then.TASK if task == "required" or (task and shared_store) else Then.PARK,
         running=Then.TASK,
