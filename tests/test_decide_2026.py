@@ -208,7 +208,8 @@ ANSWER, PARK, TASK = Then.ANSWER, Then.PARK, Then.TASK
 PLAN_ROWS = [
     # (task, policy, shared store) -> (window, limit, ended, asked, running)
     # "tools/call without [the capability] runs sync": the whole call, under the time limit
-    # a task of the tool would get; a question is an MRTR round.
+    # a task of the tool would get; a question is an MRTR round. (`running` is a known gap:
+    # see CallPlan.running.)
     pytest.param(None, WINDOWED, False, (None, 60, ANSWER, PARK, TASK), id="plain"),
     pytest.param(None, WINDOWED, True, (None, 60, ANSWER, PARK, TASK), id="plain-replicas"),
     pytest.param(None, NO_WINDOW, False, (None, None, ANSWER, PARK, TASK), id="plain-unlimited"),

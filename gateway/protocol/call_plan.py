@@ -51,6 +51,8 @@ class Then(Enum):
 
 @dataclass(frozen=True, slots=True)
 class CallPlan:
+    """How long the request waits for its call, and what it is answered with after."""
+
     #: Seconds the request waits for the call to end or ask; None: until it does either.
     window: float | None
     #: The time limit of a call that cannot become a task (a task has its own); None: none.
@@ -66,6 +68,7 @@ class CallPlan:
     running: Then
 
     def after(self, heard: Heard) -> Then:
+        """The verdict for what the call did within the window."""
         if heard is Heard.ENDED:
             return self.ended
         return self.asked if heard is Heard.ASKED else self.running
