@@ -1,11 +1,23 @@
-"""The task state machine and the one function that maps outcomes to statuses."""
+"""The task state machine, the one function that maps outcomes to statuses, and how a
+2026-07-28 reader sees a stored status."""
 
 from __future__ import annotations
+
+from datetime import UTC, datetime
 
 import pytest
 
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import TERMINAL, TaskStatus, may_transition, status_for
+from gateway.tasks.models import (
+    INPUT_MESSAGE,
+    INPUT_MESSAGE_2026,
+    TERMINAL,
+    Task,
+    TaskStatus,
+    may_transition,
+    status_2026,
+    status_for,
+)
 
 WORKING, INPUT, DONE, FAILED, CANCELLED = (
     TaskStatus.WORKING,
@@ -55,3 +67,47 @@ def test_plain_result_completes_and_json_rpc_error_fails_with_its_message() -> N
         FAILED,
         "the tool reported an error",
     )
+
+
+NOW = datetime(2026, 7, 28, tzinfo=UTC)
+TOOL_ERROR = Outcome(kind="result", body={"content": [], "isError": True})
+RPC_ERROR = Outcome.error(-32603, "boom")
+RESULT = Outcome(kind="result", body={"content": []})
+
+
+def stored(status: TaskStatus, message: str | None = None) -> Task:
+    return Task(
+        task_id="t",
+        owner="o",
+        route="r",
+        tool="x",
+        status=status,
+        status_message=message,
+        created_at=NOW,
+        updated_at=NOW,
+        ttl_ms=None,
+        poll_interval_ms=1000,
+    )
+
+
+@pytest.mark.parametrize(
+    ("task", "outcome", "seen"),
+    [
+        pytest.param(stored(WORKING, "3/10"), None, (WORKING, "3/10"), id="progress"),
+        pytest.param(stored(WORKING), None, (WORKING, None), id="working"),
+        # The runner's wait, in the extension's words (tasks/result does not exist there).
+        pytest.param(stored(INPUT, INPUT_MESSAGE), None, (INPUT, INPUT_MESSAGE_2026), id="wait"),
+        pytest.param(stored(INPUT, "asking"), None, (INPUT, "asking"), id="progress-while-waiting"),
+        pytest.param(stored(DONE), RESULT, (DONE, None), id="completed"),
+        # SEP-2663: `completed` → `result` (the original result, including `isError:true` tool
+        # results); `failed` → `error` (JSON-RPC errors only).
+        pytest.param(stored(FAILED, "bad input"), TOOL_ERROR, (DONE, None), id="tool-error"),
+        pytest.param(stored(FAILED, "boom"), RPC_ERROR, (FAILED, "boom"), id="rpc-error"),
+        pytest.param(stored(FAILED, "lost"), None, (FAILED, "lost"), id="failed-no-outcome"),
+        pytest.param(stored(CANCELLED, "by request"), None, (CANCELLED, "by request"), id="cancel"),
+    ],
+)
+def test_a_2026_reader_sees_the_status_by_the_extension_rules(
+    task: Task, outcome: Outcome | None, seen: tuple[TaskStatus, str | None]
+) -> None:
+    assert status_2026(task, outcome) == seen

@@ -11,7 +11,7 @@ import aiohttp
 import pytest
 
 from gateway.protocol.errors import INVALID_PARAMS
-from gateway.tasks.api_2025 import NOT_FOUND
+from gateway.tasks.api_common import NOT_FOUND
 
 from .conftest import DEMO, StartGateway
 from .helpers import MODERN, WITH_TASKS, headers, open_session, rpc, start_task, task_terminal

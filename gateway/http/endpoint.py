@@ -2,7 +2,8 @@
 
 POST carries one JSON-RPC message: requests are answered as JSON when the answer comes
 quickly and alone, otherwise as a resumable SSE stream; notifications and responses get 202.
-GET opens (or with Last-Event-ID resumes) a stream; DELETE ends the session.
+GET opens (or with Last-Event-ID resumes) a stream; DELETE ends the session. A message is
+decided once (`protocol.dispatch.decide`), under its session's negotiated version, or none.
 A session-less 2026-07-28 request goes to `endpoint_modern` instead (GET and DELETE: 405).
 Each is given the `Route` the URL table holds at that path when the request arrives.
 """
@@ -22,6 +23,7 @@ from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY
 from gateway.http.middleware import ROUTE as ROUTE_KEY
 from gateway.observability.logs import printable
 from gateway.protocol import dispatch, jsonrpc, modern, rewrite
+from gateway.protocol.decisions import Local, Reject, Rewrite
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
     InvalidRequest,
@@ -36,7 +38,7 @@ from gateway.protocol.errors import (
 from gateway.protocol.versions import LEGACY_GENERATION, MODERN_PROTOCOL_VERSION, served_versions
 from gateway.route import Route
 from gateway.session.held import question_capabilities
-from gateway.session.session import Rewriter
+from gateway.session.session import Rewriter, Session
 from gateway.session.streams import EventStream
 from gateway.tasks.recovery import kept_call
 from gateway.upstream import Answer
@@ -91,37 +93,35 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
         log.debug(
             "route %s: %s from %s", route.name, printable(_method_label(message)), request.remote
         )
+    request_id = None
     if isinstance(message, jsonrpc.Request):
-        request[REQUEST_ID_KEY] = message.id
+        request_id = request[REQUEST_ID_KEY] = message.id
     policy = route.policy
-    if not request.headers.get(admission.SESSION_HEADER):
-        version = request.headers.get(admission.VERSION_HEADER)
-        if MODERN_PROTOCOL_VERSION in route.generations and modern.wants_modern(message, version):
-            if _new_call(message):  # it may become a task; a retry answers questions
-                admission.refuse_when_draining(request, "tool calls")
-            return await endpoint_modern.post(request, route, caller, message)
-        first = dispatch.decide(message, policy, None)
-        if isinstance(first, dispatch.Initialize):
-            if LEGACY_GENERATION not in route.generations:
-                raise UnsupportedVersion(
-                    "this route serves only the session-less 2026-07-28 generation: send "
-                    "requests with params._meta instead of initialize",
-                    {"supported": served_versions(route.generations)},
-                )
-            admission.refuse_when_draining(request, "sessions")
-            return await _initialize(request, route, first.request, caller)
+    session: Session | None = None
+    if request.headers.get(admission.SESSION_HEADER):
+        session = await admission.session_for(request, route, caller)
+    elif MODERN_PROTOCOL_VERSION in route.generations and modern.wants_modern(
+        message, request.headers.get(admission.VERSION_HEADER)
+    ):
+        if modern.new_call(message):  # it may become a task; a retry answers questions
+            admission.refuse_when_draining(request, "tool calls")
+        return await endpoint_modern.post(request, route, caller, message)
+    # Without a session no version was negotiated: only initialize goes further.
+    version = session.protocol_version if session is not None else None
+    decision = dispatch.decide(message, policy, version, route.lists_tasks)
+    if session is None:
+        if isinstance(decision, dispatch.Initialize):
+            return await _initialize(request, route, decision.request, caller)
         admission.check_modern_version(request, message, served_versions(route.generations))
-        if isinstance(first, dispatch.Reject):
-            return _error(first.request.id, first.code, first.message)
-
-    session = await admission.session_for(request, route, caller)
-    decision = dispatch.decide(message, policy, session.protocol_version, route.lists_tasks)
+        if isinstance(decision, Reject):
+            return _error(request_id, decision.code, decision.message)
+        session = await admission.session_for(request, route, caller)  # raises: no session id
     if isinstance(decision, dispatch.Initialize):
         raise InvalidRequest(
             "initialize must be sent without MCP-Session-Id: it opens a new session"
         )
-    if isinstance(decision, dispatch.Reject):
-        return _error(decision.request.id, decision.code, decision.message)
+    if isinstance(decision, Reject):
+        return _error(request_id, decision.code, decision.message)
     if isinstance(decision, dispatch.Deliver):
         try:
             taken = await session.deliver(decision.message)
@@ -149,22 +149,13 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
         except TaskError as exc:
             return _error(decision.request.id, exc.code, exc.message)
         return _json_response(rewrite.create_task_result(decision.request.id, task.wire(), policy))
-    if isinstance(decision, dispatch.Local):
+    if isinstance(decision, Local):
         answer = await request.app[TASK_API].answer(session, decision.request, policy)
         if isinstance(answer, EventStream):
             return await _answer(request, http, answer)
         return _json_response(answer)
     rewriter = _rewriter(decision.rewrite, route)
     return await _answer(request, http, session.forward(decision.request, rewriter))
-
-
-def _new_call(message: jsonrpc.Message) -> bool:
-    """A 2026-07-28 tools/call that is not the retry of a call waiting for answers."""
-    return (
-        isinstance(message, jsonrpc.Request)
-        and message.method == "tools/call"
-        and jsonrpc.param(message, "requestState") is None
-    )
 
 
 def _not_relayed(exc: UpstreamError) -> web.Response:
@@ -183,9 +174,9 @@ def _not_relayed(exc: UpstreamError) -> web.Response:
     return _json_response(jsonrpc.error_response(None, INTERNAL_ERROR, message), status)
 
 
-def _rewriter(which: dispatch.Rewrite | None, route: Route) -> Rewriter | None:
+def _rewriter(which: Rewrite | None, route: Route) -> Rewriter | None:
     policy = route.policy
-    if which is dispatch.Rewrite.TOOLS_LIST:
+    if which is Rewrite.TOOLS_LIST:
 
         def tools_list(answer: Answer) -> Answer:
             if isinstance(answer, jsonrpc.Response):
@@ -200,6 +191,13 @@ def _rewriter(which: dispatch.Rewrite | None, route: Route) -> Rewriter | None:
 async def _initialize(
     request: web.Request, route: Route, init: jsonrpc.Request, caller: admission.Caller
 ) -> web.Response:
+    if LEGACY_GENERATION not in route.generations:
+        raise UnsupportedVersion(
+            "this route serves only the session-less 2026-07-28 generation: send "
+            "requests with params._meta instead of initialize",
+            {"supported": served_versions(route.generations)},
+        )
+    admission.refuse_when_draining(request, "sessions")
     sessions = request.app[SESSIONS]
     session = sessions.create(route, caller.principal, caller.limit_key)
     admission.remember_forwarded(request, route, session)

@@ -28,6 +28,7 @@ from gateway.http.modern_tools import (
 )
 from gateway.http.sse import SSE_HEADERS, STARTED
 from gateway.protocol import jsonrpc, modern, modern_results
+from gateway.protocol.decisions import Forward, Local, Reject
 from gateway.protocol.errors import (
     HEADER_MISMATCH,
     METHOD_NOT_FOUND,
@@ -51,14 +52,14 @@ async def post(
         raise InvalidRequest("a 2026-07-28 client sends requests only: this server asks it nothing")
     headers = {name.lower(): value for name, value in request.headers.items()}
     checked = modern.classify(message, headers)
-    if isinstance(checked, modern.Reject):
+    if isinstance(checked, Reject):
         return refuse(message.id, checked)
     mismatch = route.tool_headers.check(message, request.headers.items())
     if mismatch is not None:
-        return refuse(message.id, modern.Reject(HEADER_MISMATCH, mismatch))
+        return refuse(message.id, Reject(HEADER_MISMATCH, mismatch))
     decision = modern.decide(checked, route.policy)
     native_wire = await route.upstream.wire.native()
-    if isinstance(decision, modern.Reject):
+    if isinstance(decision, Reject):
         if (
             native_wire
             and decision.code == METHOD_NOT_FOUND
@@ -67,7 +68,7 @@ async def post(
             # The upstream's own methods (subscriptions/listen above all): relayed as they are.
             return await _relay(request, route, caller, message)
         return refuse(message.id, decision)
-    if isinstance(decision, modern.TaskRequest):
+    if isinstance(decision, Local):
         owner = modern_owner(route, caller)
         answer = await request.app[MODERN_TASK_API].answer(message, owner, caller.principal)
         return reply(answer)
@@ -84,7 +85,7 @@ async def _bridged(
     route: Route,
     caller: admission.Caller,
     message: jsonrpc.Request,
-    decision: modern.Discover | modern.Forward,
+    decision: modern.Discover | Forward,
 ) -> web.StreamResponse:
     """A request answered over a 2025-11-25 session the gateway holds for the caller."""
     lease = await request.app[HELD_SESSIONS].lease(
@@ -111,7 +112,7 @@ async def _native(
     route: Route,
     caller: admission.Caller,
     message: jsonrpc.Request,
-    decision: modern.Discover | modern.Forward,
+    decision: modern.Discover | Forward,
 ) -> web.StreamResponse:
     """A request relayed on the 2026-07-28 wire, as it came (less the tasks extension)."""
     url = route.upstream.config.url
@@ -183,7 +184,7 @@ def reply(answer: Answer, method: str | None = None) -> web.Response:
     return _json(jsonrpc.dump(answer))
 
 
-def refuse(request_id: jsonrpc.RequestId, reject: modern.Reject) -> web.Response:
+def refuse(request_id: jsonrpc.RequestId, reject: Reject) -> web.Response:
     error = jsonrpc.error_response(request_id, reject.code, reject.message, reject.data)
     return _json(jsonrpc.dump(error), modern.http_status(error))
 

@@ -2,21 +2,14 @@
 
 A new call starts upstream on a session leased for the caller (`session.held`); a retry
 carrying `requestState` finds its parked call again (`session.mrtr`) and first hands the
-upstream the answers in `inputResponses`. Then the call runs until one of:
-
-* it ends: the answer goes back as the call's result (for a tool the route runs only as a
-  task, `required`, the call is a task from its first moment, with no window: a question its
-  upstream asks at once is the task's first input request);
-* the upstream asks something (elicitation, sampling or roots, of a kind the request
-  declared): an `InputRequiredResult`; the call is parked for the retry. With replicas, a
-  call that may become a task becomes one instead, with the question as its first input
-  request: a parked call lives in one replica, which the retry could miss, while a task's
-  questions are answered through any;
-* the window (`tasks.sync_window_ms`) passes, for a call that may become a task (the
-  request declared the tasks extension, the tool is not `forbidden`): it becomes a task,
-  durable before `CreateTaskResult` is sent, and runs on (`session.modern_task`);
-* the client goes away: the call is stopped upstream (closing the response cancels the
-  request, in this generation).
+upstream the answers in `inputResponses`. Then the call runs for the window its plan gives
+it (`protocol.call_plan`, made once per call from the route's policy, whether the call may
+become a task, and whether the store is shared), and what it did within that window (it
+ended, asked the client something, or runs on) picks the response: the call's own answer,
+an `InputRequiredResult` (the call parked for the retry), or a `CreateTaskResult` (the task
+durable before it is sent, its call running on: `session.modern_task`). If the client goes
+away first, the call is stopped upstream (closing the response cancels the request, in
+this generation).
 """
 
 from __future__ import annotations
@@ -29,7 +22,8 @@ from aiohttp import web
 from gateway.http import admission
 from gateway.http.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER, SETTINGS
 from gateway.http.modern_stream import CallStream
-from gateway.protocol import jsonrpc, modern, modern_results
+from gateway.protocol import call_plan, jsonrpc, modern, modern_results
+from gateway.protocol.call_plan import Heard, Then
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
     LimitExceeded,
@@ -48,8 +42,6 @@ from gateway.tasks.models import owner_of
 from gateway.tasks.recovery import kept_call
 from gateway.upstream import Answer, native
 
-#: How long a parked call waits for its retry when the route sets no input timeout.
-PARK_LIMIT_SECONDS = 3600.0
 #: How often a waiting request looks whether its client is still connected.
 _GONE_POLL_SECONDS = 0.25
 CLIENT_GONE = "the client closed the request"
@@ -148,32 +140,28 @@ async def _answer(
         for key, response in responses.items() if not native_wire else ():
             await upstream_call.answer(key, response)  # keys not asked for are ignored
         policy = route.policy
-        # A `required` tool's call is a task from its first moment: a question its upstream
-        # asks at once is the task's (inputRequests), never an MRTR round. The window and
-        # MRTR rounds are for `optional` tools.
-        window = None
-        if decision.task:
-            window = 0.0 if decision.task == "required" else policy.sync_window_ms / 1000
-        # A call that will not become a task gets the time a task of the tool would get.
-        limit = None if decision.task else policy.time_limit_seconds
+        plan = call_plan.plan(decision.task, policy, app[SETTINGS].store.shared)
         try:
-            async with asyncio.timeout(limit):
-                state = await _wait(request, upstream_call, window, progress)
+            async with asyncio.timeout(plan.limit):
+                state = await _wait(request, upstream_call, plan.window, progress)
         except TimeoutError:
             abandon = "the upstream took too long"
             return jsonrpc.error_response(
                 message.id,
                 INTERNAL_ERROR,
-                f"the upstream did not finish the tool call within {limit or 0:g} s "
+                f"the upstream did not finish the tool call within {plan.limit or 0:g} s "
                 "(tasks.time_limit_seconds)",
             )
-        if isinstance(state, Asked) and not (decision.task and app[SETTINGS].store.shared):
-            ttl = policy.input_timeout_seconds or PARK_LIMIT_SECONDS
-            token = app[PARKED_CALLS].park(upstream_call, owner, caller.limit_key, message, ttl)
+        then = plan.after(_heard(state))
+        if then is Then.PARK:
+            assert isinstance(state, Asked)
+            parked = app[PARKED_CALLS]
+            token = parked.park(upstream_call, owner, caller.limit_key, message, plan.park_seconds)
             handed_over = True
             asks = {ask.key: ask.wire() for ask in state.asks}
             return modern_results.input_required(message.id, asks, token)
-        if isinstance(state, Finished) and decision.task != "required":
+        if then is Then.ANSWER:
+            assert isinstance(state, Finished)
             # (An optional tool's upstream MRTR round is answered as it came: a round before a
             # task; a required tool's is the task's, `NativeCall.result` takes it.)
             abandon = None
@@ -246,6 +234,12 @@ def upstream_failed(request_id: jsonrpc.RequestId, exc: UpstreamError) -> jsonrp
     return jsonrpc.error_response(
         request_id, INTERNAL_ERROR, f"upstream unavailable: {exc.message}"
     )
+
+
+def _heard(state: Finished | Asked | Running) -> Heard:
+    if isinstance(state, Finished):
+        return Heard.ENDED
+    return Heard.ASKED if isinstance(state, Asked) else Heard.RUNNING
 
 
 async def _wait(

@@ -13,26 +13,22 @@ names the path the message takes:
                  rewritten when `rewrite` says so (tools/list gains execution.taskSupport)
     Deliver      relay a notification, or the client's answer to a server request
 
-Keeping this a pure function means every routing rule is a row in a table test, and the
-HTTP, session and upstream code never decide policy.
+Reject, Local and Forward are the types both generations share (`decisions`). The endpoint
+calls `decide` once per request. Keeping this a pure function means every routing rule is a
+row in a table test, and the HTTP, session and upstream code never decide policy.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from enum import Enum
 
 from gateway.config import TaskPolicy
 from gateway.protocol import jsonrpc
+from gateway.protocol.decisions import TASK_METHODS_2025, Forward, Local, Reject, Rewrite
 from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 
-TASK_METHODS = frozenset({"tasks/get", "tasks/result", "tasks/list", "tasks/cancel"})
 #: Tasks exist from this protocol revision on; older clients see a plain proxy.
 TASKS_SINCE = "2025-11-25"
-
-
-class Rewrite(Enum):
-    TOOLS_LIST = "tools/list"
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,26 +37,8 @@ class Initialize:
 
 
 @dataclass(frozen=True, slots=True)
-class Reject:
-    request: jsonrpc.Request
-    code: int
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
 class RunAsTask:
     request: jsonrpc.Request
-
-
-@dataclass(frozen=True, slots=True)
-class Local:
-    request: jsonrpc.Request
-
-
-@dataclass(frozen=True, slots=True)
-class Forward:
-    request: jsonrpc.Request
-    rewrite: Rewrite | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,7 +69,6 @@ def decide(
         # A success here would tell 2026-07-28 clients we speak their revision; any error
         # makes them fall back to initialize, which is what we serve.
         return Reject(
-            message,
             METHOD_NOT_FOUND,
             "server/discover is not served: this route speaks MCP up to 2025-11-25 "
             "(its 2026-07-28 generation is switched off); send initialize",
@@ -103,12 +80,11 @@ def decide(
         return Forward(message)
     if message.method == "tasks/list" and not lists_tasks:
         return Reject(
-            message,
             METHOD_NOT_FOUND,
             "tasks/list is not offered without authentication: callers cannot be told apart "
             "(auth.list_tasks_without_auth opts in)",
         )
-    if message.method in TASK_METHODS:
+    if message.method in TASK_METHODS_2025:
         return Local(message)
     if message.method == "tools/list":
         return Forward(message, Rewrite.TOOLS_LIST)
@@ -124,17 +100,15 @@ def _tool_call(request: jsonrpc.Request, policy: TaskPolicy) -> Decision:
     if task is None:
         if support == "required":
             return Reject(
-                request,
                 METHOD_NOT_FOUND,
                 f"tool {name!r} must be called as a task (execution.taskSupport is 'required'); "
                 "add params.task",
             )
         return Forward(request)
     if not isinstance(task, dict):
-        return Reject(request, INVALID_PARAMS, 'params.task must be an object, e.g. {"ttl": 60000}')
+        return Reject(INVALID_PARAMS, 'params.task must be an object, e.g. {"ttl": 60000}')
     if support == "forbidden":
         return Reject(
-            request,
             METHOD_NOT_FOUND,
             f"tool {name!r} cannot be called as a task (execution.taskSupport is 'forbidden'); "
             "call it without params.task",

@@ -60,6 +60,8 @@ class ErrorResponse(_Envelope):
 
 
 Message: TypeAlias = Request | Notification | Response | ErrorResponse
+#: What answers a request: its result or its error.
+Answer: TypeAlias = Response | ErrorResponse
 
 
 #: Deepest nesting of arrays and objects a message may have. The gateway re-serialises what it

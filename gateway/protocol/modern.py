@@ -8,17 +8,19 @@ in the order the spec's reference implementation does, so a client that disagree
 itself is told so (-32020) before it is told its version is unsupported (-32022). `decide`
 then says what the gateway does with a valid request: answer `server/discover`, run a
 call that may take MRTR rounds or become a task (`Call`), answer the tasks extension
-(`TaskRequest`), relay anything else (`Forward`), or refuse. What the answers look like is
+(`Local`), relay anything else (`Forward`, the envelope removed), or refuse; `Reject`,
+`Local` and `Forward` are the types the 2025-11-25 `dispatch` returns too (`decisions`).
+What a `Call` then does with its window is `call_plan`; what the answers look like is
 `modern_results`; the `Mcp-Param-*` header checks are `modern_headers`.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from gateway.config import TaskPolicy
 from gateway.protocol import jsonrpc
+from gateway.protocol.decisions import TASK_METHODS_2026, Forward, Local, Reject
 from gateway.protocol.errors import (
     HEADER_MISMATCH,
     INVALID_PARAMS,
@@ -52,8 +54,6 @@ NAME_BEARING = {
     "tasks/update": "taskId",
     "tasks/cancel": "taskId",
 }
-#: The tasks extension's methods (SEP-2663); tasks/result and tasks/list are not among them.
-TASK_METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
 #: The requests an upstream's questions may interrupt: answered in MRTR rounds (spec,
 #: "Supported Requests"); the others are relayed over a session that invites no questions.
 MRTR_METHODS = frozenset({"tools/call", "prompts/get", "resources/read"})
@@ -71,7 +71,7 @@ FORWARDED = frozenset(
     }
 )
 #: What the modern path serves today; any other method is 404 with -32601.
-SERVED = frozenset({"server/discover", "tools/list", "tools/call", *TASK_METHODS, *FORWARDED})
+SERVED = frozenset({"server/discover", "tools/list", "tools/call", *TASK_METHODS_2026, *FORWARDED})
 #: HTTP status of an error answer on the modern path (others are 200).
 _ERROR_STATUS = {
     PARSE_ERROR: 400,
@@ -100,6 +100,15 @@ def wants_modern(message: jsonrpc.Message, header_version: str | None) -> bool:
     return False
 
 
+def new_call(message: jsonrpc.Message) -> bool:
+    """A 2026-07-28 tools/call that is not the retry of a call waiting for answers."""
+    return (
+        isinstance(message, jsonrpc.Request)
+        and message.method == "tools/call"
+        and jsonrpc.param(message, "requestState") is None
+    )
+
+
 def http_status(error: jsonrpc.ErrorResponse) -> int:
     return _ERROR_STATUS.get(error.error.code, 200)
 
@@ -116,13 +125,6 @@ class ModernRequest:
     def declares_tasks(self) -> bool:
         extensions = self.capabilities.get("extensions")
         return isinstance(extensions, dict) and TASKS_EXTENSION in extensions
-
-
-@dataclass(frozen=True, slots=True)
-class Reject:
-    code: int
-    message: str
-    data: Any = None
 
 
 def classify(request: jsonrpc.Request, headers: dict[str, str]) -> ModernRequest | Reject:
@@ -177,13 +179,6 @@ class Discover:
 
 
 @dataclass(frozen=True, slots=True)
-class Forward:
-    """Send `request` (the envelope removed) over a held upstream session."""
-
-    request: jsonrpc.Request
-
-
-@dataclass(frozen=True, slots=True)
 class Call:
     """tools/call, prompts/get or resources/read: run upstream, maybe parked between MRTR
     rounds, maybe (a tools/call) become a task."""
@@ -203,14 +198,9 @@ class Call:
         return self.state is not None
 
 
-@dataclass(frozen=True, slots=True)
-class TaskRequest:
-    """tasks/get, tasks/update or tasks/cancel of the tasks extension."""
-
-
 def decide(
     checked: ModernRequest, policy: TaskPolicy
-) -> Discover | Forward | Call | TaskRequest | Reject:
+) -> Discover | Forward | Call | Local | Reject:
     request = checked.request
     if request.method not in SERVED:
         return Reject(
@@ -219,14 +209,14 @@ def decide(
         )
     if request.method == "server/discover":
         return Discover()
-    if request.method in TASK_METHODS:
+    if request.method in TASK_METHODS_2026:
         if not checked.declares_tasks:
             return Reject(
                 MISSING_REQUIRED_CLIENT_CAPABILITY,
                 f"{request.method} belongs to the tasks extension: the request must declare it",
                 {"requiredCapabilities": {"extensions": {TASKS_EXTENSION: {}}}},
             )
-        return TaskRequest()
+        return Local(request)
     name_key = NAME_BEARING.get(request.method)  # tools/call's and prompts/get's name, a uri
     if name_key is not None and not isinstance(jsonrpc.param(request, name_key), str):
         return Reject(INVALID_PARAMS, f"params.{name_key} must be a string")

@@ -8,7 +8,7 @@ re-reads the store on every wake-up and at least every few seconds, so a lost wa
 delays the answer. A task whose call has no session of its own (run again after a restart, or
 made on the 2026-07-28 path) keeps its questions in the store: while it waits for input, the
 wait relays them on the stream, and `settle` takes the answers. (The 2026-07-28 tasks
-extension, wire-incompatible, goes beside it.)
+extension, wire-incompatible, is `api_modern`; what the two share is `api_common`.)
 """
 
 from __future__ import annotations
@@ -22,24 +22,21 @@ from collections.abc import Callable
 from datetime import datetime
 
 from gateway.config import TaskPolicy
-from gateway.observability.audit import audit
 from gateway.protocol import jsonrpc, rewrite
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
+from gateway.protocol.jsonrpc import Answer
 from gateway.session.questions import Settle
 from gateway.session.session import Session
 from gateway.session.shared_questions import parse_stored_id
 from gateway.session.streams import EventStream
-from gateway.tasks.models import Task, TaskStatus, epoch_us, from_epoch_us, names_nothing_stored
+from gateway.tasks.api_common import NOT_FOUND, audit_miss, find, ok, read_outcome
+from gateway.tasks.models import Task, TaskStatus, epoch_us, from_epoch_us
 from gateway.tasks.notifier import Notifier, Watch
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 
-Answer = jsonrpc.Response | jsonrpc.ErrorResponse
-
 log = logging.getLogger(__name__)
 
-NOT_FOUND = "Failed to retrieve task: Task not found"
-EXPIRED = "Failed to retrieve task: Task has expired"
 _BACKSTOP_SECONDS = 5.0
 
 
@@ -72,29 +69,22 @@ class TaskApi:
             if request.method == "tasks/get":
                 landing = self._runner.landing(task_id)  # before the read, as a watch is
                 task = await self._find(session, task_id)
-                return _ok(request, (await self._runner.current(task, landing)).wire())
+                return ok(request, (await self._runner.current(task, landing)).wire())
             task = await self._find(session, task_id)
-            return _ok(request, (await self._runner.cancel(task)).wire())
+            return ok(request, (await self._runner.cancel(task)).wire())
         except TaskError as exc:
             return jsonrpc.error_response(request.id, exc.code, exc.message)
 
     async def _find(self, session: Session, task_id: object) -> Task:
-        # The taskId parameter is the source of truth; related-task meta or a stray `task`
-        # field on the request (the TS client sends one) is ignored, as the spec requires.
-        if not isinstance(task_id, str):
-            raise TaskError("params.taskId must be a string")
-        if names_nothing_stored(task_id):
-            raise TaskError(NOT_FOUND)
-        # One query by id and owner: another owner's task and an unknown id cost the same,
-        # so neither the answer nor its timing tells them apart.
-        task = await self._store.find_task(task_id, session.owner)
-        if task is None:
-            # Only the audit trail learns the difference, after the answer has gone.
-            session.spawn(self._audit_miss(session, task_id), "audit task miss")
-            raise TaskError(NOT_FOUND)
-        if task.expired(self._clock()):
-            raise TaskError(EXPIRED)
-        return task
+        # A miss is audited after the answer has gone, on the session.
+        return await find(
+            self._store,
+            task_id,
+            session.owner,
+            session.principal,
+            self._clock,
+            lambda miss: session.spawn(miss, "audit task miss"),
+        )
 
     async def settle_anywhere(self, session: Session, answer: Answer) -> None:
         """The client's answer to a question of one of its tasks that no session here asked:
@@ -106,17 +96,11 @@ class TaskApi:
             return
         task_id, key = found
         if await self._store.find_task(task_id, session.owner) is None:
-            session.spawn(self._audit_miss(session, task_id), "audit task miss")
+            miss = audit_miss(self._store, task_id, session.owner, session.principal)
+            session.spawn(miss, "audit task miss")
             return
         if not await self._settle(task_id, key, answer):
             log.info("session %s: an answer came for a question no longer open", session.tag)
-
-    async def _audit_miss(self, session: Session, task_id: str) -> None:
-        task = await self._store.get_task(task_id)
-        if task is not None and task.owner != session.owner:
-            audit(
-                "task_access_denied", principal=session.principal, task_id=task_id, route=task.route
-            )
 
     async def _result(
         self, session: Session, request: jsonrpc.Request, task_id: object
@@ -174,12 +158,7 @@ class TaskApi:
             session.close_result_stream(task_id, stream)
 
     async def _final(self, request_id: jsonrpc.RequestId, task_id: str) -> Answer:
-        outcome = await self._store.get_outcome(task_id)
-        audit(
-            "task_result_retrieved",
-            task_id=task_id,
-            kind=outcome.kind if outcome is not None else None,
-        )
+        outcome = await read_outcome(self._store, task_id)
         if outcome is None:
             return jsonrpc.error_response(
                 request_id, INTERNAL_ERROR, "the task ended without a stored result"
@@ -195,7 +174,7 @@ class TaskApi:
         result: jsonrpc.JsonObject = {"tasks": [task.wire() for task in page]}
         if len(tasks) > limit:
             result["nextCursor"] = self._make_cursor(page[-1], session.owner)
-        return _ok(request, result)
+        return ok(request, result)
 
     # A cursor is the keyset position plus when it was issued, signed together with its
     # owner: opaque to clients, unforgeable, useless to anyone else, and stale after
@@ -221,7 +200,3 @@ class TaskApi:
         if age > policy.cursor_max_age_seconds:
             raise TaskError("Invalid cursor: it has expired; list again from the start")
         return from_epoch_us(micros), task_id
-
-
-def _ok(request: jsonrpc.Request, result: jsonrpc.JsonObject) -> jsonrpc.Response:
-    return jsonrpc.Response(jsonrpc="2.0", id=request.id, result=result)

@@ -15,32 +15,29 @@ from collections.abc import Callable
 from datetime import datetime
 
 from gateway.config import TaskPolicy
-from gateway.observability.audit import audit
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
+from gateway.protocol.jsonrpc import Answer
 from gateway.protocol.outcome import Outcome
 from gateway.session.modern_call import UpstreamCall
 from gateway.session.modern_task import ModernTaskHost
 from gateway.session.shared_questions import AnswerHost
-from gateway.tasks.api_2025 import EXPIRED, NOT_FOUND
-from gateway.tasks.models import InputRequest, Task, TaskStatus, iso, names_nothing_stored
-from gateway.tasks.runner import INPUT_MESSAGE, TaskRunner
-from gateway.tasks.store import TaskStore
-
-Answer = jsonrpc.Response | jsonrpc.ErrorResponse
-
-MODERN_INPUT_MESSAGE = (
-    "waiting for the client's answers: see inputRequests, answer with tasks/update"
+from gateway.tasks.api_common import find, ok, read_outcome
+from gateway.tasks.models import (
+    InputRequest,
+    Task,
+    TaskStatus,
+    iso,
+    names_nothing_stored,
+    status_2026,
 )
-#: Served by this API (tasks/result and tasks/list do not exist in the extension).
-METHODS = frozenset({"tasks/get", "tasks/update", "tasks/cancel"})
+from gateway.tasks.runner import TaskRunner
+from gateway.tasks.store import TaskStore
 
 
 def task_fields(task: Task, outcome: Outcome | None = None) -> jsonrpc.JsonObject:
     """The extension's `Task` object: the status as this generation derives it."""
-    status = task.status
-    if status is TaskStatus.FAILED and outcome is not None and outcome.kind == "result":
-        status = TaskStatus.COMPLETED  # a tool's isError result completes the call here
+    status, message = status_2026(task, outcome)
     out: jsonrpc.JsonObject = {
         "taskId": task.task_id,
         "status": status.value,
@@ -49,10 +46,8 @@ def task_fields(task: Task, outcome: Outcome | None = None) -> jsonrpc.JsonObjec
         "ttlMs": task.ttl_ms,
         "pollIntervalMs": task.poll_interval_ms,
     }
-    if task.status_message == INPUT_MESSAGE:
-        out["statusMessage"] = MODERN_INPUT_MESSAGE  # the same wait, in this generation's words
-    elif task.status_message is not None and status is not TaskStatus.COMPLETED:
-        out["statusMessage"] = task.status_message
+    if message is not None:
+        out["statusMessage"] = message
     return out
 
 
@@ -117,46 +112,23 @@ class ModernTaskApi:
             task_id = jsonrpc.param(request, "taskId")
             if request.method == "tasks/get":
                 landing = self._runner.landing(task_id)  # before the read, as a watch is
-                task = await self._find(task_id, owner, principal)
-                return _ok(request, await self._get(await self._runner.current(task, landing)))
-            task = await self._find(task_id, owner, principal)
+                task = await find(self._store, task_id, owner, principal, self._clock)
+                task = await self._runner.current(task, landing)
+                return ok(request, {"resultType": "complete", **await self._get(task)})
+            task = await find(self._store, task_id, owner, principal, self._clock)
             if request.method == "tasks/update":
                 await self._update(task, jsonrpc.param(request, "inputResponses"))
             else:
                 await self._cancel(task, principal)
-            return _ok(request, {})
+            return ok(request, {"resultType": "complete"})
         except TaskError as exc:
             return jsonrpc.error_response(request.id, exc.code, exc.message)
-
-    async def _find(self, task_id: object, owner: str, principal: str | None) -> Task:
-        if not isinstance(task_id, str):
-            raise TaskError("params.taskId must be a string")
-        if names_nothing_stored(task_id):
-            raise TaskError(NOT_FOUND)
-        # One query by id and owner, as in the 2025-11-25 API: a foreign task and an
-        # unknown id cannot be told apart, by the answer or by its timing.
-        task = await self._store.find_task(task_id, owner)
-        if task is None:
-            foreign = await self._store.get_task(task_id)
-            if foreign is not None:
-                audit(
-                    "task_access_denied", principal=principal, task_id=task_id, route=foreign.route
-                )
-            raise TaskError(NOT_FOUND)
-        if task.expired(self._clock()):
-            raise TaskError(EXPIRED)
-        return task
 
     async def _get(self, task: Task) -> jsonrpc.JsonObject:
         outcome = None
         inputs: list[InputRequest] = []
         if task.status.terminal:
-            outcome = await self._store.get_outcome(task.task_id)
-            audit(
-                "task_result_retrieved",
-                task_id=task.task_id,
-                kind=outcome.kind if outcome is not None else None,
-            )
+            outcome = await read_outcome(self._store, task.task_id)
         elif task.status is TaskStatus.INPUT_REQUIRED:
             inputs = await self._store.pending_inputs(task.task_id)
         return detailed(task, outcome, inputs)
@@ -208,9 +180,3 @@ class ModernTaskApi:
             await self._runner.cancel(task)
         except TaskError:
             pass  # it finished meanwhile: still an acknowledgement
-
-
-def _ok(request: jsonrpc.Request, result: jsonrpc.JsonObject) -> jsonrpc.Response:
-    return jsonrpc.Response(
-        jsonrpc="2.0", id=request.id, result={"resultType": "complete", **result}
-    )

@@ -4,7 +4,8 @@ A `Task` is the gateway-owned record of one task-augmented `tools/call`. Its `Ou
 what the upstream gave back, stored raw (the exact result object, or the exact JSON-RPC
 error object), so `tasks/result` returns precisely what the call would have returned and a
 later protocol generation can be served from the same rows. `status_for()` is the one place
-that maps an outcome to a terminal status.
+that maps an outcome to a terminal status; `status_2026()` is how a reader of the 2026-07-28
+tasks extension sees the stored status (a 2025-11-25 reader sees it as stored).
 """
 
 from __future__ import annotations
@@ -190,6 +191,12 @@ def _first_text(result: JsonObject) -> str | None:
     return None
 
 
+#: The statusMessage the runner stores while a task waits for its client's answers: the
+#: 2025-11-25 words, and the same wait in the tasks extension's (`status_2026`).
+INPUT_MESSAGE = "waiting for the client's answer: call tasks/result to receive the request"
+INPUT_MESSAGE_2026 = "waiting for the client's answers: see inputRequests, answer with tasks/update"
+
+
 def status_for(outcome: Outcome) -> tuple[TaskStatus, str | None]:
     """The terminal status and statusMessage an outcome gives a task.
 
@@ -205,6 +212,22 @@ def status_for(outcome: Outcome) -> tuple[TaskStatus, str | None]:
         text = _first_text(outcome.body)
         return TaskStatus.FAILED, storable_text(text) if text else "the tool reported an error"
     return TaskStatus.COMPLETED, None
+
+
+def status_2026(task: Task, outcome: Outcome | None) -> tuple[TaskStatus, str | None]:
+    """The status and statusMessage a reader of the tasks extension (2026-07-28) sees.
+
+    A tool result with `isError` completes the task there (`failed` is for JSON-RPC errors
+    only), and a completed task carries no message. The store keeps one message, so the
+    runner's own wait message is recognised by its text and told in the extension's words;
+    any other, an upstream's progress included, is shown as it came.
+    """
+    status = task.status
+    if status is TaskStatus.FAILED and outcome is not None and outcome.kind == "result":
+        status = TaskStatus.COMPLETED
+    if task.status_message == INPUT_MESSAGE:
+        return status, INPUT_MESSAGE_2026
+    return status, None if status is TaskStatus.COMPLETED else task.status_message
 
 
 class InputRequest(BaseModel):

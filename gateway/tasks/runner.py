@@ -45,7 +45,7 @@ from gateway.protocol.outcome import Outcome
 from gateway.tasks.creation import new_task, policy_ttl
 from gateway.tasks.host import TaskHost
 from gateway.tasks.landing import Landings
-from gateway.tasks.models import Task, TaskStatus, status_for
+from gateway.tasks.models import INPUT_MESSAGE, Task, TaskStatus, status_for
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.progress import ProgressNotes
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, Bounds, Fail, Rerun, after_loss
@@ -60,7 +60,6 @@ log = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "The task was cancelled by request."
 SHUTDOWN_MESSAGE = "interrupted: gateway shut down"
-INPUT_MESSAGE = "waiting for the client's answer: call tasks/result to receive the request"
 
 
 @dataclass(slots=True)
