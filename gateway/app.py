@@ -9,11 +9,11 @@ Data flow for one client message (package by package, in the order a request mee
               Initialize -> session.registry opens (and records) a session and its upstream
               RunAsTask  -> tasks.runner.submit -> tasks.store create -> CreateTaskResult now;
                             (background) upstream tools/call -> one terminal write
-              Local      -> tasks.api_2025 -> tasks.store (never the runner's memory)
+              Local      -> session.task_api -> tasks.store (never the runner's memory)
               Forward    -> session -> upstream client -> answer on the request's stream
               Deliver    -> session -> upstream (ids mapped back to the upstream's)
         --> or, for a session-less 2026-07-28 request, http.endpoint_modern: protocol.modern
-            checks and decides, session.held forwards over an upstream session held for the caller
+            checks and decides, calls.held forwards over an upstream session held for the caller
     upstream --server messages--> session -> the right downstream stream (POST or GET)
 
 Everything long-lived (the store, the runner, upstream connection pools, sessions and their
@@ -38,6 +38,9 @@ from aiohttp import web
 
 from gateway import replicas, reruns
 from gateway.aio import TaskSet
+from gateway.calls.held import HeldSessions
+from gateway.calls.parked import ParkedCalls
+from gateway.calls.task_api import ModernTaskApi
 from gateway.config import Settings
 from gateway.http import admin, cors, listen, middleware
 from gateway.http.admin import AdminApi
@@ -66,12 +69,9 @@ from gateway.http.reload import Reloads
 from gateway.http.urls import add_routes
 from gateway.observability.metrics import Metrics
 from gateway.route import Route
-from gateway.session.held import HeldSessions
-from gateway.session.mrtr import ParkedCalls
 from gateway.session.registry import SessionRegistry
-from gateway.session.shared_questions import QuestionBoard
-from gateway.tasks.api_2025 import TaskApi
-from gateway.tasks.api_modern import ModernTaskApi
+from gateway.session.task_api import TaskApi
+from gateway.tasks.inputs import QuestionBoard
 from gateway.tasks.models import utcnow
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner

@@ -16,10 +16,10 @@ from collections.abc import Callable
 
 from aiohttp import web
 
+from gateway.calls.call import ModernCall
 from gateway.http.keys import HELD_SESSIONS, MODERN_TASK_API, ROUTES, RUNNER, STORE
 from gateway.protocol import jsonrpc
 from gateway.route import Route
-from gateway.session.modern_call import ModernCall
 from gateway.tasks.models import Task, principal_of
 from gateway.tasks.recovery import Bounds, Rerun, call_of
 

@@ -1,4 +1,4 @@
-"""The pool of upstream sessions the gateway holds for 2026-07-28 callers (`session.held`)."""
+"""The pool of upstream sessions the gateway holds for 2026-07-28 callers (`calls.held`)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ from collections.abc import Callable
 
 import pytest
 
+from gateway.calls.held import HeldSession, HeldSessions
 from gateway.config import Settings
 from gateway.observability.metrics import Metrics
 from gateway.route import Route
-from gateway.session.held import HeldSession, HeldSessions
 
 from .conftest import DEMO
 

@@ -15,7 +15,7 @@ from mcp import types
 from mcp.shared.exceptions import McpError
 
 from gateway.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
-from gateway.tasks import api_2025
+from gateway.session import task_api as api_2025
 from gateway.tasks.models import Task
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.store.sqlite import SqliteTaskStore

@@ -14,6 +14,7 @@ import logging
 
 from aiohttp import web
 
+from gateway.calls.held import question_capabilities
 from gateway.config import HttpConfig
 from gateway.http import admission, endpoint_modern, sse
 from gateway.http.keys import RUNNER, SESSIONS, SETTINGS, TASK_API
@@ -37,7 +38,6 @@ from gateway.protocol.errors import (
 )
 from gateway.protocol.versions import LEGACY_GENERATION, MODERN_PROTOCOL_VERSION, served_versions
 from gateway.route import Route
-from gateway.session.held import question_capabilities
 from gateway.session.session import Rewriter, Session
 from gateway.session.streams import EventStream
 from gateway.tasks.recovery import kept_call

@@ -4,8 +4,8 @@
 `Mcp-Session-Id`, the 2026-07-28 version in the header or the per-request `_meta`). Here the
 envelope and headers are checked (`protocol.modern.classify`), the request is decided
 (`protocol.modern.decide`), and answered: `tools/call` by `http.modern_tools` (MRTR rounds
-and tasks), the tasks extension's methods by `tasks.api_modern` from the store, anything
-else through an upstream session the gateway holds for the caller (`session.held`). Answers
+and tasks), the tasks extension's methods by `calls.task_api` from the store, anything
+else through an upstream session the gateway holds for the caller (`calls.held`). Answers
 are JSON; an error's HTTP status follows its code (400 for malformed, mismatched or
 unsupported requests, 404 for unknown methods).
 """

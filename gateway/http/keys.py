@@ -14,6 +14,9 @@ from aiohttp import web
 if TYPE_CHECKING:
     from ipaddress import IPv4Network, IPv6Network
 
+    from gateway.calls.held import HeldSessions
+    from gateway.calls.parked import ParkedCalls
+    from gateway.calls.task_api import ModernTaskApi
     from gateway.config import Settings
     from gateway.http.drain import Drain
     from gateway.http.health import Health
@@ -22,11 +25,8 @@ if TYPE_CHECKING:
     from gateway.observability.metrics import Metrics
     from gateway.observability.traces import Tracing
     from gateway.route import Route
-    from gateway.session.held import HeldSessions
-    from gateway.session.mrtr import ParkedCalls
     from gateway.session.registry import SessionRegistry
-    from gateway.tasks.api_2025 import TaskApi
-    from gateway.tasks.api_modern import ModernTaskApi
+    from gateway.session.task_api import TaskApi
     from gateway.tasks.runner import TaskRunner
     from gateway.tasks.store import TaskStore
 

@@ -1,13 +1,13 @@
 """tools/call on the 2026-07-28 path: one upstream call, MRTR rounds, and maybe a task.
 
-A new call starts upstream on a session leased for the caller (`session.held`); a retry
-carrying `requestState` finds its parked call again (`session.mrtr`) and first hands the
+A new call starts upstream on a session leased for the caller (`calls.held`); a retry
+carrying `requestState` finds its parked call again (`calls.parked`) and first hands the
 upstream the answers in `inputResponses`. Then the call runs for the window its plan gives
 it (`protocol.call_plan`, made once per call from the route's policy, whether the call may
 become a task, and whether the store is shared), and what it did within that window (it
 ended, asked the client something, or runs on) picks the response: the call's own answer,
 an `InputRequiredResult` (the call parked for the retry), or a `CreateTaskResult` (the task
-durable before it is sent, its call running on: `session.modern_task`). If the client goes
+durable before it is sent, its call running on: `calls.task_host`). If the client goes
 away first, the call is stopped upstream (closing the response cancels the request, in
 this generation).
 """
@@ -19,6 +19,11 @@ import contextlib
 
 from aiohttp import web
 
+from gateway.calls.call import Asked, Finished, ModernCall, Running, UpstreamCall
+from gateway.calls.direct import NativeCall
+from gateway.calls.held import question_capabilities
+from gateway.calls.parked import BadRequestState, ParkedCalls
+from gateway.calls.task_api import create_task_result
 from gateway.http import admission
 from gateway.http.keys import HELD_SESSIONS, MODERN_TASK_API, PARKED_CALLS, RUNNER, SETTINGS
 from gateway.http.modern_stream import CallStream
@@ -33,11 +38,6 @@ from gateway.protocol.errors import (
 )
 from gateway.protocol.versions import MODERN_PROTOCOL_VERSION
 from gateway.route import Route
-from gateway.session.held import question_capabilities
-from gateway.session.modern_call import Asked, Finished, ModernCall, Running, UpstreamCall
-from gateway.session.mrtr import BadRequestState, ParkedCalls
-from gateway.session.native_call import NativeCall
-from gateway.tasks.api_modern import create_task_result
 from gateway.tasks.models import owner_of
 from gateway.tasks.recovery import kept_call
 from gateway.upstream import Answer, native
@@ -111,9 +111,7 @@ async def _answer(
         headers = await native_headers(request, route, caller)
         url = route.upstream.config.url
         assert url is not None
-        upstream_call = NativeCall(
-            route.upstream.http(), url, modern.native_request(message), headers
-        )
+        upstream_call = NativeCall(route.upstream, url, modern.native_request(message), headers)
         upstream_call.spans = route.upstream.spans
         upstream_call.start()
     elif decision.retry:

@@ -15,11 +15,8 @@ flight): that call's stream while open; for a task's call the task's open tasks/
 stream; otherwise the GET stream. The client's answer to a server request comes back under
 the downstream id the session gave it, and goes upstream under the upstream's own.
 
-The 2026-07-28 generation brings no session. `held.py` holds upstream sessions for its
-callers: leased per call, exclusive when the call invites questions, shared per route and
-principal otherwise, never shared by anonymous callers. `modern_call.py` is one call on such a
-session, from its first request through its MRTR rounds (`mrtr.py` parks it between them and
-signs the `requestState` that finds it again); `native_call.py` the same call on the
-2026-07-28 wire, for an upstream that speaks it; `modern_task.py` the runner's seam when such
-a call becomes a task of the extension, its questions stored as the task's input requests.
+`task_api.py` answers the 2025-11-25 task methods (tasks/get, result, list, cancel) for
+the session's caller; a blocking tasks/result relays the task's questions on its stream.
+
+The 2026-07-28 generation brings no session: its calls are `gateway.calls`'.
 """

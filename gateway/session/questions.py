@@ -33,8 +33,8 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, UpstreamError, UpstreamTimeout
 from gateway.protocol.rewrite import RELATED_TASK
 from gateway.route import Route
-from gateway.session.shared_questions import QuestionBoard, stored_id
 from gateway.session.streams import EventStream, Streams
+from gateway.tasks.inputs import QuestionBoard, stored_id
 from gateway.tasks.models import InputRequest
 from gateway.upstream import Answer, UpstreamClient
 

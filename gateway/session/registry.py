@@ -21,7 +21,7 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.errors import CapacityExceeded, LimitExceeded, SessionNotFound
 from gateway.route import Route
 from gateway.session.session import Session
-from gateway.session.shared_questions import QuestionBoard
+from gateway.tasks.inputs import QuestionBoard
 from gateway.tasks.models import SessionRecord, utcnow
 from gateway.tasks.store import TaskStore
 

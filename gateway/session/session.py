@@ -30,8 +30,8 @@ from gateway.protocol.errors import METHOD_NOT_FOUND, GatewayError
 from gateway.route import Route
 from gateway.session.calls import Calls, InFlight, Rewriter
 from gateway.session.questions import Questions, Settle, related_to_task
-from gateway.session.shared_questions import QuestionBoard
 from gateway.session.streams import EventStream, Streams
+from gateway.tasks.inputs import QuestionBoard
 from gateway.tasks.models import InputRequest, SessionRecord, Task, owner_of
 from gateway.upstream import Answer, UpstreamClient
 

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.aio import TaskSet
+from gateway.calls.call import UpstreamCall
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INVALID_PARAMS, GatewayError, LimitExceeded
-from gateway.session.modern_call import UpstreamCall
 
 #: Parameters of a retry that are not part of the request it retries.
 ROUND_PARAMS = ("_meta", "inputResponses", "requestState")

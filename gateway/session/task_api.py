@@ -27,9 +27,9 @@ from gateway.protocol.errors import INTERNAL_ERROR, TaskError
 from gateway.protocol.jsonrpc import Answer
 from gateway.session.questions import Settle
 from gateway.session.session import Session
-from gateway.session.shared_questions import parse_stored_id
 from gateway.session.streams import EventStream
 from gateway.tasks.api_common import NOT_FOUND, audit_miss, find, ok, read_outcome
+from gateway.tasks.inputs import parse_stored_id
 from gateway.tasks.models import Task, TaskStatus, epoch_us, from_epoch_us
 from gateway.tasks.notifier import Notifier, Watch
 from gateway.tasks.runner import TaskRunner

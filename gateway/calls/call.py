@@ -19,9 +19,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
+from gateway.calls.held import Lease
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import GatewayError
-from gateway.session.held import Lease
 from gateway.upstream import Answer
 
 log = logging.getLogger(__name__)

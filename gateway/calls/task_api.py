@@ -14,15 +14,15 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
+from gateway.calls.call import UpstreamCall
+from gateway.calls.task_host import ModernTaskHost
 from gateway.config import TaskPolicy
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
 from gateway.protocol.jsonrpc import Answer
 from gateway.protocol.outcome import Outcome
-from gateway.session.modern_call import UpstreamCall
-from gateway.session.modern_task import ModernTaskHost
-from gateway.session.shared_questions import AnswerHost
 from gateway.tasks.api_common import find, ok, read_outcome
+from gateway.tasks.inputs import AnswerHost
 from gateway.tasks.models import (
     InputRequest,
     Task,

@@ -18,9 +18,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 from gateway.aio import TaskSet
+from gateway.calls.call import Ask, UpstreamCall
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import GatewayError
-from gateway.session.modern_call import Ask, UpstreamCall
 from gateway.session.questions import default_answer
 from gateway.tasks.models import InputRequest, Task
 from gateway.tasks.store import TaskStore

@@ -17,14 +17,13 @@ import itertools
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-import aiohttp
-
+from gateway.calls.call import Ask, Asked, Finished, Running, TaskHooks
 from gateway.protocol import jsonrpc
-from gateway.session.modern_call import Ask, Asked, Finished, Running, TaskHooks
 from gateway.upstream import Answer, native
 
 if TYPE_CHECKING:
     from gateway.observability.traces import UpstreamSpans
+    from gateway.upstream import UpstreamRoute
 
 _ids = itertools.count(1)
 
@@ -38,12 +37,12 @@ def input_required(answer: Answer) -> bool:
 class NativeCall:
     def __init__(
         self,
-        http: aiohttp.ClientSession,
+        upstream: UpstreamRoute,
         url: str,
         request: jsonrpc.Request,
         headers: Mapping[str, str],
     ) -> None:
-        self._http = http
+        self._upstream = upstream
         self._url = url
         self._headers = dict(headers)
         meta = request.meta
@@ -72,7 +71,7 @@ class NativeCall:
 
     async def _exchange(self, request: jsonrpc.Request) -> Answer:
         return await native.exchange(
-            self._http, self._url, request, self._headers, self._note, self.spans
+            self._upstream.http(), self._url, request, self._headers, self._note, self.spans
         )
 
     def _note(self, note: jsonrpc.Notification) -> None:
