@@ -72,7 +72,7 @@ class TaskHooks(Protocol):
 
 class UpstreamCall(Protocol):
     """The upstream call behind a 2026-07-28 request: `ModernCall` over a held 2025-11-25
-    session, or `native_call.NativeCall` on the 2026-07-28 wire."""
+    session, or `direct.NativeCall` on the 2026-07-28 wire."""
 
     outgoing: jsonrpc.Request
     pending: dict[str, Ask]

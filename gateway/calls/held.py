@@ -63,7 +63,7 @@ IdleKey = tuple[UpstreamRoute, str, str]
 
 
 class Asker(Protocol):
-    """The call a held session's questions and progress belong to (`modern_call.ModernCall`)."""
+    """The call a held session's questions and progress belong to (`call.ModernCall`)."""
 
     def asked(self, request: jsonrpc.Request) -> None: ...
 

@@ -15,7 +15,7 @@ A task run again after a restart has no session of its own: its questions are ro
 store. A tasks/result of this session for such a task relays the pending rows as server
 requests (`ask_stored`); the answer goes back through the caller's `settle`, not upstream.
 With replicas, a task's questions asked here are rows as well (`board`, see
-`shared_questions`), and their ids say which task and question they are, so that the
+`tasks.inputs`), and their ids say which task and question they are, so that the
 client's `tasks/result` and answer may land on any replica.
 """
 

@@ -8,7 +8,7 @@ re-reads the store on every wake-up and at least every few seconds, so a lost wa
 delays the answer. A task whose call has no session of its own (run again after a restart, or
 made on the 2026-07-28 path) keeps its questions in the store: while it waits for input, the
 wait relays them on the stream, and `settle` takes the answers. (The 2026-07-28 tasks
-extension, wire-incompatible, is `api_modern`; what the two share is `api_common`.)
+extension, wire-incompatible, is `calls.task_api`; what the two share is `tasks.api_common`.)
 """
 
 from __future__ import annotations

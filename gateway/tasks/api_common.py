@@ -1,5 +1,5 @@
 """What the task API of each generation shares: finding the caller's task, reading its
-outcome, and answering. The generations differ in their wire (`api_2025`, `api_modern`);
+outcome, and answering. The generations differ in their wire (`session.task_api`, `calls.task_api`);
 who may see a task, and what is audited when someone reads one, they share.
 """
 
