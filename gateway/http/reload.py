@@ -1,4 +1,4 @@
-"""Reloading the configuration: SIGHUP (and the admin API, once it exists) re-reads --config.
+"""Reloading the configuration: SIGHUP re-reads --config.
 
 `reload(app, path)` is all or nothing. The file is loaded as at start-up (`${VAR}`s from the
 process environment, the key files it names), and every route it adds or changes is built
@@ -75,7 +75,7 @@ class Reloads:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        #: The --config file (what the admin API reloads); None: the built-in demo settings.
+        #: The --config file (what SIGHUP reloads); None: the built-in demo settings.
         self.path: str | None = None
         self.retired: list[Route] = []
         #: listen.host and listen.port as --host and --port set them, kept by every reload.

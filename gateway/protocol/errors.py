@@ -19,18 +19,22 @@
     │   └── CapacityExceeded          (-32603, 503) a configured cap (sessions, children) is reached
     ├── security.errors.IdentityProviderUnavailable (-32603, 503) a jwks_url key set is unfetchable
     ├── security.errors.InsufficientScope (-32600, 403) a token lacks a scope the route or tool asks
+    ├── StoreUnreachable              (-32603, 503) the shared task store cannot be reached now
     └── UpstreamError                 the upstream could not give an answer (plane a)
         ├── UpstreamUnavailable       connection refused/reset, child died, stream ended early
         │   └── UpstreamRefused       it answered, but with an HTTP error status (401, 403, ...)
+        │       └── UpstreamNotModern it refused the 2026-07-28 wire as a 2025-11-25 server does
         ├── UpstreamTimeout           no answer within the route's timeout
         └── UpstreamProtocolError     the upstream answered with something that is not MCP
+            └── ResultTooLarge        its message is over the route's max_result_bytes
 
 An upstream JSON-RPC error (plane b) and an `isError` tool result (plane c) are messages,
 not exceptions: they are relayed as they came.
 
 `TaskError` stands apart: a tasks/* request that names no task the caller may see (or asks
 for the impossible, like cancelling a finished task) is answered with -32602 under the
-request's own id, in an ordinary HTTP 200 response.
+request's own id, in an ordinary HTTP 200 response; its `TaskLimitReached` (a caller at
+limits.active_tasks_per_principal) with -32000.
 """
 
 from __future__ import annotations

@@ -135,7 +135,8 @@ class Task(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     task_id: str
-    #: Whose task this is: the session id until identities exist, then the principal.
+    #: Whose task this is: the route and principal (`owner_of`), or with no authentication the
+    #: session that made it.
     owner: str
     route: str
     tool: str
