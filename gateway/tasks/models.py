@@ -135,8 +135,8 @@ class Task(BaseModel):
     model_config = ConfigDict(frozen=True)
 
     task_id: str
-    #: Whose task this is: the route and principal (`owner_of`), or with no authentication the
-    #: session that made it.
+    #: Whose task this is: the route and principal (`owner_of`); with no authentication the
+    #: 2025-11-25 session that made it, or the route's anonymous 2026-07-28 callers alike.
     owner: str
     route: str
     tool: str
