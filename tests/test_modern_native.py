@@ -160,3 +160,28 @@ def test_a_bad_sync_window_is_refused_naming_its_key(key: str, value: object, sa
         parse_settings({"routes": [route]}, "gateway.yaml")
     assert f"gateway.yaml: routes[0].tasks.{key}" in str(raised.value)
     assert says in str(raised.value)
+
+
+async def test_a_method_the_gateway_does_not_know_gets_the_upstreams_own_answer(
+    native: str, native_upstream: str
+) -> None:
+    """Relayed as it came (subscriptions/listen is the reason): what the upstream says of a
+    method, the client hears, status and body."""
+    async with aiohttp.ClientSession() as http:
+        direct = await modern_rpc(http, native_upstream, "nothing/here")
+        relayed = await modern_rpc(http, native, "nothing/here")
+    assert relayed[0] == direct[0]
+    assert relayed[1]["error"]["code"] == direct[1]["error"]["code"]
+
+
+async def test_an_upstream_gone_before_a_relayed_answer_is_a_json_rpc_error(
+    start_gateway: StartGateway,
+) -> None:
+    dead = f"http://127.0.0.1:{free_port()}/mcp"
+    upstream = {"transport": "streamable_http", "url": dead, "modern": "native"}
+    url = f"{await start_gateway([{'name': 'n', 'upstream': upstream}])}/n/mcp"
+    async with aiohttp.ClientSession() as http:
+        status, body = await modern_rpc(http, url, "nothing/here")
+    assert status == 200, status  # an internal error of the call, as every upstream failure
+    assert body["error"]["code"] == -32603
+    assert "cannot reach the upstream" in body["error"]["message"]

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import logging
 
-import aiohttp
 from aiohttp import web
 
 from gateway.http import admission, modern_tools
@@ -149,25 +148,24 @@ async def _relay(
     either side closes it; closing it here closes it upstream)."""
     url = route.upstream.config.url
     assert url is not None
-    sent = {**await native_headers(request, route, caller), **native.POST_HEADERS}
-    body = jsonrpc.dump(modern.native_request(message)).encode()
+    headers = await native_headers(request, route, caller)
+    outgoing = modern.native_request(message)
     response: web.StreamResponse | None = None
     try:
-        async with route.upstream.http().post(url, data=body, headers=sent) as upstream:
-            ctype = upstream.headers.get("Content-Type", "application/json")
+        async with native.relayed(route.upstream.http(), url, outgoing, headers) as upstream:
             response = web.StreamResponse(
-                status=upstream.status, headers={**SSE_HEADERS, "Content-Type": ctype}
+                status=upstream.status,
+                headers={**SSE_HEADERS, "Content-Type": upstream.content_type},
             )
             await response.prepare(request)
             request[STARTED] = True
             with contextlib.suppress(ConnectionError):
-                async for chunk in upstream.content.iter_any():
+                async for chunk in upstream.chunks:
                     await response.write(chunk)
                 await response.write_eof()
-    except aiohttp.ClientError as exc:
+    except UpstreamUnavailable as exc:
         if response is None:
-            lost = UpstreamUnavailable(f"cannot reach the upstream: {exc}")
-            return reply(upstream_failed(message.id, lost))
+            return reply(upstream_failed(message.id, exc))
         # The answer had begun: ending the stream is the only way left to tell the client.
     assert response is not None
     return response

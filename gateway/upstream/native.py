@@ -8,10 +8,11 @@ stopping a call is closing its connection.
 
 from __future__ import annotations
 
+import contextlib
 import logging
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import AsyncIterator, Callable, Coroutine, Mapping
 from functools import partial
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import aiohttp
 
@@ -47,6 +48,34 @@ def request_headers(client: Mapping[str, str]) -> dict[str, str]:
         for name, value in client.items()
         if name in _REQUEST_HEADERS or name.startswith(_PARAM_PREFIX)
     }
+
+
+class Relayed(NamedTuple):
+    """The upstream's response to a relayed request, as it streams."""
+
+    status: int
+    content_type: str
+    chunks: AsyncIterator[bytes]
+
+
+@contextlib.asynccontextmanager
+async def relayed(
+    http: aiohttp.ClientSession, url: str, request: jsonrpc.Request, headers: Mapping[str, str]
+) -> AsyncIterator[Relayed]:
+    """POST `request` as it is and hand back the upstream's response while it streams (a
+    `subscriptions/listen` stream stays open until either side closes it; leaving the block
+    closes it upstream).
+
+    Raises:
+        UpstreamUnavailable: the connection failed, before the answer or while it streamed.
+    """
+    body = jsonrpc.dump(request).encode()
+    try:
+        async with http.post(url, data=body, headers={**headers, **POST_HEADERS}) as upstream:
+            content_type = upstream.headers.get("Content-Type", "application/json")
+            yield Relayed(upstream.status, content_type, upstream.content.iter_any())
+    except aiohttp.ClientError as exc:
+        raise UpstreamUnavailable(f"cannot reach the upstream: {exc}") from exc
 
 
 def exchange(
