@@ -13,41 +13,11 @@
 // packages are loaded from TS_TASKS_DIR (default: <repo>/.cache/ts-tasks).
 import { randomUUID } from "node:crypto";
 import { openSync, writeSync } from "node:fs";
-import { readFile } from "node:fs/promises";
-import { dirname, join } from "node:path";
-import { fileURLToPath, pathToFileURL } from "node:url";
+import { HOST, SDK, load, portArgument } from "../bench/ts-tasks/sdk.mjs";
 
-const HOST = "127.0.0.1";
-const SDK = "@modelcontextprotocol/sdk";
 const ERROR_CODE = -32050;
 
-const here = dirname(fileURLToPath(import.meta.url));
-const modulesDir = process.env.TS_TASKS_DIR ?? join(here, "..", "..", ".cache", "ts-tasks");
-
-/** The `import` target of `subpath` in a package's `exports` (exact, or its "./*" pattern). */
-function exportTarget(exports, subpath) {
-  let entry = exports[subpath];
-  if (entry === undefined && exports["./*"] !== undefined) {
-    const pattern = exports["./*"];
-    const target = typeof pattern === "string" ? pattern : pattern.import;
-    entry = target.replace("*", subpath.slice(2));
-  }
-  if (entry === undefined) throw new Error(`no export ${subpath}`);
-  return typeof entry === "string" ? entry : (entry.import?.default ?? entry.import);
-}
-
-/** `import(pkg + subpath)` resolved in modulesDir, which is not an ancestor of this file. */
-async function load(pkg, subpath) {
-  const root = join(modulesDir, "node_modules", pkg);
-  const manifest = JSON.parse(await readFile(join(root, "package.json"), "utf8"));
-  return import(pathToFileURL(join(root, exportTarget(manifest.exports, subpath))).href);
-}
-
-const port = Number(process.argv[2]);
-if (process.argv.length !== 3 || !Number.isInteger(port) || port < 1 || port > 65535) {
-  console.error("usage: node upstream_ts.mjs PORT   (PORT: 1..65535)");
-  process.exit(2);
-}
+const port = portArgument();
 
 const { Server } = await load(SDK, "./server/index.js");
 const { StreamableHTTPServerTransport } = await load(SDK, "./server/streamableHttp.js");
