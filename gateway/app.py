@@ -61,6 +61,7 @@ from gateway.http.keys import (
     SETTINGS,
     STORE,
     TASK_API,
+    TASK_INPUTS,
     TRACING,
     TRUSTED_PROXIES,
 )
@@ -71,7 +72,7 @@ from gateway.observability.metrics import Metrics
 from gateway.route import Route
 from gateway.session.registry import SessionRegistry
 from gateway.session.task_api import TaskApi
-from gateway.tasks.inputs import QuestionBoard
+from gateway.tasks.inputs import TaskInputs
 from gateway.tasks.models import utcnow
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner
@@ -189,11 +190,13 @@ async def _components(
     metrics.last_store_write.set_function(partial(_last_write, store))
     app[RUNNER] = runner
     secret = await store.secret()
-    app[MODERN_TASK_API] = ModernTaskApi(store, runner, clock=clock)
-    app[TASK_API] = TaskApi(store, runner, notifier, secret, clock, app[MODERN_TASK_API].settle)
+    inputs = app[TASK_INPUTS] = TaskInputs(store, clock)
+    app[MODERN_TASK_API] = ModernTaskApi(store, runner, inputs, clock)
+    app[TASK_API] = TaskApi(store, runner, notifier, secret, clock, inputs)
     app[PARKED_CALLS] = ParkedCalls(secret)
-    board = QuestionBoard(store, clock, app[MODERN_TASK_API]) if settings.store.shared else None
-    app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store, board)
+    # With one process (SQLite), a session's questions need no row: its streams carry them.
+    shared = inputs if settings.store.shared else None
+    app[SESSIONS] = SessionRegistry(settings.sessions, settings.http, store, shared)
     app[HELD_SESSIONS] = HeldSessions(settings.sessions)
     # The port is bound already (listen.start binds first), so a second process on it never
     # gets this far: tasks it would fail or run again are this process's alone (on a shared

@@ -22,7 +22,7 @@ from aiohttp import web
 
 from gateway import reruns
 from gateway.aio import TaskSet
-from gateway.http.keys import MODERN_TASK_API, RUNNER, SETTINGS, STORE
+from gateway.http.keys import RUNNER, SETTINGS, STORE, TASK_INPUTS
 from gateway.protocol.errors import StoreUnreachable
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, REPLICA_LOST_MESSAGE
@@ -42,7 +42,7 @@ async def start(app: web.Application, notifier: Notifier, tasks: TaskSet) -> Non
     """Hear the other replicas' writes, and keep this replica's lease (PostgreSQL only)."""
     if not app[SETTINGS].store.shared:
         return
-    runner, answers = app[RUNNER], app[MODERN_TASK_API]
+    runner, answers = app[RUNNER], app[TASK_INPUTS]
 
     def changed(task_id: str | None) -> None:
         if task_id is None:
@@ -69,7 +69,7 @@ async def _keep(app: web.Application) -> None:
                 reachable_since = time.monotonic()
                 log.info("the task store is reachable again: leases are claimed after %g s", lease)
             await app[RUNNER].changed_elsewhere(None)
-            await app[MODERN_TASK_API].answered_elsewhere(None)
+            await app[TASK_INPUTS].answered_elsewhere(None)
             # An outage every replica saw lapsed every lease at once: that is no replica's
             # death. Their tasks (whose outcomes may be in hand, waiting to be written) are
             # claimed only once each live replica has had a whole lease to renew its own.

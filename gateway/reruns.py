@@ -60,7 +60,6 @@ async def start(app: web.Application, reruns: list[tuple[Task, Rerun]]) -> None:
         host = api.host_for(call, task.owner, principal, route.policy)
         limit = route.policy.time_limit_seconds
         app[RUNNER].rerun(task, host, call.outgoing, rerun.time_left, limit)
-        api.running(task.task_id, host)
         log.info("task of %s on route %s: attempt %d runs", task.tool, route.name, rerun.attempt)
 
 

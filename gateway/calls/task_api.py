@@ -22,13 +22,12 @@ from gateway.protocol.errors import INTERNAL_ERROR, TaskError
 from gateway.protocol.jsonrpc import Answer
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.api_common import find, ok, read_outcome
-from gateway.tasks.inputs import AnswerHost
+from gateway.tasks.inputs import TaskInputs
 from gateway.tasks.models import (
     InputRequest,
     Task,
     TaskStatus,
     iso,
-    names_nothing_stored,
     status_2026,
 )
 from gateway.tasks.runner import TaskRunner
@@ -79,33 +78,23 @@ def detailed(task: Task, outcome: Outcome | None, inputs: list[InputRequest]) ->
 
 
 class ModernTaskApi:
-    def __init__(self, store: TaskStore, runner: TaskRunner, clock: Callable[[], datetime]):
+    def __init__(
+        self,
+        store: TaskStore,
+        runner: TaskRunner,
+        inputs: TaskInputs,
+        clock: Callable[[], datetime],
+    ) -> None:
         self._store = store
         self._runner = runner
+        self._inputs = inputs
         self._clock = clock
-        #: The 2026-07-28 tasks this process runs (and with replicas, the 2025-11-25 tasks
-        #: whose questions were asked here), for their answers to reach their calls.
-        self._hosts: dict[str, AnswerHost] = {}
 
     def host_for(
         self, call: UpstreamCall, owner: str, principal: str | None, policy: TaskPolicy
     ) -> ModernTaskHost:
         """The runner's seam for a call about to become a task."""
-        return ModernTaskHost(
-            call,
-            owner,
-            principal,
-            self._store,
-            self._clock,
-            policy.input_timeout_seconds,
-            on_end=self.ended,
-        )
-
-    def running(self, task_id: str, host: AnswerHost) -> None:
-        self._hosts[task_id] = host
-
-    def ended(self, task_id: str) -> None:
-        self._hosts.pop(task_id, None)
+        return ModernTaskHost(call, owner, principal, self._inputs, policy.input_timeout_seconds)
 
     async def answer(self, request: jsonrpc.Request, owner: str, principal: str | None) -> Answer:
         try:
@@ -130,7 +119,7 @@ class ModernTaskApi:
         if task.status.terminal:
             outcome = await read_outcome(self._store, task.task_id)
         elif task.status is TaskStatus.INPUT_REQUIRED:
-            inputs = await self._store.pending_inputs(task.task_id)
+            inputs = await self._inputs.pending(task.task_id)
         return detailed(task, outcome, inputs)
 
     async def _update(self, task: Task, responses: object) -> None:
@@ -142,36 +131,7 @@ class ModernTaskApi:
         if task.status.terminal:
             return  # nothing waits: the extension says such answers are ignored
         for key, response in responses.items():
-            await self._answer(task.task_id, key, response)
-
-    async def settle(self, task_id: str, key: str, answer: Answer) -> bool:
-        """A 2025-11-25 client's answer to a stored question (see `TaskApi`); False if nothing
-        here waits on it."""
-        if isinstance(answer, jsonrpc.Response):
-            return await self._answer(task_id, key, answer.result)
-        host = self._hosts.get(task_id)
-        # A refusal is relayed only where the call runs.
-        return host is not None and await host.decline(key, answer)
-
-    async def _answer(self, task_id: str, key: str, response: jsonrpc.JsonObject) -> bool:
-        """The client's answer to the question under `key`; False if it is not open. Where
-        the call runs on another replica (or on none: the row is then withdrawn with the
-        task), the answer waits in the store, and the replica running the call hears of it
-        (`answered_elsewhere`)."""
-        if names_nothing_stored(key):
-            return False  # no question has such a key: ignored, as an unknown key is
-        host = self._hosts.get(task_id)
-        if host is not None:
-            return await host.answer(key, response)
-        return await self._store.answer_input(task_id, key, response, self._clock()) is not None
-
-    async def answered_elsewhere(self, task_id: str | None) -> None:
-        """Another replica stored answers to questions of a call running here (None: maybe
-        to any): they go upstream now."""
-        hosts = list(self._hosts.values()) if task_id is None else [self._hosts.get(task_id)]
-        for host in hosts:
-            if host is not None:
-                await host.take_stored_answers()
+            await self._inputs.answer(task.task_id, key, response)
 
     async def _cancel(self, task: Task, principal: str | None) -> None:
         if task.status.terminal:

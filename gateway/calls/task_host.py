@@ -15,15 +15,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
-from datetime import datetime
 
 from gateway.aio import TaskSet
 from gateway.calls.call import Ask, UpstreamCall
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import GatewayError
-from gateway.session.questions import default_answer
-from gateway.tasks.models import InputRequest, Task
-from gateway.tasks.store import TaskStore
+from gateway.protocol.questions import default_answer
+from gateway.tasks.inputs import TaskInputs
+from gateway.tasks.models import Task
 from gateway.upstream import Answer
 
 log = logging.getLogger(__name__)
@@ -37,18 +36,14 @@ class ModernTaskHost:
         call: UpstreamCall,
         owner: str,
         principal: str | None,
-        store: TaskStore,
-        clock: Callable[[], datetime],
+        inputs: TaskInputs,
         input_timeout: float | None,
-        on_end: Callable[[str], None],
     ) -> None:
         self.call = call
         self._owner = owner
         self._principal = principal
-        self._store = store
-        self._clock = clock
+        self._inputs = inputs
         self._input_timeout = input_timeout
-        self._on_end = on_end
         self._tasks = TaskSet("2026-07-28 task")
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._task_id = ""
@@ -80,6 +75,7 @@ class ModernTaskHost:
         self._task_id = task.task_id
         self._on_progress = on_progress
         self._on_input = on_input
+        self._inputs.running(task.task_id, self)
         self.call.hooks = self
         # A question asked after the window closed but before these hooks were set.
         for ask in self.call.pending.values():
@@ -93,7 +89,7 @@ class ModernTaskHost:
         await self.call.stop(reason)
 
     async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
-        self._on_end(self._task_id)
+        self._inputs.ended(self._task_id)
         for timer in self._timers.values():
             timer.cancel()
         await self._tasks.close()
@@ -118,15 +114,10 @@ class ModernTaskHost:
         self._on_progress(params)
 
     async def _record(self, ask: Ask) -> None:
-        row = InputRequest(
-            task_id=self._task_id,
-            key=ask.key,
-            method=ask.method,
-            params=ask.params,
-            upstream_id=ask.upstream_id,
-            created_at=self._clock(),
+        recorded = await self._inputs.record(
+            self._task_id, ask.key, ask.method, ask.params, ask.upstream_id
         )
-        if not await self._store.add_input(row):
+        if not recorded:
             return  # the task ended meanwhile
         await self._input_changed(True)
         if self._input_timeout is not None:
@@ -141,7 +132,7 @@ class ModernTaskHost:
             await self._withdraw(ask.key)
 
     async def _withdraw(self, key: str) -> None:
-        await self._store.withdraw_inputs(self._task_id, self._clock(), [key])
+        await self._inputs.withdraw(self._task_id, key)
         if not self.call.pending:
             await self._input_changed(False)
 
@@ -150,7 +141,7 @@ class ModernTaskHost:
         not open. The stored row is settled first, so any reader sees it answered."""
         if key not in self.call.pending:
             return False
-        if await self._store.answer_input(self._task_id, key, response, self._clock()) is None:
+        if not await self._inputs.record_answer(self._task_id, key, response):
             return False
         timer = self._timers.pop(key, None)
         if timer is not None:
@@ -169,7 +160,7 @@ class ModernTaskHost:
         `call.answer` takes a key once, so an answer given here meanwhile is not sent twice."""
         if not self.call.pending:
             return
-        answered = await self._store.answered_inputs(self._task_id)
+        answered = await self._inputs.answers(self._task_id)
         for key, response in answered.items():
             if key not in self.call.pending:
                 continue

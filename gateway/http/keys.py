@@ -27,6 +27,7 @@ if TYPE_CHECKING:
     from gateway.route import Route
     from gateway.session.registry import SessionRegistry
     from gateway.session.task_api import TaskApi
+    from gateway.tasks.inputs import TaskInputs
     from gateway.tasks.runner import TaskRunner
     from gateway.tasks.store import TaskStore
 
@@ -45,6 +46,8 @@ RELOADS: web.AppKey[Reloads] = web.AppKey("reloads")
 STORE: web.AppKey[TaskStore] = web.AppKey("store")
 RUNNER: web.AppKey[TaskRunner] = web.AppKey("runner")
 TASK_API: web.AppKey[TaskApi] = web.AppKey("task_api")
+#: Tasks' stored questions, and the calls running here that await their answers.
+TASK_INPUTS: web.AppKey[TaskInputs] = web.AppKey("task_inputs")
 #: The tasks extension's API (2026-07-28), over the same store and runner.
 MODERN_TASK_API: web.AppKey[ModernTaskApi] = web.AppKey("modern_task_api")
 #: 2026-07-28 calls waiting between MRTR rounds for the client's retry.

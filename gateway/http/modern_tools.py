@@ -186,7 +186,6 @@ async def _answer(
             abandon = "the task could not be made"
             return jsonrpc.error_response(message.id, exc.code, exc.message)
         handed_over = True
-        api.running(task.task_id, host)
         return create_task_result(message.id, task)
     except UpstreamError as exc:
         abandon = "the upstream failed"

@@ -24,7 +24,7 @@ from gateway.observability.metrics import call_outcome
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
 from gateway.route import Route
-from gateway.session.questions import OnInput
+from gateway.session.question import OnInput
 from gateway.session.streams import EventStream
 from gateway.tasks.models import Task
 from gateway.upstream import Answer, CallLimit, UpstreamClient

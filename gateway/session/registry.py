@@ -21,7 +21,7 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.errors import CapacityExceeded, LimitExceeded, SessionNotFound
 from gateway.route import Route
 from gateway.session.session import Session
-from gateway.tasks.inputs import QuestionBoard
+from gateway.tasks.inputs import TaskInputs
 from gateway.tasks.models import SessionRecord, utcnow
 from gateway.tasks.store import TaskStore
 
@@ -50,7 +50,7 @@ class SessionRegistry:
         config: SessionsConfig,
         http: HttpConfig,
         store: TaskStore,
-        board: QuestionBoard | None = None,
+        board: TaskInputs | None = None,
     ) -> None:
         self._config = config
         self._http = http

@@ -27,11 +27,13 @@ from gateway.aio import TaskSet
 from gateway.config import HttpConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import METHOD_NOT_FOUND, GatewayError
+from gateway.protocol.questions import related_to_task
 from gateway.route import Route
 from gateway.session.calls import Calls, InFlight, Rewriter
-from gateway.session.questions import Questions, Settle, related_to_task
+from gateway.session.questions import Questions
+from gateway.session.stored_questions import Settle
 from gateway.session.streams import EventStream, Streams
-from gateway.tasks.inputs import QuestionBoard
+from gateway.tasks.inputs import TaskInputs
 from gateway.tasks.models import InputRequest, SessionRecord, Task, owner_of
 from gateway.upstream import Answer, UpstreamClient
 
@@ -160,9 +162,9 @@ class Session:
             await self.upstream.notify(message)
         return True
 
-    def share_questions(self, board: QuestionBoard) -> None:
+    def share_questions(self, board: TaskInputs) -> None:
         """Replicas share the store: the questions of this session's tasks are kept there."""
-        self._questions.board = board
+        self._questions.share(board)
 
     # -- task calls (the runner's TaskHost)
 

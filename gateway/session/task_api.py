@@ -25,11 +25,10 @@ from gateway.config import TaskPolicy
 from gateway.protocol import jsonrpc, rewrite
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
 from gateway.protocol.jsonrpc import Answer
-from gateway.session.questions import Settle
 from gateway.session.session import Session
 from gateway.session.streams import EventStream
 from gateway.tasks.api_common import NOT_FOUND, audit_miss, find, ok, read_outcome
-from gateway.tasks.inputs import parse_stored_id
+from gateway.tasks.inputs import TaskInputs, parse_stored_id
 from gateway.tasks.models import Task, TaskStatus, epoch_us, from_epoch_us
 from gateway.tasks.notifier import Notifier, Watch
 from gateway.tasks.runner import TaskRunner
@@ -48,14 +47,14 @@ class TaskApi:
         notifier: Notifier,
         secret: bytes,
         clock: Callable[[], datetime],
-        settle: Settle,
+        inputs: TaskInputs,
     ) -> None:
         self._store = store
         self._runner = runner
         self._notifier = notifier
         self._secret = secret
         self._clock = clock
-        self._settle = settle
+        self._inputs = inputs
 
     async def answer(
         self, session: Session, request: jsonrpc.Request, policy: TaskPolicy
@@ -99,7 +98,7 @@ class TaskApi:
             miss = audit_miss(self._store, task_id, session.owner, session.principal)
             session.spawn(miss, "audit task miss")
             return
-        if not await self._settle(task_id, key, answer):
+        if not await self._inputs.settle(task_id, key, answer):
             log.info("session %s: an answer came for a question no longer open", session.tag)
 
     async def _result(
@@ -138,8 +137,8 @@ class TaskApi:
         try:
             while True:
                 if task.status is TaskStatus.INPUT_REQUIRED:
-                    rows = await self._store.pending_inputs(task_id)
-                    session.ask_stored(rows, stream, self._settle)
+                    rows = await self._inputs.pending(task_id)
+                    session.ask_stored(rows, stream, self._inputs.settle)
                 woken = await watch.wait(_BACKSTOP_SECONDS)
                 found = await self._store.get_task(task_id)
                 if not woken and (found is None or found.status is not task.status):
