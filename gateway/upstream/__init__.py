@@ -24,9 +24,10 @@ import aiohttp
 from gateway.config import RouteConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import GatewayError
+from gateway.protocol.jsonrpc import Answer
 from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
 from gateway.upstream.base import Transport
-from gateway.upstream.client import Answer, CallLimit, UpstreamClient
+from gateway.upstream.client import CallLimit, UpstreamClient
 from gateway.upstream.generation import ModernWire
 from gateway.upstream.http1_pool import Http1Pool
 from gateway.upstream.identity import identity_for

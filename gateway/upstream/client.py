@@ -27,6 +27,7 @@ from gateway.protocol.errors import (
     UpstreamTimeout,
     UpstreamUnavailable,
 )
+from gateway.protocol.jsonrpc import Answer
 from gateway.upstream.base import Transport
 from gateway.upstream.streamable_http import UpstreamSessionExpired
 from gateway.upstream.unreadable import Unreadable
@@ -38,8 +39,6 @@ log = logging.getLogger(__name__)
 
 #: How long closing a session waits for a message still on its way upstream.
 _SEND_GRACE_SECONDS = 2.0
-
-Answer = jsonrpc.Response | jsonrpc.ErrorResponse
 
 
 class CallLimit(NamedTuple):
