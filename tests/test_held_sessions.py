@@ -7,7 +7,8 @@ from collections.abc import Callable
 
 import pytest
 
-from gateway.calls.held import HeldSession, HeldSessions
+from gateway.calls.held import HeldSessions
+from gateway.calls.held_session import HeldSession
 from gateway.config import Settings
 from gateway.observability.metrics import Metrics
 from gateway.route import Route

@@ -2,7 +2,8 @@
 
 A 2026-07-28 request stands alone, but a legacy upstream needs a session: `held.py` holds
 upstream sessions for these callers, leased per call, exclusive when the call invites
-questions, shared per route and principal otherwise, never shared by anonymous callers.
+questions, shared per route and principal otherwise, never shared by anonymous callers;
+`held_session.py` is one such session, which hands the upstream's questions to their call.
 `call.py` is one call on such a session, from its first request through its MRTR rounds
 (`parked.py` keeps it between them and signs the `requestState` that finds it again);
 `direct.py` is the same call sent straight to an upstream that speaks 2026-07-28 itself.

@@ -14,7 +14,7 @@ import logging
 
 from aiohttp import web
 
-from gateway.calls.held import question_capabilities
+from gateway.calls.held_session import question_capabilities
 from gateway.config import HttpConfig
 from gateway.http import admission, endpoint_modern, sse
 from gateway.http.keys import RUNNER, SESSIONS, SETTINGS, TASK_API

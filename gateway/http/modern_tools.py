@@ -21,7 +21,7 @@ from aiohttp import web
 
 from gateway.calls.call import Asked, Finished, ModernCall, Running, UpstreamCall
 from gateway.calls.direct import NativeCall
-from gateway.calls.held import question_capabilities
+from gateway.calls.held_session import question_capabilities
 from gateway.calls.parked import BadRequestState, ParkedCalls
 from gateway.calls.task_api import create_task_result
 from gateway.http import admission

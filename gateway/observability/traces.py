@@ -42,6 +42,7 @@ from gateway import __version__
 from gateway.config import TracingConfig
 from gateway.observability.metrics import Metrics, call_outcome, request_outcome
 from gateway.protocol import jsonrpc
+from gateway.protocol.jsonrpc import Answer
 
 TRACEPARENT = "traceparent"
 TRACESTATE = "tracestate"
@@ -68,8 +69,6 @@ _MEMBER = re.compile(
 STARTED = web.RequestKey("trace_started", int)
 SPAN = web.RequestKey("trace_span", Span)
 TOKEN: web.RequestKey[Token[Context]] = web.RequestKey("trace_token")
-
-Answer = jsonrpc.Response | jsonrpc.ErrorResponse
 
 
 class Tracing:

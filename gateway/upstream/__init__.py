@@ -1,16 +1,16 @@
 """The upstream side: where a call leaves the gateway for a server that knows nothing of tasks.
 
 `UpstreamClient` (client) is one upstream session: it replays the client's handshake when the
-connection is lost, maps ids, and turns every failure into `UpstreamUnavailable`,
-`UpstreamTimeout` or `UpstreamProtocolError`. Below it one `Transport` (base) per kind:
-`streamable_http` (POST, JSON or SSE answers, a GET stream), `legacy_sse` (the 2024-11-05
-HTTP+SSE transport) and `stdio` (a child process per session, under the route's cap, idle
-children stopped). `http1` is the lean client of the POSTs to a Streamable HTTP upstream,
-`sse_reader` parses upstream event streams, `unreadable` is what a message that cannot be
-parsed becomes. `UpstreamRoute` is what a route's sessions share: HTTP connection pools or
-the stdio child cap, and the `identity` that tells an HTTP upstream who calls. `probe` opens
-one short session to ask whether an upstream answers (`config check`, and the gateway once it
-listens). This package knows nothing of sessions, tasks or the client side.
+connection is lost, maps ids (`answers` keeps them and the calls awaiting answers), and turns
+every failure into `UpstreamUnavailable`, `UpstreamTimeout` or `UpstreamProtocolError`. Below
+it one `Transport` (base) per kind: `streamable_http` (POST, JSON or SSE answers, a GET
+stream), `legacy_sse` (the 2024-11-05 HTTP+SSE transport) and `stdio` (a child process per
+session, under the route's cap, idle children stopped). `http1` is the lean client of the POSTs
+to a Streamable HTTP upstream, `sse_reader` parses upstream event streams, `unreadable` is what
+a message that cannot be parsed becomes. `UpstreamRoute` is what a route's sessions share: HTTP
+connection pools or the stdio child cap, and the `identity` that tells an HTTP upstream who
+calls. `probe` opens one short session to ask whether an upstream answers (`config check`, and
+the gateway once it listens). This package knows nothing of sessions, tasks or the client side.
 """
 
 from __future__ import annotations
@@ -24,9 +24,11 @@ import aiohttp
 from gateway.config import RouteConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import GatewayError
+from gateway.protocol.jsonrpc import Answer
 from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
+from gateway.upstream.answers import CallLimit
 from gateway.upstream.base import Transport
-from gateway.upstream.client import Answer, CallLimit, UpstreamClient
+from gateway.upstream.client import UpstreamClient
 from gateway.upstream.generation import ModernWire
 from gateway.upstream.http1_pool import Http1Pool
 from gateway.upstream.identity import identity_for

@@ -3,7 +3,9 @@
 A `Transport` moves JSON-RPC messages; it knows nothing of ids or sessions. Whatever the
 upstream sends is handed to a `Sink` together with the id of the request whose stream it
 arrived on, when the transport can tell (Streamable HTTP can; stdio and HTTP+SSE cannot).
-What cannot be read goes to the sink as `Unreadable`, and the transport reads on.
+What cannot be read goes to the sink as `Unreadable`, and the transport reads on. The sink is
+an `UpstreamClient` (client), which keeps the answers to its own requests and hands the rest
+to its `Listener`: the session downstream that the upstream talks to.
 """
 
 from __future__ import annotations
@@ -38,6 +40,24 @@ class Sink(Protocol):
         An early close is SSE polling (the upstream ends the connection, not the stream, and
         expects a reconnect); the gateway mirrors both so clients see the upstream's framing.
         """
+
+
+class Listener(Protocol):
+    """Whoever the upstream talks to: the downstream session."""
+
+    def on_server_message(self, message: Message, related: RequestId | None) -> None: ...
+
+    def on_stream(self, related: RequestId, interrupted: bool) -> None: ...
+
+    @property
+    def busy(self) -> bool:
+        """True while a relayed call or a task's call is registered, sent or not yet."""
+        ...
+
+    @property
+    def listening(self) -> bool:
+        """True while the client reads what the upstream sends on its own (the GET stream)."""
+        ...
 
 
 _TRACE_FIELDS = ("traceparent", "tracestate")

@@ -1,33 +1,28 @@
 """`UpstreamClient`: one MCP client session toward the upstream, over any transport.
 
-It owns the upstream id space, matches answers to requests, and re-establishes a lost
-upstream (a stdio child that died or was stopped while idle, an HTTP upstream that forgot
-our session) by replaying the handshake before the next request, so one crash or idle stop
-does not end the client's session. Messages the upstream originates go to
-`on_server_message`.
+It re-establishes a lost upstream (a stdio child that died or was stopped while idle, an
+HTTP upstream that forgot our session) by replaying the handshake before the next request,
+so one crash or idle stop does not end the client's session. Its id space, the matching of
+answers to requests and how long a call waits are `answers`'. Messages the upstream
+originates go to its `Listener` (base).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import logging
-import secrets
 from collections.abc import Callable, Coroutine
 from functools import partial
-from typing import TYPE_CHECKING, Any, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any
 
 from gateway.aio import timers
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import (
-    ResultTooLarge,
-    UpstreamProtocolError,
-    UpstreamTimeout,
-    UpstreamUnavailable,
-)
-from gateway.upstream.base import Transport
+from gateway.protocol.errors import UpstreamUnavailable
+from gateway.protocol.jsonrpc import Answer
+from gateway.upstream.answers import Answers, CallLimit, timed_out
+from gateway.upstream.base import Listener, Transport
 from gateway.upstream.streamable_http import UpstreamSessionExpired
 from gateway.upstream.unreadable import Unreadable
 
@@ -38,36 +33,6 @@ log = logging.getLogger(__name__)
 
 #: How long closing a session waits for a message still on its way upstream.
 _SEND_GRACE_SECONDS = 2.0
-
-Answer = jsonrpc.Response | jsonrpc.ErrorResponse
-
-
-class CallLimit(NamedTuple):
-    """How long one call may take, and what its timeout error says: the setting's key."""
-
-    seconds: float | None
-    what: str
-    key: str
-
-
-class Listener(Protocol):
-    """Whoever the upstream talks to: the downstream session."""
-
-    def on_server_message(
-        self, message: jsonrpc.Message, related: jsonrpc.RequestId | None
-    ) -> None: ...
-
-    def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None: ...
-
-    @property
-    def busy(self) -> bool:
-        """True while a relayed call or a task's call is registered, sent or not yet."""
-        ...
-
-    @property
-    def listening(self) -> bool:
-        """True while the client reads what the upstream sends on its own (the GET stream)."""
-        ...
 
 
 class UpstreamClient:
@@ -86,16 +51,7 @@ class UpstreamClient:
             config.request_timeout_seconds, "answer", "upstream.request_timeout_seconds"
         )
         self._listener = listener
-        # Every replica that continues one upstream session, and every process that adopts
-        # a stored one after a restart, has a client of its own; a stateful upstream routes
-        # answers by id within its session, so ids counted from 1 by each would be crossed.
-        # A prefix of 64 random bits per client keeps them apart (JSON-RPC ids may be
-        # strings), with no coordination between replicas.
-        self._id_prefix = f"{secrets.token_hex(8)}-"
-        self._ids = itertools.count(1)
-        self._pending: dict[jsonrpc.RequestId, asyncio.Future[Answer]] = {}
-        #: Requests the upstream made that we have not answered yet.
-        self._asked: set[jsonrpc.RequestId] = set()
+        self._answers = Answers()
         self._handshake: tuple[jsonrpc.Request, jsonrpc.Notification | None] | None = None
         # Alive from a successful initialize until the transport is lost; clients may send
         # requests concurrently with `notifications/initialized`, so that is not awaited.
@@ -112,19 +68,14 @@ class UpstreamClient:
         self.on_reestablished: Callable[[], None] | None = None
 
     def next_id(self) -> str:
-        """An id no other client of this upstream session sends: see `_id_prefix`."""
-        return f"{self._id_prefix}{next(self._ids)}"
+        """An id no other client of this upstream session sends (`Answers.next_id`)."""
+        return self._answers.next_id()
 
     @property
     def busy(self) -> bool:
         """True while stopping the upstream would lose something: a call (relayed or a
         task's) in flight, a question of the upstream unanswered, a handshake under way."""
-        return (
-            bool(self._pending)
-            or bool(self._asked)
-            or self._reconnect_lock.locked()
-            or self._listener.busy
-        )
+        return self._answers.outstanding or self._reconnect_lock.locked() or self._listener.busy
 
     @property
     def listening(self) -> bool:
@@ -132,58 +83,26 @@ class UpstreamClient:
 
     # Sink: called by the transport.
     def on_message(self, message: jsonrpc.Message, related: jsonrpc.RequestId | None) -> None:
-        if isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse):
-            future = self._pending.get(message.id) if message.id is not None else None
-            if future is not None and not future.done():
-                future.set_result(message)
-                return
-            if isinstance(message, jsonrpc.ErrorResponse):
-                log.warning("upstream error not tied to a request: %s", message.error.message)
-            return
-        if isinstance(message, jsonrpc.Request):
-            self._asked.add(message.id)
-        elif isinstance(message, jsonrpc.Notification) and message.method == (
-            "notifications/cancelled"
-        ):
-            withdrawn = jsonrpc.param(message, "requestId")
-            if jsonrpc.is_request_id(withdrawn):
-                self._asked.discard(withdrawn)
-        self._listener.on_server_message(message, related)
+        if not self._answers.take(message):
+            self._listener.on_server_message(message, related)
 
     def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
         self._listener.on_stream(related, interrupted)
 
     def on_unreadable(self, message: Unreadable) -> None:
-        if message.answers is not None:
-            waiting = [self._pending.get(message.answers)]
-            error = f"the upstream sent an answer the gateway cannot read: {message.reason}"
-        elif message.is_answer:
-            # It answers one of them, but which cannot be told: none can rely on its answer.
-            waiting = list(self._pending.values())
-            error = (
-                f"the upstream sent an answer the gateway cannot read ({message.reason}) "
-                "without an id, so every call waiting on it fails"
-            )
-        else:
-            return
-        failure = ResultTooLarge if message.too_large else UpstreamProtocolError
-        for future in waiting:
-            if future is not None and not future.done():
-                future.set_exception(failure(error))
+        self._answers.unreadable(message)
 
     def on_lost(self, reason: str) -> None:
         log.warning("upstream lost: %s", reason)
         self.on_stopped(reason)
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(UpstreamUnavailable(reason))
+        self._answers.fail_all(reason)
 
     def on_stopped(self, reason: str) -> None:
         """The upstream is gone (stopped while idle, or lost); the next use replays the
         handshake. Its unanswered questions went with it."""
         self._alive = False
         self._lost_reason = reason
-        self._asked.clear()
+        self._answers.questions_gone()
 
     async def initialize(self, request: jsonrpc.Request) -> Answer:
         """Open the transport and send the client's `initialize` (under our own id)."""
@@ -296,8 +215,7 @@ class UpstreamClient:
     ) -> Answer:
         if ready and not self._alive:
             await self._reconnect()
-        future: asyncio.Future[Answer] = asyncio.get_running_loop().create_future()
-        self._pending[request.id] = future
+        future = self._answers.expect(request.id)
         try:
             async with timers.deadline(None if limit is None else limit.seconds):
                 try:
@@ -315,13 +233,9 @@ class UpstreamClient:
                     )
                 return await future
         except TimeoutError as exc:
-            if limit is None or limit.seconds is None:
-                raise UpstreamTimeout("the upstream's connection timed out") from exc
-            raise UpstreamTimeout(
-                f"the upstream did not {limit.what} within {limit.seconds:g} s ({limit.key})"
-            ) from exc
+            raise timed_out(limit) from exc
         finally:
-            self._pending.pop(request.id, None)
+            self._answers.forget(request.id)
 
     async def notify(self, message: jsonrpc.Notification | Answer) -> None:
         """Send a notification, or our answer to a request the upstream made.
@@ -332,8 +246,7 @@ class UpstreamClient:
         """
         if self._closed:
             raise UpstreamUnavailable("the session ended")
-        if isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse) and message.id is not None:
-            self._asked.discard(message.id)
+        self._answers.replied(message)
         if (
             not self._alive
             and self._handshake is not None
@@ -356,7 +269,5 @@ class UpstreamClient:
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(_SEND_GRACE_SECONDS):
                     await self._sent.wait()
-        for future in self._pending.values():
-            if not future.done():
-                future.set_exception(UpstreamUnavailable("the session ended"))
+        self._answers.fail_all("the session ended")
         await self._transport.close()

@@ -25,9 +25,9 @@ from gateway.protocol.errors import (
     UpstreamProtocolError,
     UpstreamUnavailable,
 )
+from gateway.protocol.jsonrpc import Answer
 from gateway.upstream import sse_reader, unreadable
 from gateway.upstream.base import trace_context
-from gateway.upstream.client import Answer
 
 if TYPE_CHECKING:
     from gateway.observability.traces import UpstreamSpans
