@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from gateway.calls.call import GATHER_SECONDS, Ask, Asked, Finished, ModernCall, Running
-from gateway.calls.held import HeldSession, HeldSessions, Lease
+from gateway.calls.held import HeldSessions, Lease
+from gateway.calls.held_session import HeldSession
 from gateway.config import Settings
 from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc

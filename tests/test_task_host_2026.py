@@ -28,6 +28,7 @@ from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS
 from gateway.route import Route
+from gateway.tasks.inputs import AnswerHost, TaskInputs
 from gateway.tasks.models import Task, TaskStatus
 from gateway.tasks.store import TaskStore, open_store
 from gateway.upstream.base import Transport
@@ -45,6 +46,23 @@ NEVER = 3600.0
 #: The names the host gives its work for a question: the row and status written, the timer,
 #: the row withdrawn (`ModernTaskHost.asked`, `_record`, `withdrawn`).
 RECORD, TIMER, WITHDRAW = "task input request", "task input timeout", "task input withdrawn"
+
+
+class Inputs(TaskInputs):
+    """The store's rows as the host keeps them, and which tasks it says run here."""
+
+    def __init__(self, store: TaskStore, clock: Callable[[], datetime]) -> None:
+        super().__init__(store, clock)
+        self.hosting: list[str] = []
+        self.ended_tasks: list[str] = []
+
+    def running(self, task_id: str, host: AnswerHost) -> None:
+        self.hosting.append(task_id)
+        super().running(task_id, host)
+
+    def ended(self, task_id: str) -> None:
+        self.ended_tasks.append(task_id)
+        super().ended(task_id)
 
 
 def question(upstream_id: jsonrpc.RequestId, method: str = "elicitation/create") -> jsonrpc.Request:
@@ -207,12 +225,12 @@ async def hosted(make_settings: Callable[..., Settings], tmp_path: Path) -> Asyn
             upstream.say(question(upstream_id), sent.id)
         statuses = Statuses(store, task.task_id)
         progress: list[jsonrpc.JsonObject] = []
-        ended: list[str] = []
-        host = ModernTaskHost(
-            call, "alice", "alice", store, lambda: T0, input_timeout, ended.append
-        )
+        inputs = Inputs(store, lambda: T0)
+        host = ModernTaskHost(call, "alice", "alice", inputs, input_timeout)
         outgoing = host.start_task_call(task, request, progress.append, statuses)
         assert outgoing is call.outgoing
+        assert inputs.hosting == [task.task_id]  # answers given on this process reach it
+        ended = inputs.ended_tasks
         made.append(Hosted(store, host, upstream, sent, statuses, progress, ended))
         return made[-1]
 
