@@ -355,11 +355,6 @@ async def test_a_question_the_upstream_withdraws_leaves_the_call(pool: Pool) -> 
     await call.end("the test ended")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="BUG: a question asked and withdrawn inside the window ends the window early: "
-    "wait() returns Running (the call becomes a task) before the window passed",
-)
 async def test_a_question_asked_and_withdrawn_inside_the_window_leaves_the_window_open(
     pool: Pool,
 ) -> None:

@@ -192,14 +192,22 @@ class ModernCall:
             # moment it took to send it is the task's (its hooks take what is pending).
             return Finished(self._answer.result()) if self._answer.done() else Running()
         if not self.pending:
-            self._asked.clear()
-            asked = asyncio.create_task(self._asked.wait())  # noqa: TID251 - cancelled below
-            try:
-                await asyncio.wait(
-                    {self._answer, asked}, timeout=window, return_when=asyncio.FIRST_COMPLETED
-                )
-            finally:
-                asked.cancel()
+            loop = asyncio.get_running_loop()
+            deadline = None if window is None else loop.time() + window
+            # A question the upstream withdraws before the round is made leaves nothing to ask:
+            # the window goes on for what time it has left.
+            while not self.pending and not self._answer.done():
+                left = None if deadline is None else deadline - loop.time()
+                if left is not None and left <= 0:
+                    break
+                self._asked.clear()
+                asked = asyncio.create_task(self._asked.wait())  # noqa: TID251 - cancelled below
+                try:
+                    await asyncio.wait(
+                        {self._answer, asked}, timeout=left, return_when=asyncio.FIRST_COMPLETED
+                    )
+                finally:
+                    asked.cancel()
             if self.pending and not self._answer.done():
                 await asyncio.wait({self._answer}, timeout=GATHER_SECONDS)
         if self._answer.done():
