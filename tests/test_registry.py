@@ -125,7 +125,9 @@ def keep_busy(session: Session) -> None:
         poll_interval_ms=1000,
     )
     call = jsonrpc.Request(jsonrpc="2.0", id=1, method="tools/call", params={"name": "slow"})
-    session.start_task_call(task, call, lambda _: None, lambda _: asyncio.ensure_future(nop()))
+    session.task_host.start_task_call(
+        task, call, lambda _: None, lambda _: asyncio.ensure_future(nop())
+    )
 
 
 async def nop() -> None:

@@ -4,10 +4,11 @@
 caps, finds one per request, rebuilds one from its stored record after a restart, and ends
 the idle. A `Session` (`session.py`) has the gateway's own `MCP-Session-Id` and one upstream
 client. Forwarded requests go upstream through its `Calls` (`calls.py`) under ids of the
-gateway's choosing; the runner registers each task's call there too. Its `Streams`
-(`streams.py`) carry everything toward the client, resumably: the GET stream, one stream per
-POST, one per open tasks/result. Its `Questions` (`questions.py`) hold what the upstream asks
-the client: plain server requests, and the questions that make a task `input_required`.
+gateway's choosing, and so do its tasks' calls, which the runner starts through the
+session's `SessionTaskHost` (`task_host.py`). Its `Streams` (`streams.py`) carry everything
+toward the client, resumably: the GET stream, one stream per POST, one per open
+tasks/result. Its `Questions` (`questions.py`) hold what the upstream asks the client: plain
+server requests, and the questions that make a task `input_required`.
 
 A message from the upstream finds its stream through the upstream id it relates to (the
 request it belongs to, its progress token, or on stdio and HTTP+SSE the only call in
