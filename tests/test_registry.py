@@ -70,7 +70,7 @@ class Gateway:
         session = self.registry.create(self.route, principal, limit_key)
         await session.upstream.initialize(INITIALIZE)
         session.protocol_version = "2025-11-25"
-        await self.registry.opened(session, INITIALIZE)
+        await self.registry.records.opened(session, INITIALIZE)
         return session
 
     async def close(self) -> None:

@@ -225,7 +225,7 @@ async def _initialize(
     result = rewrite.initialize_result(
         jsonrpc.with_id(answer, init.id), session.protocol_version, offer, route.lists_tasks
     )
-    await sessions.opened(session, init)
+    await sessions.records.opened(session, init)
     log.info(
         "route %s: session %s opened (client %s, upstream %s)",
         route.name,
