@@ -71,7 +71,7 @@ class TaskCall:
             poll_interval_ms=1000,
         )
         request = jsonrpc.Request(jsonrpc="2.0", id=1, method="tools/call", params={"name": "ask"})
-        self.call = session.start_task_call(task, request, lambda _: None, self.inputs)
+        self.call = session.task_host.start_task_call(task, request, lambda _: None, self.inputs)
         self._asked = 0
 
     @property
@@ -181,7 +181,7 @@ async def test_a_question_unread_on_the_get_stream_moves_to_a_later_tasks_result
     task.inputs.commit()
     task.ask()
     await pushed(task.get_stream, 1)
-    result = task.session.open_result_stream("t1")
+    result = task.session.task_host.open_result_stream("t1")
     (moved,) = await messages(result, 1)
     assert moved["method"] == "elicitation/create"
     assert await take(task.get_stream, 0, 1, idle=0.01) == [None]  # moved, not copied
@@ -194,7 +194,7 @@ async def test_a_question_the_client_read_on_the_get_stream_is_not_sent_again(
     task.inputs.commit()
     task.ask()
     await messages(task.get_stream, 1)
-    result = task.session.open_result_stream("t1")
+    result = task.session.task_host.open_result_stream("t1")
     assert await take(result, 0, 1, idle=0.01) == [None]
 
 
@@ -203,10 +203,10 @@ async def test_a_question_on_a_tasks_result_nobody_reads_is_sent_again_on_the_ne
 ) -> None:
     task = await start()
     task.inputs.commit()
-    dropped = task.session.open_result_stream("t1")  # its connection went away
+    dropped = task.session.task_host.open_result_stream("t1")  # its connection went away
     task.ask()
     await pushed(dropped, 1)
-    again = task.session.open_result_stream("t1")
+    again = task.session.task_host.open_result_stream("t1")
     (question,) = await messages(again, 1)
     (original,) = await messages(dropped, 1)
     assert question == original
@@ -242,7 +242,7 @@ async def test_withdrawn_questions_are_cancelled_for_the_client_and_a_late_answe
     task.inputs.commit()
     task.ask()
     (question,) = await messages(task.get_stream, 1)
-    task.session.withdraw_questions("t1", "the task was cancelled")
+    task.session.task_host.withdraw_questions("t1", "the task was cancelled")
     (withdrawn,) = await messages(task.get_stream, 1, after=1)
     assert withdrawn["method"] == "notifications/cancelled"
     assert withdrawn["params"]["requestId"] == question["id"]

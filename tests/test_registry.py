@@ -70,7 +70,7 @@ class Gateway:
         session = self.registry.create(self.route, principal, limit_key)
         await session.upstream.initialize(INITIALIZE)
         session.protocol_version = "2025-11-25"
-        await self.registry.opened(session, INITIALIZE)
+        await self.registry.records.opened(session, INITIALIZE)
         return session
 
     async def close(self) -> None:
@@ -125,7 +125,9 @@ def keep_busy(session: Session) -> None:
         poll_interval_ms=1000,
     )
     call = jsonrpc.Request(jsonrpc="2.0", id=1, method="tools/call", params={"name": "slow"})
-    session.start_task_call(task, call, lambda _: None, lambda _: asyncio.ensure_future(nop()))
+    session.task_host.start_task_call(
+        task, call, lambda _: None, lambda _: asyncio.ensure_future(nop())
+    )
 
 
 async def nop() -> None:

@@ -1,6 +1,7 @@
-"""One session (`gateway.session.session` and its `calls`) between a client and a scripted
-upstream: requests relayed under the gateway's ids and answered under the client's, progress
-under the client's token, cancellation, what the upstream asks, task calls and the end."""
+"""One session (`gateway.session.session`, its `calls` and its `task_host`) between a client
+and a scripted upstream: requests relayed under the gateway's ids and answered under the
+client's, progress under the client's token, cancellation, what the upstream asks, task calls
+and the end."""
 
 from __future__ import annotations
 
@@ -242,13 +243,13 @@ async def test_a_tasks_progress_carries_the_clients_token_and_the_related_task(
     opened: Opened,
 ) -> None:
     heard: list[jsonrpc.JsonObject] = []
-    outgoing = opened.session.start_task_call(
+    outgoing = opened.session.task_host.start_task_call(
         task(token="p-7"), call(1, progressToken="p-7"), heard.append, nothing
     )
     progress = {"progressToken": outgoing.id, "progress": 1}
     note = jsonrpc.Notification(jsonrpc="2.0", method="notifications/progress", params=progress)
     opened.upstream.say(note, outgoing.id)
-    result_stream = opened.session.open_result_stream("t1")  # now the client waits on it
+    result_stream = opened.session.task_host.open_result_stream("t1")  # now the client waits on it
     opened.upstream.say(note, outgoing.id)
     (on_get,) = await messages(opened.session.standalone, 1)
     (on_result,) = await messages(result_stream, 1)
@@ -265,11 +266,11 @@ async def test_a_task_status_goes_to_the_get_stream_without_related_task_meta(
     client that only polls never opens one)."""
     stream = opened.session.standalone
     working, done = task(), task().model_copy(update={"status": TaskStatus.COMPLETED})
-    opened.session.task_status(working)
+    opened.session.task_host.task_status(working)
     assert stream.pushed == 0
     reading = asyncio.ensure_future(messages(stream, 1))
     await asyncio.sleep(0)  # the GET stream is open now
-    opened.session.task_status(done)
+    opened.session.task_host.task_status(done)
     (note,) = await reading
     assert note["method"] == "notifications/tasks/status" and note["params"] == done.wire()
 
@@ -298,13 +299,13 @@ async def test_initialized_goes_upstream_and_into_the_sessions_record(opened: Op
 async def test_an_ended_session_keeps_its_upstream_until_its_last_task_call_ends(
     opened: Opened,
 ) -> None:
-    first = opened.session.start_task_call(task("t1"), call(1), lambda _: None, nothing)
-    second = opened.session.start_task_call(task("t2"), call(2), lambda _: None, nothing)
+    first = opened.session.task_host.start_task_call(task("t1"), call(1), lambda _: None, nothing)
+    second = opened.session.task_host.start_task_call(task("t2"), call(2), lambda _: None, nothing)
     await opened.session.close()
     assert opened.upstream.closes == 0 and opened.session.standalone.closed
-    await opened.session.end_task_call(first.id)
+    await opened.session.task_host.end_task_call(first.id)
     assert opened.upstream.closes == 0
-    await opened.session.end_task_call(second.id)
+    await opened.session.task_host.end_task_call(second.id)
     assert opened.upstream.closes == 1
 
 

@@ -144,7 +144,12 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
             questions = question_capabilities(session.client_capabilities)
             repeat = kept_call(decision.request, questions) if route.repeats(str(name)) else None
             task = await request.app[RUNNER].submit(
-                session, route.name, decision.request, policy, route.limits, rerun_with=repeat
+                session.task_host,
+                route.name,
+                decision.request,
+                policy,
+                route.limits,
+                rerun_with=repeat,
             )
         except TaskError as exc:
             return _error(decision.request.id, exc.code, exc.message)
@@ -220,7 +225,7 @@ async def _initialize(
     result = rewrite.initialize_result(
         jsonrpc.with_id(answer, init.id), session.protocol_version, offer, route.lists_tasks
     )
-    await sessions.opened(session, init)
+    await sessions.records.opened(session, init)
     log.info(
         "route %s: session %s opened (client %s, upstream %s)",
         route.name,

@@ -1,13 +1,15 @@
 """The 2025-11-25 session: what `http/` hands a message to once it knows the session.
 
 `registry.py` holds the live sessions: it creates them within the gateway's and the route's
-caps, finds one per request, rebuilds one from its stored record after a restart, and ends
-the idle. A `Session` (`session.py`) has the gateway's own `MCP-Session-Id` and one upstream
-client. Forwarded requests go upstream through its `Calls` (`calls.py`) under ids of the
-gateway's choosing; the runner registers each task's call there too. Its `Streams`
-(`streams.py`) carry everything toward the client, resumably: the GET stream, one stream per
-POST, one per open tasks/result. Its `Questions` (`questions.py`) hold what the upstream asks
-the client: plain server requests, and the questions that make a task `input_required`.
+caps, finds one per request, and ends the idle. A session it does not hold is rebuilt from
+its stored record (`records.py`), after a restart or, with replicas, one that another
+replica opened. A `Session` (`session.py`) has the gateway's own `MCP-Session-Id` and one
+upstream client. Forwarded requests go upstream through its `Calls` (`calls.py`) under ids
+of the gateway's choosing, and so do its tasks' calls, which the runner starts through the
+session's `SessionTaskHost` (`task_host.py`). Its `Streams` (`streams.py`) carry everything
+toward the client, resumably: the GET stream, one stream per POST, one per open
+tasks/result. Its `Questions` (`questions.py`) hold what the upstream asks the client: plain
+server requests, and the questions that make a task `input_required`.
 
 A message from the upstream finds its stream through the upstream id it relates to (the
 request it belongs to, its progress token, or on stdio and HTTP+SSE the only call in

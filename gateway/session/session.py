@@ -8,36 +8,30 @@ call's stream, and when that has closed to the GET stream. Progress and messages
 call carry the client's token and the related-task meta, and go to the stream of an open
 `tasks/result` for the task, else to the GET stream.
 
-A session ended while its tasks run keeps its upstream connection until the runner reports
-the last one finished; what the upstream sends meanwhile has no client to go to and is
-dropped (the task's own status still follows its progress), and whatever it asks gets the
-default answer at once.
+The session's tasks are its `task_host`'s (`task_host.py`): the runner starts their calls
+there, and tasks/result opens their streams there.
 """
 
 from __future__ import annotations
 
-import asyncio
-import logging
 import secrets
 import time
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from gateway.aio import TaskSet
 from gateway.config import HttpConfig
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import METHOD_NOT_FOUND, GatewayError
+from gateway.protocol.errors import METHOD_NOT_FOUND
 from gateway.protocol.questions import related_to_task
 from gateway.route import Route
 from gateway.session.calls import Calls, InFlight, Rewriter
 from gateway.session.questions import Questions
-from gateway.session.stored_questions import Settle
 from gateway.session.streams import EventStream, Streams
+from gateway.session.task_host import SessionTaskHost
 from gateway.tasks.inputs import TaskInputs
-from gateway.tasks.models import InputRequest, SessionRecord, Task, owner_of
+from gateway.tasks.models import SessionRecord, owner_of
 from gateway.upstream import Answer, UpstreamClient
-
-log = logging.getLogger(__name__)
 
 #: The client capability each question of the upstream needs (spec: a server sends such a
 #: request only to a client that declared it).
@@ -83,8 +77,6 @@ class Session:
         self.protocol_version = "2025-03-26"
         self.last_seen = time.monotonic()
         self._streams = Streams(http.replay_buffer_events, self.tag)
-        self._task_calls = 0
-        self._ended = False
         self._tasks = TaskSet(f"session {self.tag}")
         self.upstream = UpstreamClient(
             lambda sink: route.upstream.transport(sink, lambda: self.forwarded, principal),
@@ -96,6 +88,10 @@ class Session:
         self._calls = Calls(route, self.upstream, self._tasks, self.tag)
         self._questions = Questions(
             route, self.upstream, self._streams, self._tasks, self._calls.calling, self.tag
+        )
+        #: The runner's `TaskHost` for the tasks this session starts.
+        self.task_host = SessionTaskHost(
+            self, self._calls, self._questions, self._streams, self._tasks
         )
 
     @property
@@ -131,6 +127,19 @@ class Session:
         """Run work that belongs to this session and ends with it (e.g. a tasks/result wait)."""
         self._tasks.spawn(coro, name=name)
 
+    def _upstream_reestablished(self) -> None:
+        """The handshake was replayed: the record names the new upstream session, so that
+        another replica carries that one on."""
+        if self.record is None or self.persist is None:
+            return
+        self.record = self.record.model_copy(
+            update={
+                "upstream_session_id": self.upstream.session_id,
+                "upstream_protocol_version": self.upstream.protocol_version,
+            }
+        )
+        self._tasks.spawn(self.persist(self.record), name="session record")
+
     # -- client -> upstream
 
     def forward(self, request: jsonrpc.Request, rewrite: Rewriter | None = None) -> EventStream:
@@ -165,93 +174,6 @@ class Session:
     def share_questions(self, board: TaskInputs) -> None:
         """Replicas share the store: the questions of this session's tasks are kept there."""
         self._questions.share(board)
-
-    # -- task calls (the runner's TaskHost)
-
-    def start_task_call(
-        self,
-        task: Task,
-        request: jsonrpc.Request,
-        on_progress: Callable[[jsonrpc.JsonObject], None],
-        on_input: Callable[[bool], asyncio.Task[None]],
-    ) -> jsonrpc.Request:
-        """Register a task's upstream call; returns it under its upstream id and token."""
-        outgoing = self._calls.start_task(task, request, on_progress, on_input)
-        self._task_calls += 1
-        return outgoing
-
-    @property
-    def upstream_session_id(self) -> str | None:
-        return self.upstream.session_id
-
-    def _upstream_reestablished(self) -> None:
-        """The handshake was replayed: the record names the new upstream session, so that
-        another replica carries that one on."""
-        if self.record is None or self.persist is None:
-            return
-        self.record = self.record.model_copy(
-            update={
-                "upstream_session_id": self.upstream.session_id,
-                "upstream_protocol_version": self.upstream.protocol_version,
-            }
-        )
-        self._tasks.spawn(self.persist(self.record), name="session record")
-
-    async def run_task_call(self, request: jsonrpc.Request) -> Answer:
-        return await self.upstream.call(request, bounded=False)
-
-    async def stop_task_call(self, request_id: jsonrpc.RequestId, reason: str) -> None:
-        try:
-            await self.upstream.notify(jsonrpc.cancelled(request_id, reason))
-        except GatewayError as exc:
-            log.info("session %s: could not tell the upstream a task ended: %s", self.tag, exc)
-
-    async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
-        """Forget a finished task call; an ended session releases its upstream with the last."""
-        call = self._calls.end(upstream_id)
-        if call is not None and call.task_id is not None:
-            self._questions.withdraw(call.task_id, "the task's call ended")
-        self._task_calls -= 1
-        if self._ended and self._task_calls == 0:
-            await self._tasks.close()  # default answers still on their way: nobody waits now
-            await self.upstream.close()
-
-    def withdraw_questions(self, task_id: str, reason: str) -> None:
-        """The task no longer waits (its call ended or it was cancelled): tell the client."""
-        self._questions.withdraw(task_id, reason)
-
-    def task_status(self, task: Task) -> None:
-        """`notifications/tasks/status` with the full task (no related-task meta, per spec),
-        on the GET stream, once the client has opened it. The notification is optional and
-        polling is what the spec asks of a client: one that never opens the stream (many
-        only poll) would only fill its buffer, event after dropped event."""
-        if not self._streams.standalone.ever_read:
-            return
-        note = jsonrpc.Notification(
-            jsonrpc="2.0", method="notifications/tasks/status", params=task.wire()
-        )
-        self._streams.push(self._streams.standalone, note)
-
-    def open_result_stream(self, task_id: str) -> EventStream:
-        """The stream of a tasks/result call: the task's progress and questions go there.
-
-        A question is delivered again on it unless the client can still be reading it where
-        it went: on a tasks/result stream that a connection still reads, or on the GET stream
-        once it was written there.
-        """
-        stream = self._streams.open_result(task_id)
-        self._questions.redeliver(task_id, stream)
-        return stream
-
-    def close_result_stream(self, task_id: str, stream: EventStream) -> None:
-        self._streams.close_result(task_id, stream)
-
-    def ask_stored(self, rows: Iterable[InputRequest], stream: EventStream, settle: Settle) -> None:
-        """A re-run task's questions, kept in the store, relayed on its tasks/result stream."""
-        self._questions.ask_stored(rows, stream, settle)
-
-    def forget_stored(self, task_id: str) -> None:
-        self._questions.forget_stored(task_id)
 
     # -- upstream -> client (the upstream client's Listener)
 
@@ -339,11 +261,11 @@ class Session:
         Open questions get their default answer now: nobody is left to answer them. Those
         answers run on the session's task set, which the end of its last task call closes.
         """
-        self._ended = True
+        self.task_host.session_ended()
         self._questions.end()
         await self._tasks.close()
         self._streams.close()
-        if self._task_calls == 0:
+        if not self.task_host.running:
             await self.upstream.close()
             return
         self._questions.answer_open_by_default()

@@ -114,7 +114,7 @@ class TaskApi:
             task = await self._find(session, task_id)
             if task.status.terminal:
                 return await self._final(request.id, task_id)
-            stream = session.open_result_stream(task_id)
+            stream = session.task_host.open_result_stream(task_id)
             session.spawn(self._wait(session, request.id, task, stream, watch), "tasks/result wait")
             waiting = True
             return stream
@@ -138,7 +138,7 @@ class TaskApi:
             while True:
                 if task.status is TaskStatus.INPUT_REQUIRED:
                     rows = await self._inputs.pending(task_id)
-                    session.ask_stored(rows, stream, self._inputs.settle)
+                    session.task_host.ask_stored(rows, stream, self._inputs.settle)
                 woken = await watch.wait(_BACKSTOP_SECONDS)
                 found = await self._store.get_task(task_id)
                 if not woken and (found is None or found.status is not task.status):
@@ -147,14 +147,14 @@ class TaskApi:
                     stream.push(jsonrpc.dump(jsonrpc.error_response(request_id, -32602, NOT_FOUND)))
                     return
                 if found.status.terminal:
-                    session.forget_stored(task_id)
+                    session.task_host.forget_stored(task_id)
                     stream.push(jsonrpc.dump(await self._final(request_id, task_id)))
                     return
                 task = found
         finally:
             watch.close()
             waiters.dec()
-            session.close_result_stream(task_id, stream)
+            session.task_host.close_result_stream(task_id, stream)
 
     async def _final(self, request_id: jsonrpc.RequestId, task_id: str) -> Answer:
         outcome = await read_outcome(self._store, task_id)

@@ -1,9 +1,9 @@
 """`TaskHost`: what a run needs of the session that started it.
 
-The runner never imports a session: the 2025-11-25 session (`session.Session`) and, for a
-2026-07-28 caller's call, `calls.task_host.ModernTaskHost` implement this seam. A host owns
-the upstream connection, relays the call's progress and questions to the client (or stores
-them as the task's input requests), and hears of every status change.
+The runner never imports a session: a 2025-11-25 session's `session.task_host.SessionTaskHost`
+and, for a 2026-07-28 caller's call, `calls.task_host.ModernTaskHost` implement this seam. A
+host owns the upstream connection, relays the call's progress and questions to the client (or
+stores them as the task's input requests), and hears of every status change.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from gateway.upstream import Answer
 
 
 class TaskHost(Protocol):
-    """What a run needs of whoever started it (`session.Session`, `ModernTaskHost`)."""
+    """What a run needs of whoever started it (`SessionTaskHost`, `ModernTaskHost`)."""
 
     @property
     def owner(self) -> str: ...
