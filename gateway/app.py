@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway import replicas, reruns
 from gateway.aio import TaskSet
 from gateway.calls.held import HeldSessions
 from gateway.calls.parked import ParkedCalls
@@ -68,6 +67,7 @@ from gateway.http.middleware import Handler
 from gateway.http.reload import Reloads
 from gateway.http.urls import add_routes
 from gateway.observability.metrics import Metrics
+from gateway.recovery import replicas, reruns
 from gateway.route import Route
 from gateway.session.registry import SessionRegistry
 from gateway.session.task_api import TaskApi
