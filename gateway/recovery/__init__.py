@@ -20,8 +20,9 @@ lives in `tasks/`, beside the runner that acts on it; this package does what nee
   lease has expired are claimed and decided the same way (`interrupted: the gateway replica
   running it was lost`), and those run again start here through `reruns.start`.
 
-Where each step lives: `tasks/recovery.py` the decision and its messages; `tasks/runner.py`
-the writes (`interrupt_all`, `recover`, `fail_lost`, `changed_elsewhere`); `tasks/store/` the
+Where each step lives: `tasks/recovery.py` the decision and its messages; `tasks/losses.py`
+the runner's writes (`interrupt_all`, `changed_elsewhere`, `recover`, `fail_lost`, reached as
+the `TaskRunner`'s own); `tasks/runner.py` the re-run itself (`rerun`); `tasks/store/` the
 claim, the attempt and the fenced writes; `reruns.py` the start of a re-run on an upstream
 session held for the task's principal; `replicas.py` the lease rounds; `app.py` the wiring.
 """
