@@ -74,7 +74,8 @@ from gateway.session.task_api import TaskApi
 from gateway.tasks.inputs import QuestionBoard
 from gateway.tasks.models import utcnow
 from gateway.tasks.notifier import Notifier
-from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner
+from gateway.tasks.recovery import SHUTDOWN_MESSAGE
+from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 from gateway.tasks.store.opening import open_configured
 

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime
@@ -36,7 +35,7 @@ from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, TaskError, TaskLimitReached
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.creation import new_task, policy_ttl
+from gateway.tasks.creation import new_task, new_task_id, policy_ttl
 from gateway.tasks.host import TaskHost
 from gateway.tasks.landing import Landings
 from gateway.tasks.losses import Losses
@@ -54,12 +53,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "The task was cancelled by request."
-SHUTDOWN_MESSAGE = "interrupted: gateway shut down"
-
-
-def new_task_id() -> str:
-    # 192 bits from the CSPRNG: unguessable even where tasks are not bound to a caller.
-    return secrets.token_urlsafe(24)
 
 
 class TaskRunner:
