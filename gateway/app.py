@@ -36,7 +36,6 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 
-from gateway import replicas, reruns
 from gateway.aio import TaskSet
 from gateway.calls.held import HeldSessions
 from gateway.calls.parked import ParkedCalls
@@ -69,13 +68,15 @@ from gateway.http.middleware import Handler
 from gateway.http.reload import Reloads
 from gateway.http.urls import add_routes
 from gateway.observability.metrics import Metrics
+from gateway.recovery import replicas, reruns
 from gateway.route import Route
 from gateway.session.registry import SessionRegistry
 from gateway.session.task_api import TaskApi
 from gateway.tasks.inputs import TaskInputs
 from gateway.tasks.models import utcnow
 from gateway.tasks.notifier import Notifier
-from gateway.tasks.runner import SHUTDOWN_MESSAGE, TaskRunner
+from gateway.tasks.recovery import SHUTDOWN_MESSAGE
+from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 from gateway.tasks.store.opening import open_configured
 

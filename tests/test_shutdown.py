@@ -15,7 +15,7 @@ import aiohttp
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from gateway.tasks.runner import SHUTDOWN_MESSAGE
+from gateway.tasks.recovery import SHUTDOWN_MESSAGE
 
 from .conftest import free_port
 from .fakes import faulty_streamable_app

@@ -9,9 +9,14 @@ in the background a plain `tools/call` goes upstream and ends in one terminal wr
     models.py       the vocabulary: TaskStatus, TERMINAL, the lifecycle, outcome -> status,
                     and the status a 2026-07-28 reader sees
     runner.py       *when* a task runs, and its one terminal write
-    creation.py     what a new task is, from its tools/call and the route's policy
-    landing.py      a read that meets a terminal write under way sees it land
-    recovery.py     the re-run-or-fail decision for a task its process lost
+    runs.py         the runs in flight, which a stop or a loss acts on
+    creation.py     what a new task is (its id included), from its tools/call and the
+                    route's policy
+    landing.py      the terminal write, which a read that meets it under way sees land
+    recovery.py     the re-run-or-fail decision for a task its process lost, and the
+                    messages a lost task fails with
+    losses.py       the runner's writes after a loss: at shutdown, to another replica, and
+                    for the tasks a lost process left (`gateway/recovery/` tells the story)
     host.py         the runner's seam to the session that started the task
     progress.py     upstream progress as the task's statusMessage, coalesced
     telemetry.py    the runner's metrics and audit events

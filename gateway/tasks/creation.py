@@ -5,12 +5,18 @@ Nothing is stored here: `TaskRunner.submit` checks the caller's quotas and write
 
 from __future__ import annotations
 
+import secrets
 from datetime import datetime
 
 from gateway.config import Limits, TaskPolicy
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import TaskError
 from gateway.tasks.models import Task, TaskStatus, storable_text
+
+
+def new_task_id() -> str:
+    # 192 bits from the CSPRNG: unguessable even where tasks are not bound to a caller.
+    return secrets.token_urlsafe(24)
 
 
 def policy_ttl(request: jsonrpc.Request, policy: TaskPolicy, limits: Limits) -> int:

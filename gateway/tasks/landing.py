@@ -1,31 +1,60 @@
-"""`Landings`: a read of a task that comes as its terminal write is under way sees that write.
+"""`Landings`: a run's terminal write, and the reads of its task that come while it lands.
 
 A run's call can end, and a client poll or blocking wait read the task, before the terminal
-write lands: the read would say `working` for a task whose answer is in hand. The runner marks
-each write `under_way`; a read takes `landing()` before it reads, and `current()` after, which
-gives the task as written once the write has landed (a few milliseconds).
+write lands: the read would say `working` for a task whose answer is in hand. The runner makes
+each write through `land`, which marks it `under_way`; a read takes `landing()` before it
+reads, and `current()` after, which gives the task as written once the write has landed (a few
+milliseconds). A write that meets a shared store unreachable waits for it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Iterator
+import logging
+from collections.abc import Callable, Iterator
+from datetime import datetime
 
 from gateway.aio import timers
-from gateway.tasks.models import Task
+from gateway.protocol.errors import StoreUnreachable
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.models import Task, TaskStatus
 from gateway.tasks.store import TaskStore
+
+log = logging.getLogger(__name__)
 
 #: Longest a read of a task waits for its terminal write under way here (`current`).
 _FINISH_WAIT = 1.0
 
 
 class Landings:
-    def __init__(self, store: TaskStore) -> None:
+    def __init__(self, store: TaskStore, clock: Callable[[], datetime]) -> None:
         self._store = store
+        self._clock = clock
         #: Runs whose call has ended and whose terminal write is under way, with the reads
         #: waiting for that write.
         self._finishing: dict[str, set[asyncio.Future[None]]] = {}
+
+    async def land(
+        self, task_id: str, status: TaskStatus, message: str | None, outcome: Outcome
+    ) -> Task | None:
+        """A run's terminal write (None: the task had ended already), tried again while a
+        shared store is unreachable: the outcome is in hand and is the one thing not to lose.
+        A shutdown meanwhile cancels this and leaves the task live, for the next process (or
+        a surviving replica) to settle."""
+        with self.under_way(task_id):
+            delay = 0.1
+            while True:
+                try:
+                    return await self._store.finish_task(
+                        task_id, status, message, outcome, self._clock()
+                    )
+                except StoreUnreachable:
+                    log.warning(
+                        "a task's outcome waits for the store; trying again in %.1f s", delay
+                    )
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 5.0)
 
     @contextlib.contextmanager
     def under_way(self, task_id: str) -> Iterator[None]:

@@ -1,10 +1,11 @@
 """What becomes of a task whose process was lost while it ran: run it again, or fail it.
 
 The one decision for every store: the SQLite gateway makes it at start-up for the live tasks
-its previous process left, and a PostgreSQL replica will make it for the tasks of a replica
-whose lease expired. It reads only the task (whether it is repeatable is stored with it, so a
-config edit after the loss changes nothing for it) and the bounds its route sets (attempts, time
+its previous process left, and a PostgreSQL replica makes it for the tasks of a replica whose
+lease expired. It reads only the task (whether it is repeatable is stored with it, so a config
+edit after the loss changes nothing for it) and the bounds its route sets (attempts, time
 limit); the time limit and the ttl count from the task's creation, never from a re-run.
+`losses` acts on it; `gateway/recovery/` tells the whole story.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ from datetime import datetime, timedelta
 from gateway.protocol import jsonrpc
 from gateway.tasks.models import Task
 
+#: A task still running at shutdown (a tool safe to repeat is left live instead).
+SHUTDOWN_MESSAGE = "interrupted: gateway shut down"
 #: A lost task that is not run again, as every such task was failed before re-runs existed.
 INTERRUPTED_MESSAGE = "interrupted: gateway restarted"
 #: The same, when the process was one of several replicas and a survivor settles its tasks.

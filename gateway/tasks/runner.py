@@ -13,20 +13,19 @@ the route's time limit, answering garbage) as a -32603 error. `cancel()`, expiry
 run; the store refuses any later terminal write, so a task ends once whatever the upstream
 does afterwards. Before a shutdown, a drain waits on `idle()` for the runs to end by
 themselves. Runs are held in a TaskSet (no fire-and-forget); what a previous process left
-running fails at start-up (`recover()`).
+running fails at start-up, or runs again (`recover()`, then `rerun()`).
 
-Beside it: `host` is its seam to the session, `progress` keeps the statusMessage,
-`telemetry` the metrics and audit events, `sweeper` the housekeeping timer.
+Beside it: `runs` holds the runs in flight, `losses` acts after a loss (`gateway/recovery/`
+tells that story), `landing` makes the terminal write, `host` is the seam to the session,
+`progress` keeps the statusMessage, `telemetry` the metrics and audit events, `sweeper` the timer.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import secrets
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
@@ -34,21 +33,16 @@ from gateway.aio import TaskSet, timers
 from gateway.config import Limits, TaskPolicy
 from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import (
-    INTERNAL_ERROR,
-    GatewayError,
-    StoreUnreachable,
-    TaskError,
-    TaskLimitReached,
-)
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, TaskError, TaskLimitReached
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.creation import new_task, policy_ttl
+from gateway.tasks.creation import new_task, new_task_id, policy_ttl
 from gateway.tasks.host import TaskHost
 from gateway.tasks.landing import Landings
+from gateway.tasks.losses import Losses
 from gateway.tasks.models import INPUT_MESSAGE, Task, TaskStatus, status_for
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.progress import ProgressNotes
-from gateway.tasks.recovery import INTERRUPTED_MESSAGE, Bounds, Fail, Rerun, after_loss
+from gateway.tasks.runs import Running, Runs
 from gateway.tasks.store import TaskStore
 from gateway.tasks.sweeper import sweep_forever
 from gateway.tasks.telemetry import TaskTelemetry
@@ -59,24 +53,6 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 CANCELLED_MESSAGE = "The task was cancelled by request."
-SHUTDOWN_MESSAGE = "interrupted: gateway shut down"
-
-
-@dataclass(slots=True)
-class _Running:
-    task_id: str
-    run: asyncio.Task[None]
-    host: TaskHost
-    upstream_id: jsonrpc.RequestId
-    #: Left live at shutdown, for the next process to run again.
-    repeatable: bool = False
-    #: Which run of the task this is: a later one begun elsewhere means this one lost it.
-    attempt: int = 1
-
-
-def new_task_id() -> str:
-    # 192 bits from the CSPRNG: unguessable even where tasks are not bound to a caller.
-    return secrets.token_urlsafe(24)
 
 
 class TaskRunner:
@@ -101,13 +77,18 @@ class TaskRunner:
         self._tasks = TaskSet("task runner")
         #: At most one statusMessage write per task per `progress_interval` seconds.
         self._progress = ProgressNotes(store, notifier, clock, self._tasks, progress_interval)
-        self._running: dict[str, _Running] = {}
-        #: Every run until it has ended, its terminal write included: what a drain waits for.
-        self._runs: set[asyncio.Task[None]] = set()
-        self._landings = Landings(store)
+        self._runs = Runs()
+        self.idle = self._runs.idle  # (the drain before a stop waits here)
+        self._landings = Landings(store, clock)
         #: Taken before a read of a task, then the task as read (see `Landings`).
         self.landing = self._landings.landing
         self.current = self._landings.current
+        losses = Losses(store, clock, self._telemetry, self._runs, self._changed)
+        #: After a loss (see `losses`): at shutdown, from another replica, of a lost process.
+        self.interrupt_all = losses.interrupt_all
+        self.changed_elsewhere = losses.changed_elsewhere
+        self.recover = losses.recover
+        self.fail_lost = losses.fail_lost
 
     async def submit(
         self,
@@ -190,27 +171,12 @@ class TaskRunner:
             lambda waiting: self._on_input(task.task_id, waiting, host),
         )
         run = self._tasks.spawn(self._run(task, host, outgoing, time_left, limit), name="task run")
-        self._running[task.task_id] = _Running(
-            task.task_id, run, host, outgoing.id, task.repeatable, task.attempt
-        )
-        self._runs.add(run)  # (the run takes itself out as it ends: no done callback)
+        self._runs.add(Running(task.task_id, run, host, outgoing.id, task.repeatable, task.attempt))
 
     @property
     def running(self) -> int:
         """Runs in flight, terminal writes not yet made included."""
-        self._forget_ended()
-        return len(self._runs)
-
-    async def idle(self) -> None:
-        """Returns once no run is in flight, each task's terminal write made (the drain
-        before a stop waits here; runs started meanwhile are waited for too)."""
-        while self._forget_ended():
-            await asyncio.wait(set(self._runs))
-
-    def _forget_ended(self) -> int:
-        # A run takes itself out as it ends, unless it was cancelled before its first step.
-        self._runs = {run for run in self._runs if not run.done()}
-        return len(self._runs)
+        return self._runs.count
 
     async def _run(
         self,
@@ -254,14 +220,13 @@ class TaskRunner:
         finally:
             # Cancellation (tasks/cancel, expiry, shutdown) leaves `outcome` None: the
             # canceller wrote the terminal status, or recovery will at the next start.
-            self._running.pop(task.task_id, None)
+            self._runs.take(task.task_id)
             try:
                 if outcome is not None:
                     # The terminal write comes first: what the host does with the end of
                     # the call (its session may be gone) cannot keep the task from ending.
                     status, message = status_for(outcome)
-                    with self._landings.under_way(task.task_id):
-                        done = await self._finish(task.task_id, status, message, outcome)
+                    done = await self._landings.land(task.task_id, status, message, outcome)
                     if done is not None:
                         self._changed(done, host)
             finally:
@@ -270,24 +235,7 @@ class TaskRunner:
                 try:
                     await host.end_task_call(outgoing.id)
                 finally:
-                    self._runs.discard(asyncio.current_task())
-
-    async def _finish(
-        self, task_id: str, status: TaskStatus, message: str | None, outcome: Outcome
-    ) -> Task | None:
-        """The terminal write, tried again while a shared store is unreachable: the outcome
-        is in hand and is the one thing not to lose. A shutdown meanwhile cancels this and
-        leaves the task live, for the next process (or a surviving replica) to settle."""
-        delay = 0.1
-        while True:
-            try:
-                return await self._store.finish_task(
-                    task_id, status, message, outcome, self._clock()
-                )
-            except StoreUnreachable:
-                log.warning("a task's outcome waits for the store; trying again in %.1f s", delay)
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 5.0)
+                    self._runs.ended(asyncio.current_task())
 
     def _on_input(self, task_id: str, waiting: bool, host: TaskHost) -> asyncio.Task[None]:
         return self._tasks.spawn(self._record_input(task_id, waiting, host), name="task input")
@@ -326,109 +274,19 @@ class TaskRunner:
             latest = await self._store.get_task(task.task_id)
             status = latest.status if latest is not None else task.status
             raise TaskError(f"Cannot cancel task: already in terminal status '{status}'")
-        running = self._running.get(task.task_id)
+        running = self._runs.get(task.task_id)
         self._telemetry.cancelled(task, running.host.principal if running else None, actor)
         self._changed(done, running.host if running else None)
         if running is not None:
-            await self._stop(running, "the task was cancelled")
+            await running.stop("the task was cancelled")
         return done
-
-    async def changed_elsewhere(self, task_id: str | None) -> None:
-        """Another replica wrote to a task (None: to any, the news may have been lost). A run
-        here whose task it ended (a client's cancel landed there) or took over (this replica
-        was taken for dead) is stopped: its call's outcome could no longer be written."""
-        ids = list(self._running) if task_id is None else [task_id]
-        for one in ids:
-            running = self._running.get(one)
-            if running is None:
-                continue
-            task = await self._store.get_task(one)
-            if task is not None and not task.status.terminal and task.attempt == running.attempt:
-                continue
-            if self._running.get(one) is running:
-                del self._running[one]
-                reason = "the task was cancelled" if task and task.status.terminal else "taken over"
-                await self._stop(running, reason)
-
-    async def _stop(self, running: _Running, reason: str) -> None:
-        running.host.withdraw_questions(running.task_id, reason)
-        running.run.cancel()
-        await running.host.stop_task_call(running.upstream_id, reason)
-
-    async def interrupt_all(self, message: str) -> None:
-        """Shutdown: fail every running task now (its call cannot outlive the process),
-        except those of tools safe to repeat, which stay live for the next process to run
-        again (`recover`); their calls are only stopped.
-
-        The terminal write is the same one a restart would make, but made while clients can
-        still hear it: a waiting tasks/result gets this outcome as its answer. One transaction
-        for them all (one fsync, not one per task); a run's own terminal write after it is
-        refused by the store, so each task still ends exactly once.
-        """
-        running = list(self._running.values())
-        if not running:
-            return
-        failing = [r.task_id for r in running if not r.repeatable]
-        failed = await self._store.fail_running(failing, message, self._clock())
-        hosts = {r.task_id: r.host for r in running}
-        for r in running:
-            r.run.cancel()
-        for task in failed:
-            self._changed(task, hosts[task.task_id])
-
-    async def recover(
-        self, bounds_of: Callable[[str], Bounds | None], lost: str = INTERRUPTED_MESSAGE
-    ) -> list[tuple[Task, Rerun]]:
-        """At start-up (and, with replicas, in each lease round): what to do with each task a
-        lost process left running (`TaskStore.claim_orphans`), `lost` saying how it was lost.
-
-        `bounds_of` gives a route's bounds (None: the route is gone). Each task gets the one
-        decision (`recovery.after_loss`): the failed ones are written now, in a transaction
-        per message; the others have their next attempt begun in the store (which withdraws
-        the earlier attempt's questions) and are returned, for the caller to run again once
-        the gateway can reach their upstreams.
-        """
-        now = self._clock()
-        failing: dict[str, list[str]] = {}
-        reruns: list[tuple[Task, Rerun]] = []
-        for task in await self._store.claim_orphans():
-            bounds = bounds_of(task.route)
-            decision = after_loss(task, now, bounds, lost) if bounds else Fail(lost)
-            if isinstance(decision, Rerun):
-                begun = await self._store.begin_attempt(
-                    task.task_id, decision.attempt, decision.message, now
-                )
-                if begun is not None:
-                    reruns.append((begun, decision))
-                    self._telemetry.rerun(begun, "rerun")
-                    continue
-                decision = Fail(lost)
-            failing.setdefault(decision.message, []).append(task.task_id)
-            if task.repeatable:
-                self._telemetry.rerun(task, "failed")
-        failed = 0
-        for message, ids in failing.items():
-            failed += len(await self.fail_lost(ids, message))
-        if failed:
-            log.warning("%d task(s) of a lost gateway process marked failed", failed)
-        if reruns:
-            log.warning("%d task(s) of tools safe to repeat run again", len(reruns))
-        return reruns
-
-    async def fail_lost(self, task_ids: list[str], message: str) -> list[Task]:
-        """The terminal write for tasks no run of this process holds (a lost process's), in
-        one transaction; each is audited and told as any terminal write is."""
-        ended = await self._store.fail_running(task_ids, message, self._clock())
-        for task in ended:
-            self._changed(task, None)
-        return ended
 
     async def sweep(self) -> None:
         """Delete expired tasks; a running one is stopped first (the spec allows both)."""
         for task_id in await self._store.delete_expired(self._clock()):
-            running = self._running.pop(task_id, None)
+            running = self._runs.take(task_id)
             if running is not None:
-                await self._stop(running, "the task expired")
+                await running.stop("the task expired")
             self._telemetry.expired(task_id)
             self._notifier.task_changed(task_id)
 

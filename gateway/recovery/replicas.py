@@ -20,10 +20,10 @@ import time
 
 from aiohttp import web
 
-from gateway import reruns
 from gateway.aio import TaskSet
 from gateway.http.keys import RUNNER, SETTINGS, STORE, TASK_INPUTS
 from gateway.protocol.errors import StoreUnreachable
+from gateway.recovery import reruns
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, REPLICA_LOST_MESSAGE
 
