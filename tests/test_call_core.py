@@ -1,4 +1,4 @@
-"""The 2026-07-28 call core (`calls.call.ModernCall`) at its seam: one upstream call made for a
+"""The 2026-07-28 call core (`calls.call.HeldCall`) at its seam: one upstream call made for a
 session-less caller, on a session the gateway holds for it (`calls.held`), through `wait()`,
 its questions (`Ask`, `answer`, `refuse`), its end (`stop`, `end`) and the task hooks.
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from gateway.calls.call import GATHER_SECONDS, Ask, Asked, Finished, ModernCall, Running
+from gateway.calls.call import GATHER_SECONDS, Ask, Asked, Finished, HeldCall, Running
 from gateway.calls.held import HeldSessions, Lease
 from gateway.calls.held_session import HeldSession
 from gateway.config import Settings
@@ -91,12 +91,10 @@ async def sdk_route(
     await route.close()
 
 
-async def sdk_call(
-    sdk_route: tuple[Route, HeldSessions], name: str, **arguments: Any
-) -> ModernCall:
+async def sdk_call(sdk_route: tuple[Route, HeldSessions], name: str, **arguments: Any) -> HeldCall:
     route, pool = sdk_route
     lease = await pool.lease(route, "alice", {"elicitation": {}}, {})
-    call = ModernCall(lease, tool_call(name, **arguments))
+    call = HeldCall(lease, tool_call(name, **arguments))
     call.start()
     return call
 
@@ -196,10 +194,10 @@ class Pool:
 
     async def start(
         self, capabilities: jsonrpc.JsonObject = ANSWERS_ALL
-    ) -> tuple[ModernCall, ScriptedUpstream, jsonrpc.Request]:
+    ) -> tuple[HeldCall, ScriptedUpstream, jsonrpc.Request]:
         """A call started, and the request its upstream got."""
         lease = await self.lease(capabilities=capabilities)
-        call = ModernCall(lease, tool_call("work"))
+        call = HeldCall(lease, tool_call("work"))
         call.start()
         upstream = self.upstream_of(lease)
         async with asyncio.timeout(5):
@@ -511,7 +509,7 @@ async def test_a_question_of_a_kind_the_caller_did_not_declare_is_refused_upstre
 async def test_an_upstream_that_refuses_its_handshake_fails_the_wait(pool: Pool) -> None:
     lease = await pool.lease()
     pool.upstream_of(lease).refusal = "not today"
-    call = ModernCall(lease, tool_call("work"))
+    call = HeldCall(lease, tool_call("work"))
     call.start()
     async with asyncio.timeout(5):
         with pytest.raises(UpstreamUnavailable):

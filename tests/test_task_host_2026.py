@@ -1,9 +1,9 @@
-"""`ModernTaskHost` (`calls.task_host`): a 2026-07-28 call that became a task, its questions
+"""`CallTaskHost` (`calls.task_host`): a 2026-07-28 call that became a task, its questions
 kept as the task's input requests in a real SQLite store, answered, declined, timed out and
 withdrawn.
 
 The host is driven as the runner drives it (`start_task_call` with the runner's callbacks,
-`end_task_call` after the terminal write), on a real `ModernCall` over a real held session
+`end_task_call` after the terminal write), on a real `HeldCall` over a real held session
 whose upstream the test plays at its transport (`fakes.ScriptedUpstream`): the test says when
 a question, a withdrawal or the call's answer arrives. `Statuses` is the runner's `on_input`,
 writing the task's status as `TaskRunner._record_input` does.
@@ -20,9 +20,9 @@ from typing import Any
 import pytest
 
 from gateway.aio import TaskSet
-from gateway.calls.call import ModernCall, Running
+from gateway.calls.call import HeldCall, Running
 from gateway.calls.held import HeldSessions
-from gateway.calls.task_host import ModernTaskHost
+from gateway.calls.task_host import CallTaskHost
 from gateway.config import Settings
 from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc
@@ -44,7 +44,7 @@ DONE = {"content": [{"type": "text", "text": "done"}]}
 #: Longer than any test: a timer that still runs at the end was never stopped.
 NEVER = 3600.0
 #: The names the host gives its work for a question: the row and status written, the timer,
-#: the row withdrawn (`ModernTaskHost.asked`, `_record`, `withdrawn`).
+#: the row withdrawn (`CallTaskHost.asked`, `_record`, `withdrawn`).
 RECORD, TIMER, WITHDRAW = "task input request", "task input timeout", "task input withdrawn"
 
 
@@ -141,7 +141,7 @@ class Hosted:
     def __init__(
         self,
         store: TaskStore,
-        host: ModernTaskHost,
+        host: CallTaskHost,
         upstream: WatchedUpstream,
         sent: jsonrpc.Request,
         statuses: Statuses,
@@ -150,7 +150,7 @@ class Hosted:
     ) -> None:
         self.store = store
         self.host = host
-        assert isinstance(host.call, ModernCall)
+        assert isinstance(host.call, HeldCall)
         self.call = host.call
         self.upstream = upstream
         self.sent = sent
@@ -214,7 +214,7 @@ async def hosted(make_settings: Callable[..., Settings], tmp_path: Path) -> Asyn
         request = jsonrpc.Request(
             jsonrpc="2.0", id=1, method="tools/call", params={"name": "work", "arguments": {}}
         )
-        call = ModernCall(lease, request)
+        call = HeldCall(lease, request)
         call.start()
         upstream = scripted.made[-1]
         assert isinstance(upstream, WatchedUpstream)
@@ -226,7 +226,7 @@ async def hosted(make_settings: Callable[..., Settings], tmp_path: Path) -> Asyn
         statuses = Statuses(store, task.task_id)
         progress: list[jsonrpc.JsonObject] = []
         inputs = Inputs(store, lambda: T0)
-        host = ModernTaskHost(call, "alice", "alice", inputs, input_timeout)
+        host = CallTaskHost(call, "alice", "alice", inputs, input_timeout)
         outgoing = host.start_task_call(task, request, progress.append, statuses)
         assert outgoing is call.outgoing
         assert inputs.hosting == [task.task_id]  # answers given on this process reach it

@@ -71,8 +71,8 @@ class TaskHooks(Protocol):
 
 
 class UpstreamCall(Protocol):
-    """The upstream call behind a 2026-07-28 request: `ModernCall` over a held 2025-11-25
-    session, or `direct.NativeCall` on the 2026-07-28 wire."""
+    """An upstream call made for a caller with no session: `HeldCall` over a held 2025-11-25
+    upstream session, or `direct.NativeCall` on the 2026-07-28 wire."""
 
     outgoing: jsonrpc.Request
     pending: dict[str, Ask]
@@ -99,8 +99,9 @@ class UpstreamCall(Protocol):
     async def end(self, reason: str | None = None) -> None: ...
 
 
-class ModernCall:
-    """The upstream call behind a 2026-07-28 request, its open questions, and its lease."""
+class HeldCall:
+    """A call on a held upstream session (for a 2026-07-28 request, or a task run again), its
+    open questions, and its lease."""
 
     def __init__(self, lease: Lease, request: jsonrpc.Request) -> None:
         self.lease = lease

@@ -50,7 +50,7 @@ def question_capabilities(declared: jsonrpc.JsonObject) -> jsonrpc.JsonObject:
 
 
 class Asker(Protocol):
-    """The call a held session's questions and progress belong to (`call.ModernCall`)."""
+    """The call a held session's questions and progress belong to (`call.HeldCall`)."""
 
     def asked(self, request: jsonrpc.Request) -> None: ...
 

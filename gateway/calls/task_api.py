@@ -15,7 +15,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from gateway.calls.call import UpstreamCall
-from gateway.calls.task_host import ModernTaskHost
+from gateway.calls.task_host import CallTaskHost
 from gateway.config import TaskPolicy
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
@@ -92,9 +92,9 @@ class ModernTaskApi:
 
     def host_for(
         self, call: UpstreamCall, owner: str, principal: str | None, policy: TaskPolicy
-    ) -> ModernTaskHost:
+    ) -> CallTaskHost:
         """The runner's seam for a call about to become a task."""
-        return ModernTaskHost(call, owner, principal, self._inputs, policy.input_timeout_seconds)
+        return CallTaskHost(call, owner, principal, self._inputs, policy.input_timeout_seconds)
 
     async def answer(self, request: jsonrpc.Request, owner: str, principal: str | None) -> Answer:
         try:

@@ -1,5 +1,6 @@
-"""`ModernTaskHost`: the runner's seam (`tasks.host.TaskHost`) for a 2026-07-28 call that
-became a task of the tasks extension.
+"""`CallTaskHost`: the runner's seam (`tasks.host.TaskHost`) for a call made for a caller with
+no session that became a task: a 2026-07-28 call of the tasks extension, or a task of either
+generation run again after a loss (`recovery.reruns`).
 
 The call is already running when the task is made (it ran through the request's window, or
 an MRTR round before it), so the run awaits that call rather than starting one. The
@@ -30,7 +31,7 @@ log = logging.getLogger(__name__)
 TIMED_OUT = "nobody answered within tasks.input_timeout_seconds"
 
 
-class ModernTaskHost:
+class CallTaskHost:
     def __init__(
         self,
         call: UpstreamCall,

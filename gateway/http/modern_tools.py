@@ -19,7 +19,7 @@ import contextlib
 
 from aiohttp import web
 
-from gateway.calls.call import Asked, Finished, ModernCall, Running, UpstreamCall
+from gateway.calls.call import Asked, Finished, HeldCall, Running, UpstreamCall
 from gateway.calls.direct import NativeCall
 from gateway.calls.held_session import question_capabilities
 from gateway.calls.parked import BadRequestState, ParkedCalls
@@ -126,7 +126,7 @@ async def _answer(
             question_capabilities(checked.capabilities),
             forwarded_headers(request, route),
         )
-        upstream_call = ModernCall(lease, decision.request)
+        upstream_call = HeldCall(lease, decision.request)
         upstream_call.start()
     upstream_call.on_progress = progress.progress if progress.token is not None else None
     upstream_call.on_log = progress.logged if progress.log_level is not None else None

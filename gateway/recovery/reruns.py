@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from aiohttp import web
 
-from gateway.calls.call import ModernCall
+from gateway.calls.call import HeldCall
 from gateway.http.keys import HELD_SESSIONS, MODERN_TASK_API, ROUTES, RUNNER, STORE
 from gateway.protocol import jsonrpc
 from gateway.route import Route
@@ -53,7 +53,7 @@ async def start(app: web.Application, reruns: list[tuple[Task, Rerun]]) -> None:
         request, capabilities = call_of(kept)
         principal = principal_of(task)
         lease = await app[HELD_SESSIONS].lease(route, principal, capabilities, {})
-        call = ModernCall(lease, request)
+        call = HeldCall(lease, request)
         call.key_prefix = f"attempt{rerun.attempt}-"
         call.start()
         api = app[MODERN_TASK_API]

@@ -6,8 +6,8 @@ like a relayed request, so that what the upstream sends about it finds the task
 (`Session.on_server_message`): its progress and questions go to the stream of an open
 tasks/result for the task, else to the GET stream. Status changes go to the GET stream.
 tasks/result (`task_api.py`) opens and closes those streams here, and relays on them the
-questions a re-run task keeps in the store. (A 2026-07-28 call's host is
-`calls.task_host.ModernTaskHost`.)
+questions a re-run task keeps in the store. (The host of a call made for a caller with no
+session is `calls.task_host.CallTaskHost`.)
 
 A session ended while its tasks run keeps its upstream connection until the runner reports
 the last one finished; what the upstream sends meanwhile has no client to go to and is

@@ -1,9 +1,11 @@
-"""`TaskHost`: what a run needs of the session that started it.
+"""`TaskHost`: what a run needs of whoever started it.
 
-The runner never imports a session: a 2025-11-25 session's `session.task_host.SessionTaskHost`
-and, for a 2026-07-28 caller's call, `calls.task_host.ModernTaskHost` implement this seam. A
-host owns the upstream connection, relays the call's progress and questions to the client (or
-stores them as the task's input requests), and hears of every status change.
+The runner never imports a caller's side. There is one host per kind of caller: a 2025-11-25
+client session's tasks have `session.task_host.SessionTaskHost`; a call made for a caller
+with no session (a 2026-07-28 request, or a task run again after a loss, which has no client
+at all) has `calls.task_host.CallTaskHost`. A host owns the upstream connection, relays the
+call's progress and questions to the client (or stores them as the task's input requests),
+and hears of every status change.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ from gateway.upstream import Answer
 
 
 class TaskHost(Protocol):
-    """What a run needs of whoever started it (`SessionTaskHost`, `ModernTaskHost`)."""
+    """What a run needs of whoever started it (`SessionTaskHost`, `CallTaskHost`)."""
 
     @property
     def owner(self) -> str: ...
