@@ -15,7 +15,7 @@ import pytest
 
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import InputRequest, Task, TaskStatus, UpstreamCall, epoch_us
+from gateway.tasks.models import AttemptCall, InputRequest, Task, TaskStatus, epoch_us
 from gateway.tasks.store import TaskStore, open_store
 from gateway.tasks.store.sqlite.schema import MIGRATIONS
 
@@ -186,11 +186,11 @@ async def test_the_latest_upstream_call_is_kept_across_attempts_until_the_task_e
     await store.note_upstream_call("plain", None, "r-1")
 
     # Still the first attempt's call: the next process may have to cancel it.
-    assert await store.get_upstream_call("t") == UpstreamCall(
+    assert await store.get_upstream_call("t") == AttemptCall(
         task_id="t", session_id="upstream-session", request_id=42
     )
     plain = await store.get_upstream_call("plain")
-    assert plain == UpstreamCall(task_id="plain", session_id=None, request_id="r-1")
+    assert plain == AttemptCall(task_id="plain", session_id=None, request_id="r-1")
     assert plain is not None and isinstance(plain.request_id, str)
     assert await store.get_request("plain") is None  # noting a call keeps no request
 

@@ -14,7 +14,7 @@ from typing import Any
 import asyncpg
 import pytest
 
-from gateway.tasks.models import SessionRecord, TaskStatus, UpstreamCall
+from gateway.tasks.models import AttemptCall, SessionRecord, TaskStatus
 from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
 from gateway.tasks.store.postgres.schema import MIGRATIONS
 
@@ -108,7 +108,7 @@ async def test_a_replica_whose_lease_ran_out_has_its_tasks_claimed_and_its_write
         # ...and nothing of them landed: the task is the survivor's to run again.
         assert await b.get_task("t") == make_task("t")
         assert [r.key for r in await b.pending_inputs("t")] == ["asked-by-a", "asked-by-b"]
-        upstream = UpstreamCall(task_id="t", session_id="upstream-session", request_id=1)
+        upstream = AttemptCall(task_id="t", session_id="upstream-session", request_id=1)
         assert await b.get_upstream_call("t") == upstream
         begun = await b.begin_attempt("t", 2, "restarted on b", T0 + SECOND)
         assert begun is not None and begun.attempt == 2

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from gateway.app import create_app
 from gateway.config import ConfigError, RouteConfig, TaskPolicy, load_settings
 from gateway.observability import logs
-from gateway.upstream.reachability import DEFAULT_TIMEOUT, Outcome, check
+from gateway.upstream.reachability import DEFAULT_TIMEOUT, ProbeResult, check
 
 HEADER = ("ROUTE", "TRANSPORT", "UPSTREAM", "TOOLS", "TASKS", "MODERN")
 
@@ -92,11 +92,11 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-async def _check_all(routes: Sequence[RouteConfig], seconds: float) -> list[Outcome]:
+async def _check_all(routes: Sequence[RouteConfig], seconds: float) -> list[ProbeResult]:
     return list(await asyncio.gather(*(check(route, seconds) for route in routes)))
 
 
-def table(outcomes: Sequence[Outcome]) -> str:
+def table(outcomes: Sequence[ProbeResult]) -> str:
     """The header and one row per route, in columns; the last is not padded."""
     rows = [HEADER, *(_row(outcome) for outcome in outcomes)]
     widths = [max(len(row[i]) for row in rows) for i in range(len(HEADER) - 1)]
@@ -106,7 +106,7 @@ def table(outcomes: Sequence[Outcome]) -> str:
     )
 
 
-def _row(outcome: Outcome) -> tuple[str, ...]:
+def _row(outcome: ProbeResult) -> tuple[str, ...]:
     route = outcome.route
     reached = outcome.reached
     modern = "-"

@@ -250,7 +250,7 @@ class InputRequest(BaseModel):
     created_at: datetime
 
 
-class UpstreamCall(BaseModel):
+class AttemptCall(BaseModel):
     """The upstream request of a task's latest attempt, kept with the task until its terminal
     write so that a later process can cancel it there (`notifications/cancelled`)."""
 

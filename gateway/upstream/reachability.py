@@ -33,7 +33,7 @@ DEFAULT_TIMEOUT = 10.0
 
 
 @dataclass(frozen=True)
-class Outcome:
+class ProbeResult:
     """What one route's probe came to: `reached`, or `refused` (an upstream that wants a
     caller's credentials and got none), or else a `failure`."""
 
@@ -43,18 +43,18 @@ class Outcome:
     failure: str | None = None
 
 
-async def check(route: RouteConfig, seconds: float) -> Outcome:
+async def check(route: RouteConfig, seconds: float) -> ProbeResult:
     """Probe `route`'s upstream once; never raises for what the upstream does."""
     try:
-        return Outcome(route, reached=await probe(route, seconds))
+        return ProbeResult(route, reached=await probe(route, seconds))
     except UpstreamRefused as exc:
         if needs_caller(route.upstream):
-            return Outcome(route, refused=exc.message)
-        return Outcome(route, failure=exc.message)
+            return ProbeResult(route, refused=exc.message)
+        return ProbeResult(route, failure=exc.message)
     except UpstreamError as exc:
-        return Outcome(route, failure=exc.message)
+        return ProbeResult(route, failure=exc.message)
     except ValueError as exc:  # an unusable signing key, named by its key
-        return Outcome(route, failure=str(exc))
+        return ProbeResult(route, failure=str(exc))
 
 
 def needs_caller(upstream: UpstreamConfig) -> bool:

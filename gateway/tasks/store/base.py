@@ -13,12 +13,12 @@ from typing import Protocol
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import (
+    AttemptCall,
     InputRequest,
     SessionRecord,
     Task,
     TaskFilter,
     TaskStatus,
-    UpstreamCall,
 )
 
 
@@ -165,7 +165,7 @@ class TaskStore(Protocol):
         `Mcp-Session-Id`, None without one, and the request's id), replacing the one noted
         before; nothing for an unknown or terminal task."""
 
-    async def get_upstream_call(self, task_id: str) -> UpstreamCall | None:
+    async def get_upstream_call(self, task_id: str) -> AttemptCall | None:
         """The upstream request last noted for a live task, which may belong to an earlier
         attempt than the task's (`begin_attempt` keeps it, so that a later process can still
         cancel that call); None if none was noted, and once the task has ended."""

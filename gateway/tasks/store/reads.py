@@ -16,11 +16,11 @@ from typing import Any, ClassVar
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import (
+    AttemptCall,
     InputRequest,
     SessionRecord,
     Task,
     TaskFilter,
-    UpstreamCall,
     epoch_us,
 )
 from gateway.tasks.store.filters import select_sessions, select_tasks
@@ -81,7 +81,7 @@ class SharedReads(ABC):
     async def get_request(self, task_id: str) -> JsonObject | None:
         return next(map(request_from_row, await self._read(self._sql.request, task_id)), None)
 
-    async def get_upstream_call(self, task_id: str) -> UpstreamCall | None:
+    async def get_upstream_call(self, task_id: str) -> AttemptCall | None:
         rows = await self._read(self._sql.upstream_call, task_id)
         return next(map(upstream_call_from_row, rows), None)
 

@@ -14,11 +14,11 @@ from typing import Any, Protocol
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import (
+    AttemptCall,
     InputRequest,
     SessionRecord,
     Task,
     TaskStatus,
-    UpstreamCall,
     from_epoch_us,
 )
 
@@ -97,8 +97,8 @@ def request_from_row(row: Row) -> JsonObject:
     return request
 
 
-def upstream_call_from_row(row: Row) -> UpstreamCall:
-    return UpstreamCall(
+def upstream_call_from_row(row: Row) -> AttemptCall:
+    return AttemptCall(
         task_id=row["task_id"],
         session_id=row["upstream_session_id"],
         request_id=json.loads(row["upstream_request_id"]),
