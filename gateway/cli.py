@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> None:
     if open_routes and not ipaddress.ip_address(_resolve(settings.listen.host)).is_loopback:
         logging.getLogger("gateway").warning(
             "listening on %s with no authentication on route(s) %s: anyone who can reach the "
-            "port can call their tools; configure auth (see README, Security)",
+            "port can call their tools; configure auth (docs/security.md, Authentication)",
             settings.listen.host,
             ", ".join(open_routes),
         )
@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
         log.warning(
             "the admin API listens on %s, beyond this machine: whoever reaches it with the "
             "token can cancel and purge every principal's tasks; keep it to a management "
-            "network (see README, Operations)",
+            "network (docs/operations.md, the admin API)",
             admin.listen.host,
         )
     log.info("configuration: %s", args.config or "built in (the same as config/gateway.yaml)")

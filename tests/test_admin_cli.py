@@ -272,7 +272,7 @@ async def test_each_failure_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     said = {name: err for name, (_, _, err) in cases.items()}
     assert said["no admin section"].strip() == (
         f"mcp-task-gateway: {plain} has no admin section: the gateway serves no admin API "
-        "(README, Operations: admin: {listen: {host: 127.0.0.1, port: 8081}, token_env: "
+        "(docs/operations.md, admin API: admin: {listen: {host: 127.0.0.1, port: 8081}, token_env: "
         "ADMIN_TOKEN})"
     )
     assert said["token unset"].strip() == (

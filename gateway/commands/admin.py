@@ -124,7 +124,7 @@ def main(argv: list[str]) -> int:
         if admin is None:
             raise _Failed(
                 f"{args.config} has no admin section: the gateway serves no admin API "
-                "(README, Operations: admin: {listen: {host: 127.0.0.1, port: 8081}, "
+                "(docs/operations.md, admin API: admin: {listen: {host: 127.0.0.1, port: 8081}, "
                 "token_env: ADMIN_TOKEN})"
             )
         _run(args, admin)

@@ -1,6 +1,6 @@
 """Probe timing: does `tasks/get` for another principal's task id take longer than for an id
 that does not exist? If it did, a caller could tell the two apart by the clock although the
-answers are identical (README, Security).
+answers are identical (docs/security.md).
 
 One gateway process (the command, real HTTP, API-key authentication), two principals: alice
 starts a task; bob asks for it, and for a random id, interleaved, N times each over one
