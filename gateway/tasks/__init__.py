@@ -17,7 +17,8 @@ in the background a plain `tools/call` goes upstream and ends in one terminal wr
                     messages a lost task fails with
     losses.py       the runner's writes after a loss: at shutdown, to another replica, and
                     for the tasks a lost process left (`gateway/recovery/` tells the story)
-    host.py         the runner's seam to the session that started the task
+    host.py         the runner's seam to whoever started the task (one host per kind of
+                    caller: a 2025-11-25 session, or a call with no session)
     progress.py     upstream progress as the task's statusMessage, coalesced
     telemetry.py    the runner's metrics and audit events
     sweeper.py      the housekeeping timer (expired tasks, session records)
