@@ -16,8 +16,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.config import AuthConfig, Limits, RouteConfig, Settings, route_auth, route_limits
+from gateway.observability.audit import audit
+from gateway.observability.logs import printable
 from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc, rewrite
+from gateway.protocol.curation import Curation
+from gateway.protocol.decisions import Reject
 from gateway.protocol.modern_headers import ToolHeaders
 from gateway.security.auth import Authenticator
 from gateway.security.limits import RateLimiter
@@ -86,6 +90,11 @@ class Route:
         self.metrics = metrics
         self.tracing = tracing
         self.policy = config.tasks
+        #: Which tools clients see and under what names (`routes[].tools`).
+        self.curation = Curation(config.tools)
+        if self.curation.hides_everything():
+            log.warning("route %s: its tools.allow and tools.deny hide every tool", config.name)
+        self._shadowed: set[str] = set()
         #: The protocol generations this route serves (2025-11-25, 2026-07-28).
         self.generations = config.generations
         self.limits = self.inputs.limits
@@ -136,6 +145,36 @@ class Route:
         limit = config.tasks.time_limit_seconds
         metrics.task_time_limit.labels(config.name).set(math.inf if limit is None else limit)
         self.upstream.slots.on_exit = metrics.child_exits.labels(config.name).inc
+
+    def listed(self, answer: jsonrpc.Response) -> jsonrpc.Response:
+        """A tools/list page from the upstream as clients see it (`routes[].tools`), learnt
+        from under the names clients call."""
+        for name in self.curation.shadowed(answer):
+            if name in self._shadowed:
+                continue
+            self._shadowed.add(name)  # at most one per rename target
+            log.warning(
+                "route %s: the upstream's tool %s is hidden: tools.rename gives its name to "
+                "another tool",
+                self.name,
+                printable(name, 200),
+            )
+        curated = self.curation.tools_list(answer)
+        self.learn_tools(curated)
+        return curated
+
+    def upstream_call(
+        self, request: jsonrpc.Request, principal: str | None, generation: str
+    ) -> jsonrpc.Request | Reject:
+        """A client's tools/call under the upstream's tool name, or the refusal of a tool
+        this route does not show (audited; it never reaches the upstream)."""
+        curated = self.curation.call(request)
+        if isinstance(curated, Reject):
+            name = jsonrpc.param(request, "name")
+            tool = printable(name, 200) if isinstance(name, str) else None
+            who = {"principal": principal, "generation": generation}
+            audit("tool_hidden", route=self.name, tool=tool, **who)
+        return curated
 
     def learn_tools(self, answer: jsonrpc.Response) -> None:
         """What a tools/list answer (either generation's) teaches: tool names as metric

@@ -22,6 +22,7 @@ from gateway.config.auth import AuthConfig, ScopeToken
 from gateway.config.base import Section, refusal
 from gateway.config.identity import UpstreamIdentity
 from gateway.config.sections import LimitsOverride
+from gateway.config.tools import ToolsConfig
 
 #: What a stdio child inherits from the gateway's environment, when set: enough to find
 #: programs, a home, a locale, a time zone and a temporary directory; no secret.
@@ -216,6 +217,8 @@ class RouteConfig(Section):
     name: RouteName
     path: str | None = Field(None, pattern=r"^/[^?#]*$")
     upstream: UpstreamConfig
+    #: Which tools a client sees, under what names (`gateway.config.tools`).
+    tools: ToolsConfig = ToolsConfig()
     tasks: TaskPolicy = TaskPolicy()
     #: The protocol generations served: 2025-11-25 (sessions opened by initialize, every
     #: revision since 2024-11-05) and 2026-07-28 (session-less, per-request _meta).

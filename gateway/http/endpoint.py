@@ -23,7 +23,7 @@ from gateway.http.middleware import METHOD as METHOD_KEY
 from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY
 from gateway.http.middleware import ROUTE as ROUTE_KEY
 from gateway.observability.logs import printable
-from gateway.protocol import dispatch, jsonrpc, modern, rewrite
+from gateway.protocol import curation, dispatch, jsonrpc, modern, rewrite
 from gateway.protocol.decisions import Local, Reject, Rewrite
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
@@ -120,6 +120,15 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
         raise InvalidRequest(
             "initialize must be sent without MCP-Session-Id: it opens a new session"
         )
+    upstream_name: str | None = None
+    if isinstance(message, jsonrpc.Request) and message.method == "tools/call":
+        curated = route.upstream_call(message, caller.principal, LEGACY_GENERATION)
+        if isinstance(curated, Reject):
+            return _error(request_id, curated.code, curated.message)
+        # Decided under the client's name (policies name tools as clients see them); sent,
+        # and kept with a task, under the upstream's.
+        name = jsonrpc.param(curated, "name")
+        upstream_name = name if isinstance(name, str) else None
     if isinstance(decision, Reject):
         return _error(request_id, decision.code, decision.message)
     if isinstance(decision, dispatch.Deliver):
@@ -141,12 +150,13 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
         admission.refuse_when_draining(request, "tasks")
         try:
             name = jsonrpc.param(decision.request, "name")
+            call = curation.named(decision.request, upstream_name)
             questions = question_capabilities(session.client_capabilities)
-            repeat = kept_call(decision.request, questions) if route.repeats(str(name)) else None
+            repeat = kept_call(call, questions) if route.repeats(str(name)) else None
             task = await request.app[RUNNER].submit(
                 session.task_host,
                 route.name,
-                decision.request,
+                call,
                 policy,
                 route.limits,
                 rerun_with=repeat,
@@ -159,8 +169,9 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
         if isinstance(answer, EventStream):
             return await _answer(request, http, answer)
         return _json_response(answer)
-    rewriter = _rewriter(decision.rewrite, route)
-    return await _answer(request, http, session.forward(decision.request, rewriter))
+    rewriter = _rewriter(decision.rewrite, route, decision.request.method)
+    forwarded = curation.named(decision.request, upstream_name)
+    return await _answer(request, http, session.forward(forwarded, rewriter))
 
 
 def _not_relayed(exc: UpstreamError) -> web.Response:
@@ -179,18 +190,17 @@ def _not_relayed(exc: UpstreamError) -> web.Response:
     return _json_response(jsonrpc.error_response(None, INTERNAL_ERROR, message), status)
 
 
-def _rewriter(which: Rewrite | None, route: Route) -> Rewriter | None:
-    policy = route.policy
-    if which is Rewrite.TOOLS_LIST:
+def _rewriter(which: Rewrite | None, route: Route, method: str) -> Rewriter | None:
+    if method != "tools/list":
+        return None
 
-        def tools_list(answer: Answer) -> Answer:
-            if isinstance(answer, jsonrpc.Response):
-                route.learn_tools(answer)
-                return rewrite.tools_list(answer, policy)
+    def tools_list(answer: Answer) -> Answer:
+        if not isinstance(answer, jsonrpc.Response):
             return answer
+        listed = route.listed(answer)  # curated whatever the version: hidden is hidden
+        return rewrite.tools_list(listed, route.policy) if which is Rewrite.TOOLS_LIST else listed
 
-        return tools_list
-    return None
+    return tools_list
 
 
 async def _initialize(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+from dataclasses import replace
 
 from aiohttp import web
 
@@ -26,7 +27,7 @@ from gateway.http.modern_tools import (
     upstream_failed,
 )
 from gateway.http.sse import SSE_HEADERS, STARTED
-from gateway.protocol import jsonrpc, modern, modern_results
+from gateway.protocol import curation, jsonrpc, modern, modern_results
 from gateway.protocol.decisions import Forward, Local, Reject
 from gateway.protocol.errors import (
     HEADER_MISMATCH,
@@ -36,6 +37,7 @@ from gateway.protocol.errors import (
     UpstreamNotModern,
     UpstreamUnavailable,
 )
+from gateway.protocol.versions import MODERN_PROTOCOL_VERSION
 from gateway.route import Route
 from gateway.upstream import Answer, native
 
@@ -56,7 +58,18 @@ async def post(
     mismatch = route.tool_headers.check(message, request.headers.items())
     if mismatch is not None:
         return refuse(message.id, Reject(HEADER_MISMATCH, mismatch))
+    upstream_name: str | None = None
+    if message.method == "tools/call":
+        curated = route.upstream_call(message, caller.principal, MODERN_PROTOCOL_VERSION)
+        if isinstance(curated, Reject):
+            return refuse(message.id, curated)
+        name = jsonrpc.param(curated, "name")
+        upstream_name = name if isinstance(name, str) else None
     decision = modern.decide(checked, route.policy)
+    if isinstance(decision, modern.Call):
+        # Decided under the client's name (policies name tools as clients see them), sent
+        # under the upstream's.
+        decision = replace(decision, request=curation.named(decision.request, upstream_name))
     native_wire = await route.upstream.wire.native()
     if isinstance(decision, Reject):
         if (
@@ -102,7 +115,7 @@ async def _bridged(
     finally:
         await lease.release()
     if isinstance(answer, jsonrpc.Response) and message.method == "tools/list":
-        route.learn_tools(answer)
+        answer = route.listed(answer)
     return reply(answer, message.method)
 
 
@@ -136,7 +149,7 @@ async def _native(
         if isinstance(decision, modern.Discover):
             answer = modern_results.native_discover(answer, route.policy.enabled)
         elif message.method == "tools/list":
-            route.learn_tools(answer)
+            answer = route.listed(answer)
     return reply(answer, message.method)
 
 

@@ -36,6 +36,8 @@ from gateway.protocol.errors import (
     UpstreamError,
     UpstreamNotModern,
 )
+from gateway.protocol.modern import NAME_HEADER
+from gateway.protocol.modern_headers import encode
 from gateway.protocol.versions import MODERN_PROTOCOL_VERSION
 from gateway.route import Route
 from gateway.tasks.models import owner_of
@@ -111,7 +113,13 @@ async def _answer(
         headers = await native_headers(request, route, caller)
         url = route.upstream.config.url
         assert url is not None
-        upstream_call = NativeCall(route.upstream, url, modern.native_request(message), headers)
+        # Under the upstream's name (`routes[].tools.rename`), in the body and its header.
+        name = jsonrpc.param(decision.request, "name")
+        outgoing = modern.native_request(message)
+        if message.method == "tools/call" and name != jsonrpc.param(message, "name"):
+            outgoing = jsonrpc.with_param(outgoing, "name", name)
+            headers[NAME_HEADER.lower()] = encode(str(name))
+        upstream_call = NativeCall(route.upstream, url, outgoing, headers)
         upstream_call.spans = route.upstream.spans
         upstream_call.start()
     elif decision.retry:

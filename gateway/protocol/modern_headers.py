@@ -221,3 +221,10 @@ def decode(value: str | None) -> str | None:
         return base64.b64decode(value[9:-2], validate=True).decode()
     except (binascii.Error, UnicodeDecodeError):
         return None
+
+
+def encode(value: str) -> str:
+    """A value as a header carries it: as it is when visible ASCII, else in the sentinel."""
+    if re.fullmatch(r"[!-~]+", value) and not value.startswith("=?base64?"):
+        return value
+    return f"=?base64?{base64.b64encode(value.encode()).decode()}?="
