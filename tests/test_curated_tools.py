@@ -9,6 +9,8 @@ a hidden tool gets exactly that, and never reaches the upstream.
 from __future__ import annotations
 
 import logging
+import subprocess
+from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -24,13 +26,15 @@ from gateway.protocol.curation import Curation
 from gateway.protocol.decisions import Reject
 from gateway.protocol.errors import INVALID_PARAMS
 
-from .conftest import DEMO, StartGateway, mcp_client
+from .conftest import DEMO, ROOT, StartGateway, free_port, mcp_client, wait_for_port
 from .fakes import RECEIVED
 from .helpers import (
+    MCP2_PYTHON,
     WITH_TASKS,
     audit_events,
     modern_rpc,
     modern_terminal,
+    needs_mcp2,
     open_session,
     rpc,
     text,
@@ -226,3 +230,46 @@ async def test_a_2026_client_calls_a_renamed_tool_directly_and_as_a_task(
     assert hidden["error"]["message"] == "Unknown tool: echo"
     assert created["result"]["resultType"] == "task"  # `required`, named as the client sees it
     assert task["status"] == "completed"
+
+
+# -- 2026-07-28 on the native wire (mcp 2.3's MCPServer, which checks Mcp-Name against the body)
+
+
+@pytest.fixture(scope="module")
+def native_upstream() -> Iterator[str]:
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(MCP2_PYTHON), str(ROOT / "tests" / "modern" / "native_upstream.py"), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+@needs_mcp2
+async def test_a_native_upstream_is_curated_and_called_under_its_own_names(
+    start_gateway: StartGateway, native_upstream: str
+) -> None:
+    upstream = {"transport": "streamable_http", "url": native_upstream, "modern": "native"}
+    tools = {"deny": ["greet"], "rename": {"slow": "nap"}, "describe": {"nap": "Rests"}}
+    routes = [
+        {"name": "n", "upstream": upstream, "tools": tools, "tasks": {"tools": {"nap": "required"}}}
+    ]
+    url = f"{await start_gateway(routes)}/n/mcp"
+    async with aiohttp.ClientSession() as http:
+        _, listed = await modern_rpc(http, url, "tools/list")
+        nap = {"name": "nap", "arguments": {"seconds": 0.3}}
+        _, created = await modern_rpc(http, url, "tools/call", nap, WITH_TASKS)
+        task = await modern_terminal(http, url, created["result"]["taskId"])
+        _, hidden = await modern_rpc(http, url, "tools/call", {"name": "greet", "arguments": {}})
+    tools_seen = {tool["name"]: tool for tool in listed["result"]["tools"]}
+    assert sorted(tools_seen) == ["nap", "slow_greet"]
+    assert tools_seen["nap"]["description"] == "Rests"
+    assert task["status"] == "completed"
+    assert task["result"]["content"][0]["text"] == "slept 0.3 s"
+    assert hidden["error"] == {"code": INVALID_PARAMS, "message": "Unknown tool: greet"}
