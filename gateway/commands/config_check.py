@@ -22,6 +22,7 @@ from collections.abc import Sequence
 from gateway.app import create_app
 from gateway.config import ConfigError, RouteConfig, TaskPolicy, load_settings
 from gateway.observability import logs
+from gateway.protocol.curation import unmatched
 from gateway.upstream.reachability import DEFAULT_TIMEOUT, ProbeResult, check
 
 HEADER = ("ROUTE", "TRANSPORT", "UPSTREAM", "TOOLS", "TASKS", "MODERN")
@@ -71,7 +72,10 @@ def main(argv: list[str]) -> int:
     failed = 0
     for outcome in outcomes:
         name = outcome.route.name
-        if outcome.refused is not None:
+        if outcome.reached is not None:
+            for line in unmatched(outcome.route, outcome.reached.names):
+                print(f"{source}: warning: {line}", file=sys.stderr)
+        elif outcome.refused is not None:
             print(
                 f"{source}: route {name}: its upstream answered, but refuses a request without "
                 f"a caller ({_shown(outcome.refused)}); the route sends the caller's identity, "

@@ -10,8 +10,10 @@ own name unless that name is a rename target (the renamed tool wins; the other i
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from fnmatch import fnmatchcase
 
+from gateway.config import RouteConfig
 from gateway.config.tools import ToolsConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.decisions import Reject
@@ -97,6 +99,33 @@ class Curation:
         if upstream == name:
             return request
         return jsonrpc.with_param(request, "name", upstream)
+
+
+def unmatched(route: RouteConfig, listed: Iterable[str]) -> list[str]:
+    """What the route's configuration names that no tool it lists matches, each as a line
+    fit for a WARNING: a `tools.rename` key not among the upstream's names, and a client name
+    (`tools.describe`, `tasks.tools`, `tasks.repeatable`, `tool_scopes`) no client sees."""
+    curation = Curation(route.tools)
+    upstream = set(listed)
+    seen = {name for u in upstream if (name := curation.client_name(u)) is not None}
+    repeatable = () if route.tasks.repeatable == "annotated" else route.tasks.repeatable
+    lines = [
+        f"route {route.name}: tools.rename names {name!r}, which matches no tool its upstream lists"
+        for name in route.tools.rename
+        if name not in upstream
+    ]
+    for key, names in (
+        ("tools.describe", route.tools.describe),
+        ("tasks.tools", route.tasks.tools),
+        ("tasks.repeatable", repeatable),
+        ("tool_scopes", route.tool_scopes),
+    ):
+        lines += [
+            f"route {route.name}: {key} names {name!r}, which matches no tool a client sees"
+            for name in names
+            if name not in seen
+        ]
+    return lines
 
 
 def named(request: jsonrpc.Request, name: str | None) -> jsonrpc.Request:

@@ -42,6 +42,8 @@ class Reached:
     modern: str = "bridge"
     #: With `upstream.modern: auto`, what decided it (what server/discover said).
     learned: str | None = None
+    #: The names it lists its tools under.
+    names: tuple[str, ...] = ()
 
 
 class _NoCaller:
@@ -88,7 +90,7 @@ async def probe(route: RouteConfig, seconds: float) -> Reached:
                 jsonrpc.Notification(jsonrpc="2.0", method="notifications/initialized")
             )
             step = "tools/list"
-            tools = await _count_tools(client)
+            tools, names = await _list_tools(client)
             step = "server/discover"
             await upstream.wire.native()  # (bounded by its own timeout; never raises)
     except TimeoutError:
@@ -99,7 +101,7 @@ async def probe(route: RouteConfig, seconds: float) -> Reached:
     finally:
         await client.close()  # outside the timeout: a stdio child is always stopped
         await upstream.close()
-    return Reached(tools, client.protocol_version, *upstream.wire.describe())
+    return Reached(tools, client.protocol_version, *upstream.wire.describe(), names=names)
 
 
 def _initialize() -> jsonrpc.JsonObject:
@@ -116,8 +118,10 @@ def _request(
     return jsonrpc.Request(jsonrpc="2.0", id=request_id, method=method, params=params)
 
 
-async def _count_tools(client: UpstreamClient) -> int:
+async def _list_tools(client: UpstreamClient) -> tuple[int, tuple[str, ...]]:
+    """How many tools the upstream lists, and the names of those that have one."""
     count = 0
+    names: list[str] = []
     cursor: object = None
     for _ in range(_MAX_PAGES):
         params: jsonrpc.JsonObject = {} if cursor is None else {"cursor": cursor}
@@ -128,10 +132,13 @@ async def _count_tools(client: UpstreamClient) -> int:
         if not isinstance(tools, list):
             raise UpstreamProtocolError("tools/list answered without a list of tools")
         count += len(tools)
+        names += [
+            t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)
+        ]
         cursor = answer.result.get("nextCursor")
         if cursor is None:
             break
-    return count
+    return count, tuple(names)
 
 
 def _without_secrets(text: str, config: UpstreamConfig) -> str:

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from gateway.aio import TaskSet
 from gateway.config import RouteConfig, UpstreamConfig
+from gateway.protocol.curation import unmatched
 from gateway.protocol.errors import UpstreamError, UpstreamRefused
 from gateway.upstream.probe import Reached, probe
 
@@ -98,6 +99,8 @@ async def _report(route: RouteConfig, seconds: float) -> None:
             if reached.learned is None
             else f"{reached.modern} (auto: {reached.learned})",
         )
+        for line in unmatched(route, reached.names):
+            log.warning("%s", line)
     elif outcome.refused is not None:
         log.info(
             "route %s: upstream %s answered, but refuses a request without a caller (%s); "
