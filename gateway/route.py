@@ -161,6 +161,9 @@ class Route:
             )
         curated = self.curation.tools_list(answer)
         self.learn_tools(curated)
+        # Upstream calls are counted under the name they are made with: the upstream's.
+        shown = [u for u in rewrite.tool_names(answer) if self.curation.client_name(u) is not None]
+        self.metrics.learn_tools(self.name, shown)
         return curated
 
     def upstream_call(

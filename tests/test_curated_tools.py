@@ -90,6 +90,15 @@ def test_a_call_of_a_name_the_client_never_sees_is_unknown() -> None:
     assert curation.call(call) == Reject(INVALID_PARAMS, "Unknown tool: a")
 
 
+def test_each_page_is_filtered_and_keeps_its_cursor() -> None:
+    curation = Curation(ToolsConfig.model_validate({"deny": ["secret_*"]}))
+    tools = [{"name": "secret_a", "inputSchema": {}}, {"name": "secret_b", "inputSchema": {}}]
+    page = jsonrpc.Response(id=1, result={"tools": tools, "nextCursor": "page-2"})
+    curated = curation.tools_list(page)
+    # An empty page is still a page: the client follows nextCursor to the tools after it.
+    assert curated.result == {"tools": [], "nextCursor": "page-2"}
+
+
 # -- config errors name their key
 
 
