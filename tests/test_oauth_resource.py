@@ -266,6 +266,31 @@ async def test_a_tool_with_its_own_scope_is_refused_to_a_token_without_it(
     assert status == 200
 
 
+async def test_a_renamed_tools_scopes_are_named_by_its_client_name(
+    issuer: Issuer, gateway: Gateway
+) -> None:
+    route = {
+        "name": "a",
+        "upstream": DEMO,
+        "tools": {"rename": {"echo": "say"}},
+        "tool_scopes": {"say": ["say:run"]},  # policies name tools as clients see them
+    }
+    base = await gateway([route], _oauth(issuer))
+    resource = f"{base}/a/mcp"
+    plain = issuer.token(resource, scope="mcp")
+    call = {"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "say"}}
+    async with aiohttp.ClientSession() as http:
+        async with http.post(
+            resource, json=INIT, headers=headers(Authorization=f"Bearer {plain}")
+        ) as resp:
+            session = resp.headers["Mcp-Session-Id"]
+        async with http.post(
+            resource, json=call, headers=headers(session, Authorization=f"Bearer {plain}")
+        ) as resp:
+            refused, challenge = resp.status, resp.headers["WWW-Authenticate"]
+    assert refused == 403 and 'scope="say:run"' in challenge
+
+
 async def test_tenant_and_principal_claims_name_the_caller_and_bad_claim_types_are_refused(
     issuer: Issuer, gateway: Gateway
 ) -> None:

@@ -182,6 +182,37 @@ async def test_a_stop_leaves_repeatable_tasks_to_the_next_process(tmp_path: Path
     assert plain["statusMessage"] == "interrupted: gateway shut down"
 
 
+async def test_a_renamed_tool_named_repeatable_by_its_client_name_runs_again(
+    tmp_path: Path,
+) -> None:
+    routes = (
+        "routes:\n"
+        f"  - name: safe\n    upstream: {DEMO}\n"
+        "    tools: {rename: {slow: nap}}\n    tasks: {repeatable: [nap]}\n"
+    )
+    port = free_port()
+    config = write_config(tmp_path, port, routes=routes)
+    url = f"http://127.0.0.1:{port}/safe/mcp"
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            session = await open_session(http, url)
+            task_id = await start_task(http, url, session, "nap", {"seconds": 2, "steps": 2})
+            await asyncio.sleep(0.3)
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
+    proc = start_process(config, port)
+    try:
+        async with aiohttp.ClientSession() as http:
+            task = await task_terminal(http, url, session, task_id)
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    # Run again, under the upstream's name, although the client named the tool `nap`.
+    assert task["status"] == "completed"
+
+
 async def test_a_task_waiting_for_input_at_the_crash_asks_again_and_takes_the_new_answer(
     tmp_path: Path, sdk_upstream: str
 ) -> None:
