@@ -168,6 +168,22 @@ async def test_a_renamed_tool_runs_as_a_task_under_its_upstream_name(
     assert text(result) == "renamed ✓"
 
 
+async def test_a_rename_onto_a_listed_name_hides_that_tool_with_a_warning(
+    start_gateway: StartGateway, sdk_upstream: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    # The rule chosen: the renamed tool wins the name; the upstream's own is hidden.
+    routes = [{"name": "t", "upstream": sdk(sdk_upstream), "tools": {"rename": {"fail": "echo"}}}]
+    url = f"{await start_gateway(routes)}/t/mcp"
+    async with mcp_client(url) as client:
+        names = [tool.name for tool in (await client.list_tools()).tools]
+        await client.list_tools()
+        result = await client.call_tool("echo", {})
+    assert names.count("echo") == 1 and "fail" not in names
+    assert result.isError  # it is `fail` upstream
+    shadowed = "route t: the upstream's tool echo is hidden: tools.rename gives its name"
+    assert [r.levelno for r in caplog.records if shadowed in r.getMessage()] == [logging.WARNING]
+
+
 async def test_a_hidden_tool_is_unknown_audited_and_never_reaches_the_upstream(
     start_gateway: StartGateway, recorder: TestServer, caplog: pytest.LogCaptureFixture
 ) -> None:

@@ -15,7 +15,7 @@ from fnmatch import fnmatchcase
 
 from gateway.config import RouteConfig
 from gateway.config.tools import ToolsConfig
-from gateway.protocol import jsonrpc
+from gateway.protocol import jsonrpc, rewrite
 from gateway.protocol.decisions import Reject
 from gateway.protocol.errors import INVALID_PARAMS
 
@@ -61,7 +61,7 @@ class Curation:
         """Upstream tools in a tools/list page hidden because a rename took their name."""
         return [
             name
-            for name in _names(answer)
+            for name in rewrite.tool_names(answer)
             if name in self._upstream_of and name not in self._rename
         ]
 
@@ -131,10 +131,3 @@ def unmatched(route: RouteConfig, listed: Iterable[str]) -> list[str]:
 def named(request: jsonrpc.Request, name: str | None) -> jsonrpc.Request:
     """`request` calling `name` (the upstream's), or as it is if None."""
     return request if name is None else jsonrpc.with_param(request, "name", name)
-
-
-def _names(answer: jsonrpc.Response) -> list[str]:
-    tools = answer.result.get("tools")
-    if not isinstance(tools, list):
-        return []
-    return [t["name"] for t in tools if isinstance(t, dict) and isinstance(t.get("name"), str)]
