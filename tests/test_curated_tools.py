@@ -8,6 +8,7 @@ a hidden tool gets exactly that, and never reaches the upstream.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import subprocess
 from collections.abc import Iterator
@@ -40,6 +41,7 @@ from .helpers import (
     text,
     wait_terminal,
 )
+from .test_modern_clients import modern_client
 
 #: The SDK upstream's tools: echo, slow, slow_read, ask, ask_both, sample, fail, lookup.
 CURATED = {
@@ -255,6 +257,22 @@ async def test_a_2026_client_calls_a_renamed_tool_directly_and_as_a_task(
     assert hidden["error"]["message"] == "Unknown tool: echo"
     assert created["result"]["resultType"] == "task"  # `required`, named as the client sees it
     assert task["status"] == "completed"
+
+
+@needs_mcp2
+@pytest.mark.parametrize("mode", ["2026-07-28", "legacy"])
+async def test_the_mcp_2_3_client_sees_and_calls_the_curated_tools(
+    start_gateway: StartGateway, mode: str
+) -> None:
+    tools = {"deny": ["slow*"], "rename": {"echo": "say"}}
+    url = f"{await start_gateway([{'name': 't', 'upstream': DEMO, 'tools': tools}])}/t/mcp"
+    said = await asyncio.to_thread(modern_client, url, mode, "echo:say")
+    unknown = await asyncio.to_thread(modern_client, url, mode, "echo:echo")
+    assert "say" in said["tools"] and "echo" not in said["tools"]
+    assert not [name for name in said["tools"] if name.startswith("slow")]
+    assert said["echo"][0]["text"] == "modern"
+    assert unknown["error"]["code"] == INVALID_PARAMS
+    assert unknown["error"]["message"] == "Unknown tool: echo"
 
 
 # -- 2026-07-28 on the native wire (mcp 2.3's MCPServer, which checks Mcp-Name against the body)

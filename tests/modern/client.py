@@ -3,7 +3,8 @@ against URL in MODE, printing one JSON line of what happened.
 
     python tests/modern/client.py URL MODE [ACTION]     MODE: auto | legacy | 2026-07-28
 
-ACTION (default `echo`): `echo` lists the tools and calls echo; `ask`, `sample` and `roots`
+ACTION (default `echo`): `echo` lists the tools and calls echo (`echo:NAME` calls the tool
+NAME with echo's arguments, for a route that renames it); `ask`, `sample` and `roots`
 call the demo tool of that name with the client's elicitation, sampling or roots callback
 set, which answers with ANSWERS and records each question it gets (`asked`). On the
 2026-07-28 path the questions come as MRTR rounds (InputRequiredResult, then a retry), which
@@ -22,10 +23,10 @@ from mcp.shared.exceptions import MCPError
 ANSWERS = {"name": "mcp-2.3", "sampled": "sampled by mcp 2.3", "root": "file:///mcp-2.3"}
 
 
-async def echo(url: str, mode: str) -> dict[str, Any]:
+async def echo(url: str, mode: str, tool: str = "echo") -> dict[str, Any]:
     async with Client(url, mode=mode) as client:  # type: ignore[arg-type]
         tools = await client.list_tools()
-        result = await client.call_tool("echo", {"text": "modern"})
+        result = await client.call_tool(tool, {"text": "modern"})
         return {
             "protocol_version": client.protocol_version,
             "tools": sorted(tool.name for tool in tools.tools),
@@ -70,8 +71,8 @@ async def ask(url: str, mode: str, action: str) -> dict[str, Any]:
 
 async def main(url: str, mode: str, action: str = "echo") -> dict[str, Any]:
     try:
-        if action == "echo":
-            return await echo(url, mode)
+        if action == "echo" or action.startswith("echo:"):
+            return await echo(url, mode, action.partition(":")[2] or "echo")
         return await ask(url, mode, action)
     except (MCPError, BaseExceptionGroup) as exc:
         error = _mcp_error(exc)
