@@ -48,6 +48,27 @@ def test_each_name_that_matches_no_tool_is_one_line_naming_route_key_and_name() 
     ]
 
 
+def test_globs_matching_no_name_and_curation_hiding_every_tool_are_warnings() -> None:
+    """A careless operator's `allow` naming a tool by its upstream name after renaming it,
+    and globs that leave a client nothing: each a WARNING, not an error."""
+    route = RouteConfig.model_validate(
+        {
+            "name": "r",
+            "upstream": STDIO_UPSTREAM,
+            "tools": {"allow": ["echo", "sl*"], "deny": ["slow", "x*"], "rename": {"echo": "say"}},
+        }
+    )
+    assert unmatched(route, ["echo", "slow"]) == [
+        "route r: tools.allow has 'echo', which matches no tool name a client could see "
+        "(names here are the client's, after tools.rename)",
+        "route r: tools.deny has 'x*', which matches no tool name a client could see "
+        "(names here are the client's, after tools.rename)",
+        "route r: tools.allow and tools.deny hide every tool its upstream lists",
+    ]
+    # An upstream that lists nothing hides nothing: no line for it.
+    assert unmatched(route, [])[-1].startswith("route r: tools.deny has 'x*'")
+
+
 async def test_the_start_up_check_warns_of_names_matching_no_listed_tool(
     caplog: pytest.LogCaptureFixture,
 ) -> None:

@@ -30,12 +30,18 @@ class Curation:
 
     def client_name(self, upstream_name: str) -> str | None:
         """What a client sees a tool listed as `upstream_name` as; None: hidden."""
+        name = self.renamed(upstream_name)
+        return name if name is not None and self.shows(name) else None
+
+    def renamed(self, upstream_name: str) -> str | None:
+        """The client's name for a tool listed as `upstream_name`, before `allow` and `deny`;
+        None: shadowed by a renamed tool."""
         name = self._rename.get(upstream_name)
         if name is None:
             if upstream_name in self._upstream_of:
-                return None  # shadowed by a renamed tool
+                return None
             name = upstream_name
-        return name if self.shows(name) else None
+        return name
 
     def upstream_name(self, client_name: str) -> str | None:
         """The upstream's name for what a client calls `client_name`; None: no such tool."""
@@ -107,13 +113,26 @@ def unmatched(route: RouteConfig, listed: Iterable[str]) -> list[str]:
     (`tools.describe`, `tasks.tools`, `tasks.repeatable`, `tool_scopes`) no client sees."""
     curation = Curation(route.tools)
     upstream = set(listed)
-    seen = {name for u in upstream if (name := curation.client_name(u)) is not None}
+    named = {name for u in upstream if (name := curation.renamed(u)) is not None}
+    seen = {name for name in named if curation.shows(name)}
     repeatable = () if route.tasks.repeatable == "annotated" else route.tasks.repeatable
     lines = [
         f"route {route.name}: tools.rename names {name!r}, which matches no tool its upstream lists"
         for name in route.tools.rename
         if name not in upstream
     ]
+    # A glob that matches no name is most often an upstream name where the client's is meant.
+    for key, globs in (("tools.allow", route.tools.allow or ()), ("tools.deny", route.tools.deny)):
+        lines += [
+            f"route {route.name}: {key} has {glob!r}, which matches no tool name a client "
+            "could see (names here are the client's, after tools.rename)"
+            for glob in globs
+            if not any(fnmatchcase(name, glob) for name in named)
+        ]
+    if upstream and not seen:
+        lines.append(
+            f"route {route.name}: tools.allow and tools.deny hide every tool its upstream lists"
+        )
     for key, names in (
         ("tools.describe", route.tools.describe),
         ("tasks.tools", route.tasks.tools),
