@@ -127,8 +127,8 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
             return _error(request_id, curated.code, curated.message)
         # Decided under the client's name (policies name tools as clients see them); sent,
         # and kept with a task, under the upstream's.
-        name = jsonrpc.param(curated, "name")
-        upstream_name = name if isinstance(name, str) else None
+        if curated is not message:  # renamed (most routes rename nothing: no copy then)
+            upstream_name = str(jsonrpc.param(curated, "name"))
     if isinstance(decision, Reject):
         return _error(request_id, decision.code, decision.message)
     if isinstance(decision, dispatch.Deliver):

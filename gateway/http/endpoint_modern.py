@@ -63,8 +63,8 @@ async def post(
         curated = route.upstream_call(message, caller.principal, MODERN_PROTOCOL_VERSION)
         if isinstance(curated, Reject):
             return refuse(message.id, curated)
-        name = jsonrpc.param(curated, "name")
-        upstream_name = name if isinstance(name, str) else None
+        if curated is not message:  # renamed (most routes rename nothing: no copy then)
+            upstream_name = str(jsonrpc.param(curated, "name"))
     decision = modern.decide(checked, route.policy)
     if isinstance(decision, modern.Call):
         # Decided under the client's name (policies name tools as clients see them), sent

@@ -25,6 +25,8 @@ class Curation:
 
     def __init__(self, config: ToolsConfig) -> None:
         self.config = config
+        #: Whether this route curates at all (read on every tools/list and tools/call).
+        self.active = config.curated
         self._rename = dict(config.rename)
         self._upstream_of = {target: source for source, target in config.rename.items()}
 
@@ -74,7 +76,7 @@ class Curation:
     def tools_list(self, answer: jsonrpc.Response) -> jsonrpc.Response:
         """A tools/list page as the client sees it: hidden tools left out (the page may be
         shorter, or empty; its nextCursor is kept), the rest renamed and described."""
-        if not self.config.curated:
+        if not self.active:
             return answer
         tools = answer.result.get("tools")
         if not isinstance(tools, list):
@@ -96,8 +98,10 @@ class Curation:
     def call(self, request: jsonrpc.Request) -> jsonrpc.Request | Reject:
         """A tools/call as the upstream gets it, or the refusal of an unknown tool (what the
         2025-11-25 tools page shows for one: -32602, "Unknown tool: NAME")."""
+        if not self.active:
+            return request
         name = jsonrpc.param(request, "name")
-        if not isinstance(name, str) or not self.config.curated:
+        if not isinstance(name, str):
             return request
         upstream = self.upstream_name(name)
         if upstream is None:
