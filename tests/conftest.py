@@ -82,6 +82,26 @@ def sdk_upstream() -> Iterator[str]:
         proc.wait(10)
 
 
+@pytest.fixture(scope="module")
+def native_upstream() -> Iterator[str]:
+    """mcp 2.3's MCPServer on the 2026-07-28 wire (tests/modern/native_upstream.py), which
+    checks Mcp-Name against the body, as a real child process."""
+    from .helpers import MCP2_PYTHON  # here: helpers imports this module
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(MCP2_PYTHON), str(ROOT / "tests" / "modern" / "native_upstream.py"), str(port)],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port, proc)
+        yield f"http://127.0.0.1:{port}/mcp"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
 @pytest.fixture(scope="session")
 def mcp2_upstream() -> Iterator[str]:
     """Python mcp 2.3's MCPServer (tests/mcp2_upstream.py) as a real child process, stateful

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import subprocess
-from collections.abc import Iterator
 from typing import Any
 
 import aiohttp
@@ -27,10 +25,9 @@ from gateway.protocol.curation import Curation
 from gateway.protocol.decisions import Reject
 from gateway.protocol.errors import INVALID_PARAMS
 
-from .conftest import DEMO, ROOT, StartGateway, free_port, mcp_client, wait_for_port
+from .conftest import DEMO, StartGateway, mcp_client
 from .fakes import RECEIVED
 from .helpers import (
-    MCP2_PYTHON,
     WITH_TASKS,
     audit_events,
     modern_rpc,
@@ -276,22 +273,6 @@ async def test_the_mcp_2_3_client_sees_and_calls_the_curated_tools(
 
 
 # -- 2026-07-28 on the native wire (mcp 2.3's MCPServer, which checks Mcp-Name against the body)
-
-
-@pytest.fixture(scope="module")
-def native_upstream() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(MCP2_PYTHON), str(ROOT / "tests" / "modern" / "native_upstream.py"), str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 @needs_mcp2

@@ -5,17 +5,14 @@ the tasks."""
 from __future__ import annotations
 
 import json
-import subprocess
-from collections.abc import Iterator
 
 import aiohttp
 import pytest
 
 from gateway.config import ConfigError, parse_settings
 
-from .conftest import ROOT, StartGateway, free_port, wait_for_port
+from .conftest import StartGateway, free_port
 from .helpers import (
-    MCP2_PYTHON,
     TASKS_EXTENSION,
     WITH_ELICITATION,
     WITH_TASKS,
@@ -29,22 +26,6 @@ from .helpers import (
 pytestmark = needs_mcp2
 BOTH = {**WITH_TASKS, **WITH_ELICITATION}
 ANN = {"action": "accept", "content": {"name": "Ann"}}
-
-
-@pytest.fixture(scope="module")
-def native_upstream() -> Iterator[str]:
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(MCP2_PYTHON), str(ROOT / "tests" / "modern" / "native_upstream.py"), str(port)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    try:
-        wait_for_port(port, proc)
-        yield f"http://127.0.0.1:{port}/mcp"
-    finally:
-        proc.terminate()
-        proc.wait(10)
 
 
 #: `native` said, and `auto` (the default, nothing said): its server/discover lists 2026-07-28.
