@@ -13,7 +13,7 @@ from gateway import __version__
 from gateway.app import create_app, drain
 from gateway.commands import admin as admin_command
 from gateway.commands import config_check, store
-from gateway.config import ConfigError, load_settings, route_auth
+from gateway.config import ConfigError, RouteConfig, load_settings, route_auth
 from gateway.http import listen
 from gateway.http.reload import on_sighup
 from gateway.observability import audit, logs
@@ -106,8 +106,7 @@ def main(argv: list[str] | None = None) -> None:
         base = f"http://{_url_host(settings.listen.host)}:{settings.listen.port}"
         log.info("listening on %s", base)
         for route in settings.routes:
-            upstream = f"{route.upstream.transport} {route.upstream.location}"
-            log.info("route %s: %s%s -> %s", route.name, base, route.http_path, upstream)
+            log.info("route %s: %s%s -> %s", route.name, base, route.http_path, _upstreams(route))
         log.info("health: %s/healthz (and /livez, /readyz)", base)
         if settings.metrics.enabled:
             where = settings.metrics.listen
@@ -133,3 +132,10 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     finally:
         audit.stop()  # every event of the run is written before the process ends
+
+
+def _upstreams(route: RouteConfig) -> str:
+    """Where a route's calls go: `stdio python`, or each member's, `search=streamable_http ...`."""
+    if route.upstreams is None:
+        return f"{route.single.transport} {route.single.location}"
+    return ", ".join(f"{m.name}={m.transport} {m.location}" for m in route.upstreams)

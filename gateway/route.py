@@ -12,6 +12,7 @@ import hashlib
 import logging
 import math
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -26,7 +27,7 @@ from gateway.protocol.modern_headers import ToolHeaders
 from gateway.security.auth import Authenticator
 from gateway.security.limits import RateLimiter
 from gateway.security.oauth import ProtectedResource
-from gateway.upstream import UpstreamRoute
+from gateway.upstream import MemberRoutes, UpstreamRoute, upstreams_of
 
 if TYPE_CHECKING:
     from gateway.observability.traces import Tracing
@@ -119,19 +120,21 @@ class Route:
         #: Each tool's `annotations` from the latest tools/list answer relayed (for
         #: `tasks.repeatable: annotated`), at most `_MAX_TOOLS` of them.
         self.tool_annotations: dict[str, dict[str, object]] = {}
-        self.upstream: UpstreamRoute
+        self.upstream: UpstreamRoute | MemberRoutes
         if (
             previous is not None
-            and previous.inputs.config.upstream == config.upstream
+            and previous.inputs.config.members == config.members
             and previous.inputs.config.max_result_bytes == config.max_result_bytes
         ):
             self.tool_headers, self.upstream = previous.tool_headers, previous.upstream
             self.tool_annotations = previous.tool_annotations
         else:
-            self.upstream = UpstreamRoute(config)
+            self.upstream = upstreams_of(config, partial(_member_state, metrics, config.name))
             if tracing is not None:
                 self.upstream.spans = tracing.upstream(config.name)
-        if any(name.lower() == "authorization" for name in config.upstream.copied_headers):
+        if config.upstreams is not None:
+            metrics.learn_members(config.name, [m.name for m in config.upstreams])
+        if any(name.lower() == "authorization" for name in self.upstream.copied_headers):
             log.warning(
                 "route %s passes each client's Authorization header to its upstream "
                 "(upstream.identity.mode: passthrough or forward_headers): the upstream sees "
@@ -140,11 +143,11 @@ class Route:
                 config.name,
             )
         metrics.learn_tools(config.name, list(config.tasks.tools))
-        metrics.children.labels(config.name).set_function(lambda: self.upstream.slots.running)
-        metrics.children_max.labels(config.name).set(config.upstream.max_children)
+        metrics.children.labels(config.name).set_function(lambda: self.upstream.children_running)
+        metrics.children_max.labels(config.name).set(self.upstream.children_max)
         limit = config.tasks.time_limit_seconds
         metrics.task_time_limit.labels(config.name).set(math.inf if limit is None else limit)
-        self.upstream.slots.on_exit = metrics.child_exits.labels(config.name).inc
+        self.upstream.on_child_exit(metrics.child_exits.labels(config.name).inc)
 
     def listed(self, answer: jsonrpc.Response) -> jsonrpc.Response:
         """A tools/list page from the upstream as clients see it (`routes[].tools`), learnt
@@ -204,3 +207,7 @@ class Route:
 
     async def close(self) -> None:
         await self.upstream.close()
+
+
+def _member_state(metrics: Metrics, route: str, member: str, up: bool) -> None:
+    metrics.upstream_reached(route, up, member)

@@ -12,7 +12,7 @@ tests watch for. Each tool answers with the text it was given, so a caller that 
 a text of its own can tell its answer from another call's.
 
 Run with mcp 2.3 (`helpers.MCP2_PYTHON`): `python tests/mcp2_upstream.py PORT`; Streamable HTTP
-at http://127.0.0.1:PORT/mcp.
+at http://127.0.0.1:PORT/mcp. With `--stdio` instead of a port: the SDK's stdio server.
 """
 
 import sys
@@ -54,5 +54,8 @@ async def ask(ctx: Context, text: str = "") -> str:
 
 
 if __name__ == "__main__":
-    # The SDK's defaults: stateful, SSE answers, 30 minutes' idle time, 10,000 sessions.
-    server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))
+    if sys.argv[1] == "--stdio":
+        server.run("stdio")  # the SDK's stdio server, as a route's child
+    else:
+        # The SDK's defaults: stateful, SSE answers, 30 minutes' idle time, 10,000 sessions.
+        server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[1]))

@@ -79,7 +79,7 @@ def test_env_references_are_resolved(tmp_path: Path) -> None:
         "f.yaml",
         env={"API_KEY": "s3cret"},
     )
-    assert settings.routes[0].upstream.headers == {"X-Api-Key": "key-s3cret"}
+    assert settings.routes[0].single.headers == {"X-Api-Key": "key-s3cret"}
 
 
 @pytest.mark.parametrize(
@@ -205,7 +205,7 @@ def test_every_unset_variable_is_named_at_once_never_a_value() -> None:
 def test_an_upstream_is_shown_without_credentials_query_or_arguments() -> None:
     def location(upstream: dict[str, object]) -> str:
         settings = parse_settings({"routes": [{"name": "r", "upstream": upstream}]}, "f", env={})
-        return settings.routes[0].upstream.location
+        return settings.routes[0].single.location
 
     url = "https://user:pw@[::1]:8443/a/mcp?token=t#f"
     assert location({"transport": "streamable_http", "url": url}) == "https://[::1]:8443/a/mcp"

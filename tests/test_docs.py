@@ -127,7 +127,8 @@ def test_the_readmes_first_real_config_is_one_the_gateway_takes() -> None:
     config = yaml.safe_load(fenced(README, "# my.yaml"))
     env = {"ALICE_KEY": "k" * 32, "REPORTS_TOKEN": "t"}
     settings = parse_settings(config, "my.yaml", env=env)
-    assert [route.name for route in settings.routes] == ["reports", "legacy", "files"]
+    assert [route.name for route in settings.routes] == ["reports", "work"]
+    assert [member.name for member in settings.routes[1].upstreams or ()] == ["search", "files"]
     assert settings.auth.mode == "api_keys"
 
 

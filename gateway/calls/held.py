@@ -23,10 +23,10 @@ from gateway.calls.held_session import HeldSession
 from gateway.config import SessionsConfig
 from gateway.protocol import jsonrpc
 from gateway.route import Route
-from gateway.upstream import UpstreamRoute
+from gateway.upstream import MemberRoutes, UpstreamRoute
 
 #: Where an exclusive session waits for its next call: upstream, principal, capabilities (JSON).
-IdleKey = tuple[UpstreamRoute, str, str]
+IdleKey = tuple[UpstreamRoute | MemberRoutes, str, str]
 
 
 class Lease:
@@ -60,7 +60,7 @@ class HeldSessions:
 
     def __init__(self, config: SessionsConfig) -> None:
         self._idle_seconds = config.idle_timeout_seconds
-        self._shared: dict[tuple[UpstreamRoute, str], HeldSession] = {}
+        self._shared: dict[tuple[UpstreamRoute | MemberRoutes, str], HeldSession] = {}
         self._idle: dict[IdleKey, list[HeldSession]] = {}
         self._anonymous: set[HeldSession] = set()
         self._in_use: set[HeldSession] = set()

@@ -23,7 +23,7 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.errors import METHOD_NOT_FOUND, UpstreamError, UpstreamUnavailable
 from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
 from gateway.route import Route
-from gateway.upstream import Answer, UpstreamClient
+from gateway.upstream import Answer
 
 log = logging.getLogger(__name__)
 
@@ -81,12 +81,7 @@ class HeldSession:
         self._calls = 0
         self._open_lock = asyncio.Lock()
         self._tasks = TaskSet(f"held session on {route.name}")
-        self.upstream = UpstreamClient(
-            lambda sink: route.upstream.transport(sink, lambda: self.forwarded, principal),
-            route.upstream.config,
-            self,
-            route.upstream.spans,
-        )
+        self.upstream = route.upstream.client(self, lambda: self.forwarded, principal)
 
     # Listener: what the upstream sends on its own.
     def on_server_message(

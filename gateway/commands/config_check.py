@@ -22,8 +22,7 @@ from collections.abc import Sequence
 from gateway.app import create_app
 from gateway.config import ConfigError, RouteConfig, TaskPolicy, load_settings
 from gateway.observability import logs
-from gateway.protocol.curation import unmatched
-from gateway.upstream.reachability import DEFAULT_TIMEOUT, ProbeResult, check
+from gateway.upstream.reachability import DEFAULT_TIMEOUT, ProbeResult, check_route, unmatched_by
 
 HEADER = ("ROUTE", "TRANSPORT", "UPSTREAM", "TOOLS", "TASKS", "MODERN")
 
@@ -67,15 +66,16 @@ def main(argv: list[str]) -> int:
     except ValueError as exc:
         print(f"mcp-task-gateway: configuration error:\n{source}: {exc}", file=sys.stderr)
         return 2
-    outcomes = asyncio.run(_check_all(settings.routes, args.timeout))
+    by_route = asyncio.run(_check_all(settings.routes, args.timeout))
+    outcomes = [outcome for results in by_route for outcome in results]
     print(table(outcomes), flush=True)
+    for results in by_route:
+        for line in unmatched_by(results):
+            print(f"{source}: warning: {line}", file=sys.stderr)
     failed = 0
     for outcome in outcomes:
-        name = outcome.route.name
-        if outcome.reached is not None:
-            for line in unmatched(outcome.route, outcome.reached.names):
-                print(f"{source}: warning: {line}", file=sys.stderr)
-        elif outcome.refused is not None:
+        name = outcome.where
+        if outcome.refused is not None:
             print(
                 f"{source}: route {name}: its upstream answered, but refuses a request without "
                 f"a caller ({_shown(outcome.refused)}); the route sends the caller's identity, "
@@ -96,8 +96,8 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-async def _check_all(routes: Sequence[RouteConfig], seconds: float) -> list[ProbeResult]:
-    return list(await asyncio.gather(*(check(route, seconds) for route in routes)))
+async def _check_all(routes: Sequence[RouteConfig], seconds: float) -> list[list[ProbeResult]]:
+    return list(await asyncio.gather(*(check_route(route, seconds) for route in routes)))
 
 
 def table(outcomes: Sequence[ProbeResult]) -> str:
@@ -119,9 +119,9 @@ def _row(outcome: ProbeResult) -> tuple[str, ...]:
         modern = reached.modern if reached.learned is None else f"{reached.modern}(auto)"
     else:
         tools = "?" if outcome.refused is not None else "-"
-    upstream = route.upstream
+    upstream = outcome.upstream
     location = _shown(upstream.location)
-    return (route.name, upstream.transport, location, tools, tasks(route.tasks), modern)
+    return (outcome.where, upstream.transport, location, tools, tasks(route.tasks), modern)
 
 
 def tasks(policy: TaskPolicy) -> str:

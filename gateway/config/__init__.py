@@ -9,13 +9,7 @@ from gateway.config.auth import ApiKey, AuthConfig, JwtConfig, OAuthConfig
 from gateway.config.base import ConfigError
 from gateway.config.identity import UpstreamIdentity
 from gateway.config.loading import load_admin, load_settings, parse_settings
-from gateway.config.routes import (
-    CHILD_ENV_ALLOWED,
-    RouteConfig,
-    TaskPolicy,
-    TaskSupport,
-    UpstreamConfig,
-)
+from gateway.config.routes import RouteConfig, TaskPolicy, TaskSupport
 from gateway.config.sections import (
     AdminConfig,
     AuditConfig,
@@ -30,6 +24,7 @@ from gateway.config.sections import (
     TracingConfig,
 )
 from gateway.config.settings import Settings, route_auth, route_limits
+from gateway.config.upstream import CHILD_ENV_ALLOWED, SEPARATOR, MemberConfig, UpstreamConfig
 
 __all__ = [
     "CHILD_ENV_ALLOWED",
@@ -43,9 +38,11 @@ __all__ = [
     "Limits",
     "LimitsOverride",
     "ListenConfig",
+    "MemberConfig",
     "MetricsConfig",
     "OAuthConfig",
     "RouteConfig",
+    "SEPARATOR",
     "SessionsConfig",
     "Settings",
     "ShutdownConfig",

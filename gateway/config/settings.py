@@ -73,33 +73,34 @@ class Settings(Section):
                         "routes that share the gateway's resource must share one oauth section",
                     )
                 shared = auth.oauth
-            upstream = route.upstream
             for key in ("required_scopes", "tool_scopes"):
                 if getattr(route, key) and mode != "oauth":
                     raise refusal(
                         f"routes[{i}].{key}",
                         f"scopes come with auth mode oauth; this route's mode is {mode}",
                     )
-            if mode == "oauth" and upstream.forwards_authorization:
-                if upstream.identity.mode != "passthrough":
-                    # The token's audience is this gateway: passing it on is the token
-                    # passthrough the MCP security guidance forbids, unless said twice.
+            for j, upstream in enumerate(route.members):
+                where = "upstream" if route.upstreams is None else f"upstreams[{j}]"
+                if mode == "oauth" and upstream.forwards_authorization:
+                    if upstream.identity.mode != "passthrough":
+                        # The token's audience is this gateway: passing it on is the token
+                        # passthrough the MCP security guidance forbids, unless said twice.
+                        raise refusal(
+                            f"routes[{i}].{where}.forward_headers",
+                            "Authorization holds OAuth tokens issued for this gateway; to pass "
+                            "them on anyway set upstream.identity.mode: passthrough",
+                        )
+                if upstream.identity.mode == "signed_assertion" and mode == "none":
                     raise refusal(
-                        f"routes[{i}].upstream.forward_headers",
-                        "Authorization holds OAuth tokens issued for this gateway; to pass "
-                        "them on anyway set upstream.identity.mode: passthrough",
+                        f"routes[{i}].{where}.identity.mode",
+                        "signed_assertion names the caller, but this route has no authentication",
                     )
-            if upstream.identity.mode == "signed_assertion" and mode == "none":
-                raise refusal(
-                    f"routes[{i}].upstream.identity.mode",
-                    "signed_assertion names the caller, but this route has no authentication",
-                )
-            if upstream.identity.mode == "token_exchange" and mode not in ("oauth", "jwt"):
-                raise refusal(
-                    f"routes[{i}].upstream.identity.mode",
-                    f"token_exchange exchanges the caller's token: it needs auth mode oauth or "
-                    f"jwt, and this route's is {mode}",
-                )
+                if upstream.identity.mode == "token_exchange" and mode not in ("oauth", "jwt"):
+                    raise refusal(
+                        f"routes[{i}].{where}.identity.mode",
+                        f"token_exchange exchanges the caller's token: it needs auth mode oauth or "
+                        f"jwt, and this route's is {mode}",
+                    )
         return self
 
     @model_validator(mode="after")

@@ -272,7 +272,7 @@ async def session_for(request: web.Request, route: Route, caller: Caller) -> Ses
 
 def remember_forwarded(request: web.Request, route: Route, session: Session) -> None:
     """The latest values of the client headers the route copies upstream (none by default)."""
-    for name in route.upstream.config.copied_headers:
+    for name in route.upstream.copied_headers:
         value = request.headers.get(name)
         if value is not None:
             session.forwarded[name] = value

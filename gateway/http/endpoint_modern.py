@@ -127,17 +127,18 @@ async def _native(
     decision: modern.Discover | Forward,
 ) -> web.StreamResponse:
     """A request relayed on the 2026-07-28 wire, as it came (less the tasks extension)."""
-    url = route.upstream.config.url
+    upstream = route.upstream.single()  # (a route of members is bridged)
+    url = upstream.config.url
     assert url is not None
     headers = await native_headers(request, route, caller)
     try:
         answer = await native.exchange(
-            route.upstream.http(),
+            upstream.http(),
             url,
             modern.native_request(message),
             headers,
             lambda _: None,
-            route.upstream.spans,
+            upstream.spans,
         )
     except UpstreamNotModern:
         # Refused unrun, as a 2025-11-25 server refuses it: that is what the upstream is now.
@@ -159,13 +160,15 @@ async def _relay(
     """A request the gateway has nothing to add to, on the 2026-07-28 wire: the upstream's
     response streamed back as it comes (a `subscriptions/listen` stream stays open until
     either side closes it; closing it here closes it upstream)."""
-    url = route.upstream.config.url
+    url = route.upstream.single().config.url
     assert url is not None
     headers = await native_headers(request, route, caller)
     outgoing = modern.native_request(message)
     response: web.StreamResponse | None = None
     try:
-        async with native.relayed(route.upstream.http(), url, outgoing, headers) as upstream:
+        async with native.relayed(
+            route.upstream.single().http(), url, outgoing, headers
+        ) as upstream:
             response = web.StreamResponse(
                 status=upstream.status,
                 headers={**SSE_HEADERS, "Content-Type": upstream.content_type},

@@ -17,7 +17,7 @@ from gateway.http import forwarded
 from gateway.http.keys import ALLOWED_HOSTS, METRICS, SETTINGS, TRUSTED_PROXIES
 from gateway.http.sse import STARTED as STREAMING
 from gateway.observability.logs import printable
-from gateway.observability.metrics import request_outcome
+from gateway.observability.outcomes import request_outcome
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import (
     INTERNAL_ERROR,

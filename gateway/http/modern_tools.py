@@ -111,7 +111,8 @@ async def _answer(
     if native_wire:
         # The upstream does its own MRTR: a retry is a new call carrying its state.
         headers = await native_headers(request, route, caller)
-        url = route.upstream.config.url
+        upstream = route.upstream.single()  # (a route of members is bridged)
+        url = upstream.config.url
         assert url is not None
         # Under the upstream's name (`routes[].tools.rename`), in the body and its header.
         name = jsonrpc.param(decision.request, "name")
@@ -119,8 +120,8 @@ async def _answer(
         if message.method == "tools/call" and name != jsonrpc.param(message, "name"):
             outgoing = jsonrpc.with_param(outgoing, "name", name)
             headers[NAME_HEADER.lower()] = encode(str(name))
-        upstream_call = NativeCall(route.upstream, url, outgoing, headers)
-        upstream_call.spans = route.upstream.spans
+        upstream_call = NativeCall(upstream, url, outgoing, headers)
+        upstream_call.spans = upstream.spans
         upstream_call.start()
     elif decision.retry:
         try:
@@ -216,7 +217,8 @@ async def native_headers(
     """What a request on the 2026-07-28 wire carries upstream: the route's headers and
     identity, and the client's 2026-07-28 request headers."""
     client = {name.lower(): value for name, value in request.headers.items()}
-    base = await route.upstream.request_headers(forwarded_headers(request, route), caller.principal)
+    upstream = route.upstream.single()
+    base = await upstream.request_headers(forwarded_headers(request, route), caller.principal)
     return {**base, **native.request_headers(client)}
 
 
@@ -230,7 +232,7 @@ def modern_owner(route: Route, caller: admission.Caller) -> str:
 def forwarded_headers(request: web.Request, route: Route) -> dict[str, str]:
     return {
         name: value
-        for name in route.upstream.config.copied_headers
+        for name in route.upstream.copied_headers
         if (value := request.headers.get(name)) is not None
     }
 

@@ -43,7 +43,7 @@ from gateway.config import ConfigError, Settings, load_settings
 from gateway.http.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, TRACING
 from gateway.observability.audit import audit
 from gateway.route import Route, RouteInputs
-from gateway.upstream import UpstreamRoute
+from gateway.upstream import MemberRoutes, UpstreamRoute
 
 # Named as before the module moved into http/: operators filter their logs on this name.
 log = logging.getLogger("gateway.reload")
@@ -258,8 +258,8 @@ def _gauge_children(app: web.Application) -> None:
         metrics.children.labels(name).set_function(partial(_children, upstreams))
 
 
-def _children(upstreams: Sequence[UpstreamRoute]) -> int:
-    return sum(upstream.slots.running for upstream in upstreams)
+def _children(upstreams: Sequence[UpstreamRoute | MemberRoutes]) -> int:
+    return sum(upstream.children_running for upstream in upstreams)
 
 
 def _report(app: web.Application, path: str, result: ReloadResult) -> None:

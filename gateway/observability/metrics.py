@@ -18,8 +18,6 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, gene
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from gateway.observability.tally import Tallies
-from gateway.protocol import jsonrpc
-from gateway.protocol.errors import ResultTooLarge, UpstreamProtocolError, UpstreamTimeout
 from gateway.protocol.versions import GENERATIONS, LEGACY_GENERATION
 
 PREFIX = "mcp_gateway"
@@ -49,8 +47,10 @@ class Metrics:
         # Label values are bounded, so these caches are too.
         #: Labelled children by metric and label values (see `child`).
         self._children: dict[tuple[Any, ...], Any] = {}
-        #: upstream_up by route, as last set.
-        self._up: dict[str, int] = {}
+        #: upstream_up by (route, upstream), as last set.
+        self._up: dict[tuple[str, str], int] = {}
+        #: Routes of several members: their members' health sets their upstream_up.
+        self._member_routes: set[str] = set()
         r = self.registry
         p = PREFIX
         # The series every request and relayed call touches: plain numbers (see `tally`).
@@ -145,9 +145,10 @@ class Metrics:
         # What the alert rules (grafana/alerts.yml) need beside the rest.
         self.upstream_up = Gauge(
             f"{p}_upstream_up",
-            "1 while the route's upstream answered its latest call (any answer, an error one "
-            "too), 0 after it could not be reached.",
-            ["route"],
+            "1 while the upstream answered its latest call (any answer, an error one too), 0 "
+            "after it could not be reached; `upstream` is the member of a route of several, "
+            "else the route's name.",
+            ["route", "upstream"],
             registry=r,
         )
         self.child_exits = Counter(
@@ -251,11 +252,22 @@ class Metrics:
         self.requests.inc(route, generation, method, outcome)
         self.request_seconds.observe(seconds, route, generation, method)
 
-    def upstream_reached(self, route: str, reached: bool) -> None:
+    def upstream_reached(self, route: str, reached: bool, member: str | None = None) -> None:
+        """Whether the route's upstream (or its `member`) answered its latest call."""
+        if member is None:
+            if route in self._member_routes:
+                return  # (the member is not known here: `MemberHealth` tells)
+            member = route
         up = 1 if reached else 0
-        if self._up.get(route) != up:  # (a gauge's set takes a lock; it rarely changes)
-            self._up[route] = up
-            self.child(self.upstream_up, route).set(up)
+        if self._up.get((route, member)) != up:  # (a gauge's set takes a lock; rarely changes)
+            self._up[(route, member)] = up
+            self.child(self.upstream_up, route, member).set(up)
+
+    def learn_members(self, route: str, members: list[str]) -> None:
+        """A route of several `members`: each starts up, until its health says otherwise."""
+        self._member_routes.add(route)
+        for member in members:
+            self.upstream_reached(route, True, member)
 
     def child(self, metric: M, *values: str) -> M:
         """`metric.labels(*values)`, cached: for the library's metrics that change often (a
@@ -289,29 +301,3 @@ class Metrics:
             return web.Response(body=body, headers={"Content-Type": CONTENT_TYPE_LATEST})
 
         return metrics
-
-
-def request_outcome(status: int) -> str:
-    """One word for how a client request ended, from its HTTP status (0: the client left)."""
-    if status == 0:
-        return "disconnected"
-    if status < 400:
-        return "ok"
-    return "rejected" if status < 500 else "error"
-
-
-def call_outcome(answer: jsonrpc.Message | None, error: BaseException | None = None) -> str:
-    """One word for how an upstream call ended, for the `outcome` label."""
-    # An answer first: nearly every call has one, and each check of an error's type (a
-    # union made, a miss through the models' ABC check) costs more than the answer's.
-    if error is None:
-        if type(answer) is jsonrpc.Response:
-            return "tool_error" if answer.result.get("isError") is True else "ok"
-        return "jsonrpc_error" if isinstance(answer, jsonrpc.ErrorResponse) else "ok"
-    if isinstance(error, TimeoutError | UpstreamTimeout):
-        return "timeout"
-    if isinstance(error, ResultTooLarge):
-        return "too_large"
-    if isinstance(error, UpstreamProtocolError):
-        return "protocol"
-    return "connection"

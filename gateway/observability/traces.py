@@ -40,7 +40,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from gateway import __version__
 from gateway.config import TracingConfig
-from gateway.observability.metrics import Metrics, call_outcome, request_outcome
+from gateway.observability.metrics import Metrics
+from gateway.observability.outcomes import call_outcome, request_outcome
 from gateway.protocol import jsonrpc
 from gateway.protocol.jsonrpc import Answer
 

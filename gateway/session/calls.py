@@ -20,14 +20,14 @@ from typing import Any
 
 from gateway.aio import TaskSet
 from gateway.observability.logs import printable
-from gateway.observability.metrics import call_outcome
+from gateway.observability.outcomes import call_outcome
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INTERNAL_ERROR, GatewayError
 from gateway.route import Route
 from gateway.session.question import OnInput
 from gateway.session.streams import EventStream
 from gateway.tasks.models import Task
-from gateway.upstream import Answer, CallLimit, UpstreamClient
+from gateway.upstream import Answer, CallLimit, UpstreamSession
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class InFlight:
 class Calls:
     """The calls in flight toward one session's upstream."""
 
-    def __init__(self, route: Route, upstream: UpstreamClient, tasks: TaskSet, tag: str) -> None:
+    def __init__(self, route: Route, upstream: UpstreamSession, tasks: TaskSet, tag: str) -> None:
         self._route = route
         self._upstream = upstream
         self._tasks = tasks

@@ -17,7 +17,7 @@ from gateway.protocol.errors import GatewayError, UpstreamTimeout
 from gateway.protocol.questions import related_to_task
 from gateway.route import Route
 from gateway.session.streams import EventStream, Streams
-from gateway.upstream import Answer, UpstreamClient
+from gateway.upstream import Answer, UpstreamSession
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ class Delivery:
 class Replies:
     """Answers to the upstream's requests, sent on the session's upstream connection."""
 
-    def __init__(self, route: Route, upstream: UpstreamClient, tasks: TaskSet, tag: str) -> None:
+    def __init__(self, route: Route, upstream: UpstreamSession, tasks: TaskSet, tag: str) -> None:
         self._route = route
         self._upstream = upstream
         self._tasks = tasks
@@ -99,7 +99,7 @@ class Replies:
         Raises:
             UpstreamError: it could not be sent, or not within the timeout.
         """
-        limit = self._route.upstream.config.request_timeout_seconds
+        limit = self._route.upstream.request_timeout_seconds
         try:
             async with asyncio.timeout(limit):
                 await self._upstream.notify(answer)

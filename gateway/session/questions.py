@@ -34,7 +34,7 @@ from gateway.session.stored_questions import Settle, SharedQuestions, StoredRela
 from gateway.session.streams import EventStream, Streams
 from gateway.tasks.inputs import TaskInputs, stored_id
 from gateway.tasks.models import InputRequest
-from gateway.upstream import Answer, UpstreamClient
+from gateway.upstream import Answer, UpstreamSession
 
 log = logging.getLogger(__name__)
 
@@ -48,7 +48,7 @@ class Questions:
     def __init__(
         self,
         route: Route,
-        upstream: UpstreamClient,
+        upstream: UpstreamSession,
         streams: Streams,
         tasks: TaskSet,
         calling: Callable[[str], bool],

@@ -43,7 +43,7 @@ class SessionRecords:
 
     def portable(self, route: Route) -> bool:
         """Whether the route's sessions go on at any replica (a stdio child lives in one)."""
-        return self.shared and route.upstream.config.transport != "stdio"
+        return self.shared and route.upstream.shares_sessions
 
     async def opened(self, session: Session, initialize: jsonrpc.Request) -> None:
         """The upstream accepted the handshake: record the session durably."""

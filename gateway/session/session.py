@@ -31,7 +31,7 @@ from gateway.session.streams import EventStream, Streams
 from gateway.session.task_host import SessionTaskHost
 from gateway.tasks.inputs import TaskInputs
 from gateway.tasks.models import SessionRecord, owner_of
-from gateway.upstream import Answer, UpstreamClient
+from gateway.upstream import Answer
 
 #: The client capability each question of the upstream needs (spec: a server sends such a
 #: request only to a client that declared it).
@@ -78,12 +78,7 @@ class Session:
         self.last_seen = time.monotonic()
         self._streams = Streams(http.replay_buffer_events, self.tag)
         self._tasks = TaskSet(f"session {self.tag}")
-        self.upstream = UpstreamClient(
-            lambda sink: route.upstream.transport(sink, lambda: self.forwarded, principal),
-            route.upstream.config,
-            self,
-            route.upstream.spans,
-        )
+        self.upstream = route.upstream.client(self, lambda: self.forwarded, principal)
         self.upstream.on_reestablished = self._upstream_reestablished
         self._calls = Calls(route, self.upstream, self._tasks, self.tag)
         self._questions = Questions(

@@ -11,7 +11,8 @@ from __future__ import annotations
 import time
 
 from gateway.observability.audit import audit
-from gateway.observability.metrics import Metrics, call_outcome
+from gateway.observability.metrics import Metrics
+from gateway.observability.outcomes import call_outcome
 from gateway.protocol import jsonrpc
 from gateway.tasks.models import Task, TaskStatus, principal_of
 

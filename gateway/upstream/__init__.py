@@ -21,18 +21,19 @@ from typing import TYPE_CHECKING
 
 import aiohttp
 
-from gateway.config import RouteConfig
+from gateway.config import MemberConfig, RouteConfig, UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import GatewayError
 from gateway.protocol.jsonrpc import Answer
 from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
 from gateway.upstream.answers import CallLimit
-from gateway.upstream.base import Transport
+from gateway.upstream.base import Listener, Transport, UpstreamSession
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.generation import ModernWire
 from gateway.upstream.http1_pool import Http1Pool
 from gateway.upstream.identity import identity_for
 from gateway.upstream.legacy_sse import SseTransport
+from gateway.upstream.members import MemberRoutes
 from gateway.upstream.native import POST_HEADERS
 from gateway.upstream.stdio import ChildOwner, ChildSlots, StdioTransport
 from gateway.upstream.streamable_http import StreamableHttpTransport
@@ -40,25 +41,84 @@ from gateway.upstream.streamable_http import StreamableHttpTransport
 if TYPE_CHECKING:
     from gateway.observability.traces import UpstreamSpans
 
-__all__ = ["Answer", "CallLimit", "UpstreamClient", "UpstreamRoute"]
+__all__ = [
+    "Answer",
+    "CallLimit",
+    "MemberRoutes",
+    "UpstreamClient",
+    "UpstreamRoute",
+    "UpstreamSession",
+    "upstreams_of",
+]
+
+
+def upstreams_of(
+    route: RouteConfig, on_change: Callable[[str, bool], None] | None = None
+) -> UpstreamRoute | MemberRoutes:
+    """What `route`'s sessions share upstream: its one upstream's, or its members'
+    (`on_change` is told of each member that goes down or comes back)."""
+    if route.upstreams is None:
+        return UpstreamRoute(route)
+    return MemberRoutes(route, UpstreamRoute, on_change)
 
 
 class UpstreamRoute:
     """What a route's sessions share upstream: an HTTP connection pool or the child cap."""
 
-    def __init__(self, route: RouteConfig) -> None:
-        self.config = route.upstream
+    def __init__(self, route: RouteConfig, config: UpstreamConfig | None = None) -> None:
+        """The upstream `config` of `route` (a member's), by default its one upstream."""
+        config = config or route.single
+        self.config = config
         self.name = route.name
+        where = f"{route.name}/{config.name}" if isinstance(config, MemberConfig) else route.name
         self.max_result_bytes = route.max_result_bytes
-        self.slots = ChildSlots(route.name, route.upstream.max_children)
+        self.slots = ChildSlots(where, config.max_children)
         self._http: aiohttp.ClientSession | None = None
         self._pool: Http1Pool | None = None
         #: Built now, so an unusable signing key stops start-up.
-        self.identity = identity_for(route.name, route.upstream, self._client)
+        self.identity = identity_for(where, config, self._client)
         #: With tracing on: the span each call gets (its context goes in `_meta` and headers).
         self.spans: UpstreamSpans | None = None
         #: The wire 2026-07-28 callers reach the upstream on (`upstream.modern`).
-        self.wire = ModernWire(route.name, route.upstream, self._client, self._anonymous_headers)
+        self.wire = ModernWire(where, config, self._client, self._anonymous_headers)
+
+    def client(
+        self, listener: Listener, forwarded: Callable[[], Mapping[str, str]], principal: str | None
+    ) -> UpstreamClient:
+        """A client session toward the upstream for one session downstream (`listener`)."""
+        return UpstreamClient(
+            lambda sink: self.transport(sink, forwarded, principal),
+            self.config,
+            listener,
+            self.spans,
+        )
+
+    def single(self) -> UpstreamRoute:
+        return self
+
+    @property
+    def copied_headers(self) -> tuple[str, ...]:
+        return self.config.copied_headers
+
+    @property
+    def request_timeout_seconds(self) -> float | None:
+        return self.config.request_timeout_seconds
+
+    @property
+    def shares_sessions(self) -> bool:
+        """Whether another replica can carry on its sessions (a stdio child is this process's)."""
+        return self.config.transport != "stdio"
+
+    @property
+    def children_running(self) -> int:
+        return self.slots.running
+
+    @property
+    def children_max(self) -> float:
+        return self.config.max_children
+
+    def on_child_exit(self, callback: Callable[[], None]) -> None:
+        self.slots.on_exit = callback
 
     def _client(self) -> aiohttp.ClientSession:
         if self._http is None:

@@ -12,12 +12,15 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Protocol
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any, Protocol
 
-from gateway.protocol.jsonrpc import Message, Request, RequestId
+from gateway.protocol.jsonrpc import Answer, Message, Notification, Request, RequestId
 from gateway.upstream import unreadable
 from gateway.upstream.unreadable import Unreadable
+
+if TYPE_CHECKING:
+    from gateway.upstream.answers import CallLimit
 
 log = logging.getLogger(__name__)
 
@@ -58,6 +61,53 @@ class Listener(Protocol):
     def listening(self) -> bool:
         """True while the client reads what the upstream sends on its own (the GET stream)."""
         ...
+
+
+class UpstreamSession(Protocol):
+    """One downstream session's way upstream: an `UpstreamClient` (client), or for a route
+    of several members a `MemberSessions` (fanout) that is one to the session above."""
+
+    protocol_version: str | None
+    on_reestablished: Callable[[], None] | None
+
+    def next_id(self) -> str: ...
+
+    @property
+    def busy(self) -> bool: ...
+
+    @property
+    def session_id(self) -> str | None: ...
+
+    async def initialize(self, request: Request) -> Answer: ...
+
+    async def initialized(self, notification: Notification) -> None: ...
+
+    def restore(self, initialize: Request, initialized: Notification | None) -> None: ...
+
+    def adopt(
+        self,
+        initialize: Request,
+        initialized: Notification | None,
+        session_id: str,
+        protocol_version: str,
+    ) -> None: ...
+
+    def keep_upstream_session(self) -> None: ...
+
+    async def stream_open(self) -> None: ...
+
+    def call(
+        self,
+        request: Request,
+        *,
+        ready: bool = True,
+        bounded: bool = True,
+        limit: CallLimit | None = None,
+    ) -> Coroutine[Any, Any, Answer]: ...
+
+    async def notify(self, message: Notification | Answer) -> None: ...
+
+    async def close(self) -> None: ...
 
 
 _TRACE_FIELDS = ("traceparent", "tracestate")

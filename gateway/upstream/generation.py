@@ -37,6 +37,22 @@ RELEARN_SECONDS = 60.0
 _CLIENT_INFO = {"name": "mcp-task-gateway", "version": __version__}
 
 
+class Bridged:
+    """The wire of a route of several members: always bridged (`MemberConfig` refuses native)."""
+
+    auto = False
+    why = "a route of several members"
+
+    async def native(self) -> bool:
+        return False
+
+    def refused(self) -> None:
+        pass
+
+    def describe(self) -> tuple[str, str | None]:
+        return "bridge", None
+
+
 class ModernWire:
     """What one route's upstream is spoken to in, for 2026-07-28 callers."""
 

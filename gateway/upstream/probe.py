@@ -66,20 +66,24 @@ class _NoCaller:
         return False
 
 
-async def probe(route: RouteConfig, seconds: float) -> Reached:
-    """Initialize `route`'s upstream and list its tools, within `seconds` in all.
+async def probe(
+    route: RouteConfig, seconds: float, config: UpstreamConfig | None = None
+) -> Reached:
+    """Initialize `route`'s upstream (or its member `config`) and list its tools, within
+    `seconds` in all.
 
     Raises:
         UpstreamError: no answer (`UpstreamTimeout` past `seconds`); `UpstreamRefused` when it
             answered with an HTTP error status or an error to initialize.
         ValueError: the route's upstream signing key is unusable (the message names the key).
     """
-    upstream = UpstreamRoute(route)
+    config = config or route.single
+    upstream = UpstreamRoute(route, config)
 
     def transport(sink: UpstreamClient) -> Transport:
         return upstream.transport(sink, dict, None)
 
-    client = UpstreamClient(transport, route.upstream, _NoCaller())
+    client = UpstreamClient(transport, config, _NoCaller())
     step = "initialize"
     try:
         async with asyncio.timeout(seconds):
@@ -97,7 +101,7 @@ async def probe(route: RouteConfig, seconds: float) -> Reached:
         raise UpstreamTimeout(f"no answer to {step} within {seconds:g} s") from None
     except UpstreamError as exc:
         # The reasons quote what the HTTP client said, which may name the whole URL.
-        raise type(exc)(_without_secrets(exc.message, route.upstream)) from None
+        raise type(exc)(_without_secrets(exc.message, config)) from None
     finally:
         await client.close()  # outside the timeout: a stdio child is always stopped
         await upstream.close()

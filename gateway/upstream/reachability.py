@@ -15,6 +15,7 @@ WARNING for each upstream that does not answer. The gateway serves all the same.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from dataclasses import dataclass
 from aiohttp import web
 
 from gateway.aio import TaskSet
-from gateway.config import RouteConfig, UpstreamConfig
+from gateway.config import SEPARATOR, MemberConfig, RouteConfig, UpstreamConfig
 from gateway.protocol.curation import unmatched
 from gateway.protocol.errors import UpstreamError, UpstreamRefused
 from gateway.upstream.probe import Reached, probe
@@ -35,27 +36,66 @@ DEFAULT_TIMEOUT = 10.0
 
 @dataclass(frozen=True)
 class ProbeResult:
-    """What one route's probe came to: `reached`, or `refused` (an upstream that wants a
-    caller's credentials and got none), or else a `failure`."""
+    """What the probe of one upstream of a route came to: `reached`, or `refused` (an
+    upstream that wants a caller's credentials and got none), or else a `failure`."""
 
     route: RouteConfig
     reached: Reached | None = None
     refused: str | None = None
     failure: str | None = None
+    #: The member probed (a route of several); None for a route's one upstream.
+    member: MemberConfig | None = None
+
+    @property
+    def upstream(self) -> UpstreamConfig:
+        return self.member or self.route.single
+
+    @property
+    def where(self) -> str:
+        """The route, and the member probed: `work/search`."""
+        return self.route.name if self.member is None else f"{self.route.name}/{self.member.name}"
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The tools it listed, under the names the route's curation sees (a member's
+        qualified, MEMBER__TOOL, on a route of several)."""
+        listed = self.reached.names if self.reached is not None else ()
+        if self.member is None or len(self.route.members) == 1:
+            return listed
+        return tuple(f"{self.member.name}{SEPARATOR}{name}" for name in listed)
 
 
-async def check(route: RouteConfig, seconds: float) -> ProbeResult:
-    """Probe `route`'s upstream once; never raises for what the upstream does."""
+async def check(
+    route: RouteConfig, seconds: float, member: MemberConfig | None = None
+) -> ProbeResult:
+    """Probe `route`'s upstream (or its `member`) once; never raises for what it does."""
+    config = member or route.single
     try:
-        return ProbeResult(route, reached=await probe(route, seconds))
+        return ProbeResult(route, reached=await probe(route, seconds, config), member=member)
     except UpstreamRefused as exc:
-        if needs_caller(route.upstream):
-            return ProbeResult(route, refused=exc.message)
-        return ProbeResult(route, failure=exc.message)
+        if needs_caller(config):
+            return ProbeResult(route, refused=exc.message, member=member)
+        return ProbeResult(route, failure=exc.message, member=member)
     except UpstreamError as exc:
-        return ProbeResult(route, failure=exc.message)
+        return ProbeResult(route, failure=exc.message, member=member)
     except ValueError as exc:  # an unusable signing key, named by its key
-        return ProbeResult(route, failure=str(exc))
+        return ProbeResult(route, failure=str(exc), member=member)
+
+
+async def check_route(route: RouteConfig, seconds: float) -> list[ProbeResult]:
+    """Every upstream of `route` probed at once: its one, or each member."""
+    if route.upstreams is None:
+        return [await check(route, seconds)]
+    return list(await asyncio.gather(*(check(route, seconds, m) for m in route.upstreams)))
+
+
+def unmatched_by(results: Sequence[ProbeResult]) -> list[str]:
+    """What a route's configuration names that no tool of any of its upstreams matches
+    (`curation.unmatched`), when every upstream listed its tools (else nothing: who
+    failed may list what is named)."""
+    if not results or any(result.reached is None for result in results):
+        return []
+    return unmatched(results[0].route, [name for result in results for name in result.names])
 
 
 def needs_caller(upstream: UpstreamConfig) -> bool:
@@ -85,13 +125,22 @@ def at_start_up(
 
 
 async def _report(route: RouteConfig, seconds: float) -> None:
-    outcome = await check(route, seconds)
-    where = f"{route.upstream.transport} {route.upstream.location}"
+    results = await check_route(route, seconds)
+    for outcome in results:
+        _report_one(outcome)
+    for line in unmatched_by(results):
+        log.warning("%s", line)
+
+
+def _report_one(outcome: ProbeResult) -> None:
+    upstream = outcome.upstream
+    where = f"{upstream.transport} {upstream.location}"
+    name = outcome.where
     if outcome.reached is not None:
         reached = outcome.reached
         log.info(
             "route %s: upstream %s answered: protocol %s, %d tools; 2026-07-28 callers: %s",
-            route.name,
+            name,
             where,
             reached.protocol_version,
             reached.tools,
@@ -99,13 +148,11 @@ async def _report(route: RouteConfig, seconds: float) -> None:
             if reached.learned is None
             else f"{reached.modern} (auto: {reached.learned})",
         )
-        for line in unmatched(route, reached.names):
-            log.warning("%s", line)
     elif outcome.refused is not None:
         log.info(
             "route %s: upstream %s answered, but refuses a request without a caller (%s); "
             "its tools are listed to callers",
-            route.name,
+            name,
             where,
             outcome.refused,
         )
@@ -113,7 +160,7 @@ async def _report(route: RouteConfig, seconds: float) -> None:
         log.warning(
             "route %s: upstream %s failed its check (initialize, tools/list): %s; the gateway "
             "serves, and this route's calls fail until its upstream answers",
-            route.name,
+            name,
             where,
             outcome.failure,
         )

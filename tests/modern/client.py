@@ -36,6 +36,7 @@ async def echo(url: str, mode: str, tool: str = "echo") -> dict[str, Any]:
 
 async def ask(url: str, mode: str, action: str) -> dict[str, Any]:
     """Call the tool `action` with the one callback it needs; record what was asked."""
+    action, _, tool = action.partition(":")
     asked: list[dict[str, Any]] = []
 
     async def elicitation(_: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
@@ -60,7 +61,7 @@ async def ask(url: str, mode: str, action: str) -> dict[str, Any]:
     }[action]
     arguments = {"sample": {"prompt": "Say something."}}.get(action, {})
     async with Client(url, mode=mode, **callbacks) as client:  # type: ignore[arg-type]
-        result = await client.call_tool(action, arguments)
+        result = await client.call_tool(tool or action, arguments)
         return {
             "protocol_version": client.protocol_version,
             "asked": asked,

@@ -1,0 +1,320 @@
+"""`MemberSessions`: one client session of a route of several members, as one upstream.
+
+It holds an `UpstreamClient` per member and answers to the session above as if it were one
+(the same methods), so sessions, held sessions, tasks and questions work for every member
+unchanged. A request goes where it belongs (`routing`). Ids need no mapping on the way up
+(`next_id`'s are unique across the members); the members' questions get ids unique across
+them on the way down (`routing.Asks`). A member that fails is reported to the route's
+`MemberHealth`, which leaves it out of the lists until it answers again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+import secrets
+from collections.abc import Callable, Coroutine, Mapping
+from typing import TYPE_CHECKING, Any
+
+from gateway import __version__
+from gateway.protocol import jsonrpc
+from gateway.protocol import members as names
+from gateway.protocol.errors import (
+    UpstreamError,
+    UpstreamRefused,
+    UpstreamUnavailable,
+)
+from gateway.protocol.jsonrpc import Answer
+from gateway.upstream.answers import CallLimit
+from gateway.upstream.base import Listener
+from gateway.upstream.client import UpstreamClient
+from gateway.upstream.routing import Asks, Routing, Send
+
+if TYPE_CHECKING:
+    from gateway.upstream.members import MemberHealth
+
+log = logging.getLogger(__name__)
+
+
+class MemberSessions:
+    def __init__(
+        self,
+        route: str,
+        clients: Mapping[str, Callable[[Listener], UpstreamClient]],
+        listener: Listener,
+        health: MemberHealth,
+    ) -> None:
+        self._route = route
+        self._listener = listener
+        self._health = health
+        self._clients = {name: make(_Member(self, name)) for name, make in clients.items()}
+        self._order = list(self._clients)
+        self.naming = names.Naming(self._order)
+        self._id_prefix = f"{secrets.token_hex(8)}-"
+        self._ids = itertools.count(1)
+        #: Our requests in flight -> the member they went to (for a cancellation).
+        self._calls: dict[jsonrpc.RequestId, str] = {}
+        self._asks = Asks()
+        self._handshake: tuple[jsonrpc.Request, jsonrpc.Notification | None] | None = None
+        #: What each member offered at initialize (none known after a restart).
+        self.capabilities: dict[str, jsonrpc.JsonObject] = {}
+        #: The members whose session is open (all, after a restart: each replays on use).
+        self._up: set[str] = set()
+        self.protocol_version: str | None = None
+        self.routing = Routing(self)
+        health.watch(self)
+
+    # -- what the session above uses of an upstream client
+
+    def next_id(self) -> str:
+        return f"{self._id_prefix}{next(self._ids)}"
+
+    @property
+    def busy(self) -> bool:
+        return any(client.busy for client in self._clients.values())
+
+    @property
+    def on_reestablished(self) -> Callable[[], None] | None:
+        return None
+
+    @on_reestablished.setter
+    def on_reestablished(self, callback: Callable[[], None] | None) -> None:
+        for client in self._clients.values():
+            client.on_reestablished = callback
+
+    @property
+    def session_id(self) -> str | None:
+        """Each member's upstream session and protocol, as one string a record keeps."""
+        return names.sessions_text(
+            {
+                name: (sid, client.protocol_version)
+                for name, client in self._clients.items()
+                if (sid := client.session_id) is not None
+            }
+        )
+
+    async def initialize(self, request: jsonrpc.Request) -> Answer:
+        """Every member's handshake at once. The members that answer make the server a client
+        sees; one that does not is left out (and tried again on its next use), unless none
+        answers."""
+        self._handshake = (request, None)
+        answers = await asyncio.gather(
+            *(self._initialize(name, request) for name in self._order), return_exceptions=True
+        )
+        results: dict[str, jsonrpc.JsonObject] = {}
+        failures: list[str] = []
+        refusal: jsonrpc.ErrorResponse | None = None
+        for name, answer in zip(self._order, answers, strict=True):
+            if isinstance(answer, jsonrpc.Response):
+                results[name] = answer.result
+                continue
+            if isinstance(answer, BaseException) and not isinstance(answer, UpstreamError):
+                raise answer
+            reason = answer.message if isinstance(answer, UpstreamError) else answer.error.message
+            if isinstance(answer, jsonrpc.ErrorResponse):
+                refusal = refusal or jsonrpc.with_id(answer, request.id)
+            failures.append(f"member {name}: {reason}")
+            self._clients[name].restore(request, None)  # tried again on its next use
+            self._health.failed(name, reason)
+        if not results:
+            if refusal is not None:
+                return refusal
+            raise UpstreamError("no member answered initialize (" + "; ".join(failures) + ")")
+        self.capabilities = {
+            name: c if isinstance(c := r.get("capabilities"), dict) else {}
+            for name, r in results.items()
+        }
+        self._up = set(results)
+        versions = [v for r in results.values() if isinstance(v := r.get("protocolVersion"), str)]
+        # The oldest: what every member that answered speaks (revisions are dates).
+        self.protocol_version = min(versions) if versions else None
+        merged = names.merged_initialize(
+            self._route, self.protocol_version or "", results, __version__
+        )
+        return jsonrpc.Response(jsonrpc="2.0", id=request.id, result=merged)
+
+    async def _initialize(self, name: str, request: jsonrpc.Request) -> Answer:
+        answer = await self._clients[name].initialize(request)
+        if isinstance(answer, jsonrpc.Response):
+            self._health.answered(name)
+        return answer
+
+    async def initialized(self, notification: jsonrpc.Notification) -> None:
+        if self._handshake is not None:
+            self._handshake = (self._handshake[0], notification)
+        for name, client in self._clients.items():
+            if name not in self._up and self._handshake is not None:
+                client.restore(self._handshake[0], notification)  # (it did not answer)
+                continue
+            try:
+                await client.initialized(notification)
+            except UpstreamError as exc:
+                self._health.failed(name, exc.message)
+
+    def restore(
+        self, initialize: jsonrpc.Request, initialized: jsonrpc.Notification | None
+    ) -> None:
+        self._handshake = (initialize, initialized)
+        self._up = set(self._clients)
+        for client in self._clients.values():
+            client.restore(initialize, initialized)
+
+    def adopt(
+        self,
+        initialize: jsonrpc.Request,
+        initialized: jsonrpc.Notification | None,
+        session_id: str,
+        protocol_version: str,
+    ) -> None:
+        """Each member's upstream session another replica opened (`session_id`), carried on."""
+        self._handshake = (initialize, initialized)
+        self._up = set(self._clients)
+        self.protocol_version = protocol_version
+        ids = names.read_sessions(session_id)
+        for name, client in self._clients.items():
+            if name in ids:
+                client.adopt(initialize, initialized, *ids[name])
+            else:
+                client.restore(initialize, initialized)
+
+    def keep_upstream_session(self) -> None:
+        for client in self._clients.values():
+            client.keep_upstream_session()
+
+    async def stream_open(self) -> None:
+        await asyncio.gather(
+            *(c.stream_open() for n, c in self._clients.items() if n in self._up),
+            return_exceptions=True,
+        )
+
+    async def close(self) -> None:
+        self._health.unwatch(self)
+        await asyncio.gather(*(client.close() for client in self._clients.values()))
+
+    # -- requests
+
+    def call(
+        self,
+        request: jsonrpc.Request,
+        *,
+        ready: bool = True,
+        bounded: bool = True,
+        limit: CallLimit | None = None,
+    ) -> Coroutine[Any, Any, Answer]:
+        """A request to the member it belongs to (`routing`)."""
+        return self.routing.call(request, Send(ready, bounded, limit))
+
+    async def forward(self, member: str, request: jsonrpc.Request, send: Send) -> Answer:
+        """`request` to `member`. Raises UpstreamError naming the member."""
+        client = self._clients[member]
+        self._calls[request.id] = member
+        try:
+            answer = await client.call(
+                request, ready=send.ready, bounded=send.bounded, limit=send.limit
+            )
+        except UpstreamError as exc:
+            if _gone(exc):
+                self._health.failed(member, exc.message)
+            raise type(exc)(f"member {member}: {exc.message}") from None
+        finally:
+            self._calls.pop(request.id, None)
+        self._up.add(member)
+        self._health.answered(member)
+        return answer
+
+    def offering(self, capability: str) -> list[str]:
+        """The members that offer `capability`, in the route's order (with those whose
+        capabilities are not known: after a restart, or down at initialize)."""
+        known = self.capabilities
+        return [
+            n for n in self._order if n not in known or isinstance(known[n].get(capability), dict)
+        ]
+
+    def member_order(self) -> list[str]:
+        return self._order
+
+    def up_members(self) -> list[str]:
+        """The members whose session is open, in the route's order."""
+        return [n for n in self._order if n in self._up]
+
+    def listed(self, member: str) -> bool:
+        """Whether lists ask `member` now (not while it is down and not yet due a retry)."""
+        return self._health.listed(member)
+
+    # -- notifications and answers from the client
+
+    async def notify(self, message: jsonrpc.Notification | Answer) -> None:
+        if isinstance(message, jsonrpc.Notification):
+            if message.method == "notifications/cancelled":
+                target = jsonrpc.param(message, "requestId")
+                member = self._calls.get(target) if jsonrpc.is_request_id(target) else None
+                if member is not None:
+                    await self._clients[member].notify(message)
+                return
+            for name, client in self._clients.items():
+                if name in self._up:
+                    try:
+                        await client.notify(message)
+                    except UpstreamError as exc:
+                        if _gone(exc):
+                            self._health.failed(name, exc.message)
+            return
+        answered = self._asks.answered(message)
+        if answered is not None:  # (else it answers no question of a member's)
+            await self._clients[answered[0]].notify(answered[1])
+
+    # -- from the members
+
+    def from_member(
+        self, member: str, message: jsonrpc.Message, related: jsonrpc.RequestId | None
+    ) -> None:
+        if isinstance(message, jsonrpc.Request):
+            message = self._asks.asked(member, message, f"{member}:{self.next_id()}")
+        elif (
+            isinstance(message, jsonrpc.Notification)
+            and message.method == "notifications/cancelled"
+        ):
+            withdrawn = self._asks.withdrawn(member, message)
+            if withdrawn is None:
+                return  # cancels nothing the session was told of
+            message = withdrawn
+        self._listener.on_server_message(message, related)
+
+    def changed(self) -> None:
+        """A member went down or came back: the route's lists changed."""
+        for key in ("tools", "prompts", "resources"):
+            if self.offering(key):
+                method = f"notifications/{key}/list_changed"
+                self._listener.on_server_message(
+                    jsonrpc.Notification(jsonrpc="2.0", method=method), None
+                )
+
+
+def _gone(exc: UpstreamError) -> bool:
+    """Whether a failure says the member is not there (a refusal, a timeout or an answer too
+    large says it is)."""
+    return isinstance(exc, UpstreamUnavailable) and not isinstance(exc, UpstreamRefused)
+
+
+class _Member:
+    """The `Listener` of one member's client: what it sends goes through the sessions."""
+
+    def __init__(self, sessions: MemberSessions, name: str) -> None:
+        self._sessions, self._name = sessions, name
+
+    def on_server_message(
+        self, message: jsonrpc.Message, related: jsonrpc.RequestId | None
+    ) -> None:
+        self._sessions.from_member(self._name, message, related)
+
+    def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
+        self._sessions._listener.on_stream(related, interrupted)
+
+    @property
+    def busy(self) -> bool:
+        return self._sessions._listener.busy
+
+    @property
+    def listening(self) -> bool:
+        return self._sessions._listener.listening

@@ -1,0 +1,236 @@
+"""A route of several members (`routes[].upstreams`): one server to clients, made of three real
+ones with overlapping tool names (mcp 2.3's MCPServer and mcp 1.30's FastMCP over Streamable
+HTTP, and mcp 2.3's stdio server as a child), driven by the real clients of both generations.
+
+What the spec asks of the one server a client sees (2025-11-25, server/tools): "Tool names
+SHOULD be unique within a server", which MEMBER__TOOL keeps across members; tools/list
+"supports pagination", and a client follows `nextCursor` until it is absent.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import aiohttp
+import pytest
+from mcp import types
+from mcp.shared.exceptions import McpError
+
+from gateway.config import ConfigError, parse_settings
+from gateway.protocol.errors import INVALID_PARAMS
+
+from .conftest import ROOT, StartGateway, free_port, mcp_client, wait_for_port
+from .helpers import MCP2_PYTHON, needs_mcp2, open_session, rpc, text, wait_terminal
+from .test_modern_clients import modern_client
+
+pytestmark = needs_mcp2
+
+
+def members(py2: str, sdk: str, **extra: Any) -> list[dict[str, Any]]:
+    stdio = {
+        "name": "local",
+        "transport": "stdio",
+        "command": [str(MCP2_PYTHON), str(ROOT / "tests" / "mcp2_upstream.py"), "--stdio"],
+    }
+    return [
+        {
+            "name": "work",
+            "upstreams": [
+                {"name": "py2", "transport": "streamable_http", "url": py2},
+                {"name": "sdk", "transport": "streamable_http", "url": sdk},
+                stdio,
+            ],
+            "auth": {"list_tasks_without_auth": True},
+            **extra,
+        }
+    ]
+
+
+class Member:
+    """An mcp 2.3 member of a test's own, to kill and start again on its port."""
+
+    def __init__(self) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}/mcp"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        command = [str(MCP2_PYTHON), str(ROOT / "tests" / "mcp2_upstream.py"), str(self.port)]
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        wait_for_port(self.port, self.proc)
+
+    def kill(self) -> None:
+        if self.proc is not None:
+            self.proc.kill()
+            self.proc.wait(10)
+            self.proc = None
+
+
+@pytest.fixture
+def own_member() -> Iterator[Member]:
+    member = Member()
+    member.start()
+    yield member
+    member.kill()
+
+
+async def test_a_2025_client_sees_one_server_with_every_members_tools(
+    start_gateway: StartGateway, mcp2_upstream: str, sdk_upstream: str
+) -> None:
+    url = f"{await start_gateway(members(mcp2_upstream, sdk_upstream))}/work/mcp"
+    async with mcp_client(url) as client:
+        names = [tool.name for tool in (await client.list_tools()).tools]
+        said = {
+            member: text(await client.call_tool(f"{member}__echo", {"text": f"to {member}"}))
+            for member in ("py2", "sdk", "local")
+        }
+    for member in ("py2", "sdk", "local"):
+        assert {f"{member}__echo", f"{member}__slow", f"{member}__ask"} <= set(names)
+    assert "sdk__lookup" in names and "py2__lookup" not in names
+    assert len(names) == len(set(names))
+    assert said == {m: f"to {m}" for m in ("py2", "sdk", "local")}
+
+
+async def test_a_task_per_member_with_progress_and_a_question(
+    start_gateway: StartGateway, mcp2_upstream: str, sdk_upstream: str
+) -> None:
+    url = f"{await start_gateway(members(mcp2_upstream, sdk_upstream))}/work/mcp"
+
+    async def elicit(_: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    seen: list[float] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        seen.append(progress)
+
+    async with mcp_client(url, elicitation_callback=elicit) as client:
+        slow = {
+            "py2": {"text": "slow py2", "seconds": 0.3, "steps": 3},
+            "local": {"text": "slow local", "seconds": 0.3, "steps": 3},
+        }
+        results = {}
+        for member, arguments in slow.items():
+            created = await client.experimental.call_tool_as_task(f"{member}__slow", arguments)
+            task = await wait_terminal(client, created.task.taskId)
+            assert task.status == "completed", task
+            result = await client.experimental.get_task_result(
+                created.task.taskId, types.CallToolResult
+            )
+            results[member] = text(result)
+        # A question asked mid-call by a member reaches the client, and its answer the member.
+        plain = await client.call_tool(
+            "py2__slow", {"text": "p", "steps": 2}, progress_callback=on_progress
+        )
+        asked = await client.call_tool("local__ask", {"text": "!"})
+        sdk_asked = await client.call_tool("sdk__ask", {})
+    assert results == {"py2": "slow py2", "local": "slow local"}
+    assert text(plain) == "p" and seen == [1.0, 2.0]
+    assert text(asked) == "Hello, Ada!!"
+    assert "Ada" in text(sdk_asked)
+
+
+async def test_cancelling_a_members_task(
+    start_gateway: StartGateway, mcp2_upstream: str, sdk_upstream: str
+) -> None:
+    url = f"{await start_gateway(members(mcp2_upstream, sdk_upstream))}/work/mcp"
+    async with mcp_client(url) as client:
+        created = await client.experimental.call_tool_as_task(
+            "sdk__slow", {"steps": 50, "text": "never"}
+        )
+        await client.experimental.cancel_task(created.task.taskId)
+        task = await wait_terminal(client, created.task.taskId)
+    assert task.status == "cancelled"
+
+
+async def test_unknown_and_unqualified_names_are_unknown_tools(
+    start_gateway: StartGateway, mcp2_upstream: str, sdk_upstream: str
+) -> None:
+    url = f"{await start_gateway(members(mcp2_upstream, sdk_upstream))}/work/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, url)
+        for i, name in enumerate(["echo", "nobody__echo", "py2__", "__echo"]):
+            answer = await rpc(http, url, session_id, "tools/call", {"name": name}, i + 2)
+            assert answer["error"]["code"] == INVALID_PARAMS, answer
+            assert answer["error"]["message"] == f"Unknown tool: {name}"
+
+
+async def test_curation_names_tools_as_clients_see_them(
+    start_gateway: StartGateway, mcp2_upstream: str, sdk_upstream: str
+) -> None:
+    tools = {
+        "allow": ["py2__*", "sdk__echo", "say"],  # globs see the client's names
+        "deny": ["py2__ask"],
+        "rename": {"local__echo": "say"},
+    }
+    routes = members(mcp2_upstream, sdk_upstream, tools=tools)
+    url = f"{await start_gateway(routes)}/work/mcp"
+    async with mcp_client(url) as client:
+        names = sorted(tool.name for tool in (await client.list_tools()).tools)
+        said = text(await client.call_tool("say", {"text": "renamed"}))
+        with pytest.raises(McpError):
+            await client.call_tool("py2__ask", {})
+    assert names == ["py2__echo", "py2__slow", "say", "sdk__echo"]
+    assert said == "renamed"
+
+
+async def test_the_mcp_2_3_client_on_both_generations(
+    start_gateway: StartGateway, mcp2_upstream: str, sdk_upstream: str
+) -> None:
+    url = f"{await start_gateway(members(mcp2_upstream, sdk_upstream))}/work/mcp"
+    for mode in ("legacy", "2026-07-28"):
+        # The client runs in a child (another venv), beside the gateway on this loop.
+        result = await asyncio.to_thread(modern_client, url, mode, "echo:local__echo")
+        assert result["echo"][0]["text"] == "modern", (mode, result)
+        assert {"py2__echo", "sdk__echo", "local__echo"} <= set(result["tools"])
+        asked = await asyncio.to_thread(modern_client, url, mode, "ask:py2__ask")
+        assert "mcp-2.3" in str(asked["content"]), (mode, asked)
+
+
+async def test_a_member_killed_drops_out_and_comes_back(
+    start_gateway: StartGateway, sdk_upstream: str, own_member: Member
+) -> None:
+    url = f"{await start_gateway(members(own_member.url, sdk_upstream))}/work/mcp"
+    async with mcp_client(url) as client:
+        assert "py2__echo" in [t.name for t in (await client.list_tools()).tools]
+        own_member.kill()
+        with pytest.raises(McpError) as failed:
+            await client.call_tool("py2__echo", {"text": "x"})
+        assert "member py2" in failed.value.error.message
+        names = [t.name for t in (await client.list_tools()).tools]
+        assert "py2__echo" not in names and "sdk__echo" in names
+        assert text(await client.call_tool("sdk__echo", {"text": "still"})) == "still"
+        own_member.start()
+        # A call of its tool tries it at once (a list waits RETRY_SECONDS to ask again).
+        assert text(await client.call_tool("py2__echo", {"text": "back"})) == "back"
+        assert "py2__echo" in [t.name for t in (await client.list_tools()).tools]
+
+
+def test_careless_members_are_refused_naming_the_key() -> None:
+    def parse(route: dict[str, Any]) -> None:
+        parse_settings({"routes": [{"name": "r", **route}]}, "f.yaml")
+
+    http = {"transport": "streamable_http", "url": "http://127.0.0.1:1/mcp"}
+    cases: dict[str, dict[str, Any]] = {
+        "two members are named": {"upstreams": [{"name": "a", **http}, {"name": "A", **http}]},
+        "not both": {"upstream": http, "upstreams": [{"name": "a", **http}]},
+        "upstreams[0].name: 'a__b' is not a member name": {"upstreams": [{"name": "a__b", **http}]},
+        "upstreams[0].name: '_a' is not a member name": {"upstreams": [{"name": "_a", **http}]},
+        "upstreams[0].name: 'a\\x00' is not a member name": {
+            "upstreams": [{"name": "a\x00", **http}]
+        },
+        "upstreams: Tuple should have at most 16 items": {
+            "upstreams": [{"name": f"m{i}", **http} for i in range(17)]
+        },
+        "upstreams: Tuple should have at least 1 item": {"upstreams": []},
+        "a route of several members serves 2026-07-28 callers": {
+            "upstreams": [{"name": "a", "modern": "native", **http}]
+        },
+    }
+    for expected, route in cases.items():
+        with pytest.raises(ConfigError) as raised:
+            parse(route)
+        assert expected in str(raised.value), str(raised.value)
