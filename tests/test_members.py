@@ -16,14 +16,26 @@ from typing import Any
 
 import aiohttp
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 from mcp import types
 from mcp.shared.exceptions import McpError
+from pydantic import AnyUrl
 
+from gateway.app import create_app
 from gateway.config import ConfigError, parse_settings
 from gateway.protocol.errors import INVALID_PARAMS
 
 from .conftest import ROOT, StartGateway, free_port, mcp_client, wait_for_port
-from .helpers import MCP2_PYTHON, needs_mcp2, open_session, rpc, text, wait_terminal
+from .helpers import (
+    MCP2_PYTHON,
+    needs_mcp2,
+    open_session,
+    raw_session,
+    rpc,
+    text,
+    wait_terminal,
+)
 from .test_modern_clients import modern_client
 
 pytestmark = needs_mcp2
@@ -133,6 +145,36 @@ async def test_a_task_per_member_with_progress_and_a_question(
     assert "Ada" in text(sdk_asked)
 
 
+async def test_prompts_resources_and_completions_reach_their_member(
+    start_gateway: StartGateway, mcp2_upstream: str, sdk_upstream: str
+) -> None:
+    url = f"{await start_gateway(members(mcp2_upstream, sdk_upstream))}/work/mcp"
+    async with mcp_client(url) as client:
+        prompts = [p.name for p in (await client.list_prompts()).prompts]
+        prompt = await client.get_prompt("sdk__review", {"code": "x = 1"})
+        resources = [str(r.uri) for r in (await client.list_resources()).resources]
+        templates = (await client.list_resource_templates()).resourceTemplates
+        listed = await client.read_resource(AnyUrl("demo://greeting"))
+        templated = await client.read_resource(AnyUrl("demo://items/pear"))  # listed by nobody
+        completed = await client.complete(
+            types.ResourceTemplateReference(type="ref/resource", uri="demo://items/{item}"),
+            {"name": "item", "value": "ap"},
+        )
+        with pytest.raises(McpError):  # as from each member: neither offers logging
+            await client.set_logging_level("warning")
+        with pytest.raises(McpError) as unknown:
+            await client.read_resource(AnyUrl("demo://nothing"))
+    assert "sdk__review" in prompts
+    assert "x = 1" in str(prompt.messages[0].content)
+    assert resources == ["demo://greeting"]
+    assert [t.uriTemplate for t in templates] == ["demo://items/{item}"]
+    assert listed.contents[0].text == "Hello from a resource"  # type: ignore[union-attr]
+    assert templated.contents[0].text == "item pear"  # type: ignore[union-attr]
+    assert completed.completion.values == ["apple", "apricot"]
+    # Known to no member: the first in the route's order that offers resources answers (py2).
+    assert "demo://nothing" in unknown.value.error.message
+
+
 async def test_cancelling_a_members_task(
     start_gateway: StartGateway, mcp2_upstream: str, sdk_upstream: str
 ) -> None:
@@ -190,6 +232,49 @@ async def test_the_mcp_2_3_client_on_both_generations(
         assert "mcp-2.3" in str(asked["content"]), (mode, asked)
 
 
+async def test_after_a_restart_each_members_session_carries_on(
+    make_settings: Any, mcp2_upstream: str, sdk_upstream: str
+) -> None:
+    # The session's record keeps every member's upstream session; a running task fails as
+    # on any route (its tool is not repeatable), a finished one keeps its result.
+    settings = make_settings(members(mcp2_upstream, sdk_upstream))
+    first = TestServer(create_app(settings), host="127.0.0.1")
+    await first.start_server()
+    url = str(first.make_url("/work/mcp"))
+    async with aiohttp.ClientSession() as http:
+        session_id, result = await raw_session(http, url)
+        done = await rpc(http, url, session_id, "tools/call", {**echo("sdk", "kept"), "task": {}})
+        slow = {"name": "py2__slow", "arguments": {"text": "s", "seconds": 30}, "task": {}}
+        running = await rpc(http, url, session_id, "tools/call", slow, 2)
+        done_id = done["result"]["task"]["taskId"]
+        running_id = running["result"]["task"]["taskId"]
+        await rpc(http, url, session_id, "tasks/result", {"taskId": done_id}, 3)
+    await first.close()
+
+    second = TestServer(create_app(settings), host="127.0.0.1")  # the same database file
+    await second.start_server()
+    url = str(second.make_url("/work/mcp"))
+    try:
+        async with aiohttp.ClientSession() as http:
+            kept = await rpc(http, url, session_id, "tasks/result", {"taskId": done_id}, 4)
+            lost = await rpc(http, url, session_id, "tasks/get", {"taskId": running_id}, 5)
+            again = [
+                await rpc(http, url, session_id, "tools/call", echo(m, f"again {m}"), 6 + i)
+                for i, m in enumerate(("py2", "sdk", "local"))
+            ]
+    finally:
+        await second.close()
+    assert result["serverInfo"]["name"] == "work"
+    assert kept["result"]["content"][0]["text"] == "kept"
+    assert lost["result"]["status"] == "failed"
+    texts = [answer["result"]["content"][0]["text"] for answer in again]
+    assert texts == ["again py2", "again sdk", "again local"]
+
+
+def echo(member: str, said: str) -> dict[str, Any]:
+    return {"name": f"{member}__echo", "arguments": {"text": said}}
+
+
 async def test_a_member_killed_drops_out_and_comes_back(
     start_gateway: StartGateway, sdk_upstream: str, own_member: Member
 ) -> None:
@@ -207,6 +292,76 @@ async def test_a_member_killed_drops_out_and_comes_back(
         # A call of its tool tries it at once (a list waits RETRY_SECONDS to ask again).
         assert text(await client.call_tool("py2__echo", {"text": "back"})) == "back"
         assert "py2__echo" in [t.name for t in (await client.list_tools()).tools]
+
+
+def careless_member(tools_list: Any) -> web.Application:
+    """A member that answers tools/list with `tools_list` (a result, or an error); it bends:
+    stateless, each answer on its own POST, as it exists only to be careless in one place."""
+
+    async def post(request: web.Request) -> web.Response:
+        message: dict[str, Any] = await request.json()
+        if "id" not in message:
+            return web.Response(status=202)
+        reply: dict[str, Any] = {"jsonrpc": "2.0", "id": message["id"], "result": {}}
+        if message["method"] == "initialize":
+            reply["result"] = {
+                "protocolVersion": "2025-11-25",
+                "capabilities": {"tools": {}},
+                "serverInfo": {"name": "careless", "version": "1"},
+            }
+        elif message["method"] == "tools/list":
+            reply = {"jsonrpc": "2.0", "id": message["id"], **tools_list}
+        return web.json_response(reply)
+
+    app = web.Application()
+    app.router.add_post("/mcp", post)
+    return app
+
+
+GOOD = {"name": "good", "inputSchema": {"type": "object"}}
+
+
+@pytest.mark.parametrize(
+    ("tools_list", "shown"),
+    [
+        # Items that are no tools are left out, a cursor that is no string ends its pages.
+        (
+            {"result": {"tools": [{"name": 5}, "x", {}, GOOD], "nextCursor": 12}},
+            ["odd__good"],
+        ),
+        ({"result": {"tools": "not a list"}}, []),
+        ({"error": {"code": -32603, "message": "broken"}}, []),
+        ({"result": {"tools": [{"name": "big", "description": "x" * 40_000}]}}, []),  # too large
+    ],
+)
+async def test_a_careless_members_tools_list_costs_only_its_own_tools(
+    start_gateway: StartGateway, sdk_upstream: str, tools_list: Any, shown: list[str]
+) -> None:
+    careless = TestServer(careless_member(tools_list), host="127.0.0.1")
+    await careless.start_server()
+    try:
+        route = {
+            "name": "work",
+            "max_result_bytes": 32768,
+            "upstreams": [
+                {
+                    "name": "odd",
+                    "transport": "streamable_http",
+                    "url": str(careless.make_url("/mcp")),
+                },
+                {"name": "sdk", "transport": "streamable_http", "url": sdk_upstream},
+            ],
+        }
+        url = f"{await start_gateway([route])}/work/mcp"
+        async with mcp_client(url) as client:
+            listed = await client.list_tools()
+            said = text(await client.call_tool("sdk__echo", {"text": "fine"}))
+    finally:
+        await careless.close()
+    names = [tool.name for tool in listed.tools]
+    assert [n for n in names if n.startswith("odd__")] == shown
+    assert "sdk__echo" in names and listed.nextCursor is None
+    assert said == "fine"
 
 
 def test_careless_members_are_refused_naming_the_key() -> None:

@@ -81,12 +81,13 @@ class Routing:
         member = self._uris.get(uri) if uri is not None else None
         if member is not None:
             return await sessions.forward(member, request, send)
-        answer: Answer | None = None
+        refusal: Answer | None = None
         for name in sessions.offering("resources"):
             answer = await sessions.forward(name, request, send)
             if isinstance(answer, jsonrpc.Response):
                 return answer
-        return answer or jsonrpc.error_response(
+            refusal = refusal or answer  # the first member's, as the route's order has it
+        return refusal or jsonrpc.error_response(
             request.id, LEGACY_RESOURCE_NOT_FOUND, "Resource not found", {"uri": uri}
         )
 
@@ -107,9 +108,11 @@ class Routing:
         return await self._by_uri(request, uri if isinstance(uri, str) else None, send)
 
     async def _everywhere(self, request: jsonrpc.Request, send: Send) -> Answer:
-        """A setting every member takes (`logging/setLevel`): sent to each that is up."""
+        """A setting every member takes (`logging/setLevel`): sent to each that is up and
+        offers logging (with none, to those that might, for their own answer)."""
         sessions = self._sessions
-        targets = sessions.up_members()
+        offering = sessions.offering("logging")
+        targets = [name for name in sessions.up_members() if name in offering] or offering
         answers = await asyncio.gather(
             *(sessions.forward(n, request, send) for n in targets), return_exceptions=True
         )
