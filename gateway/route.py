@@ -131,7 +131,7 @@ class Route:
         else:
             self.upstream = upstreams_of(config, partial(_member_state, metrics, config.name))
             if tracing is not None:
-                self.upstream.spans = tracing.upstream(config.name)
+                self.upstream.trace(tracing)
         if config.upstreams is not None:
             metrics.learn_members(config.name, [m.name for m in config.upstreams])
         if any(name.lower() == "authorization" for name in self.upstream.copied_headers):

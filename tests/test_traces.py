@@ -510,3 +510,22 @@ def test_the_shipped_config_documents_tracing_with_its_defaults() -> None:
     assert set(section) == set(type(tracing).model_fields)
     assert tracing.service_name == "mcp-task-gateway" and tracing.include_task_ids is False
     assert tracing.sample_ratio == 1.0 and tracing.traces_url.endswith(":4318/v1/traces")
+
+
+async def test_a_members_upstream_span_names_the_member_and_the_tool_as_clients_call_it(
+    start_traced: StartTraced, recorder: TestServer
+) -> None:
+    upstream = {"transport": "streamable_http", "url": str(recorder.make_url("/mcp"))}
+    members = [{"name": "a", **upstream}, {"name": "b", **upstream}]
+    route = {"name": "rec", "upstreams": members, "tasks": {"tools": {"a__echo": "optional"}}}
+    base, exporter = await start_traced([route])
+    url = f"{base}/rec/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, url)
+        await post(http, url, session_id, call("a__echo"))
+    upstream_span = named(exporter.get_finished_spans(), "upstream tools/call rec")
+    assert upstream_span.attributes is not None
+    assert upstream_span.attributes["mcp.upstream"] == "a"
+    assert upstream_span.attributes["gen_ai.tool.name"] == "a__echo"
+    sent = [m for m in recorder.app[RECEIVED] if m.get("method") == "tools/call"]
+    assert [m["params"]["name"] for m in sent] == ["echo"]  # the member's own name

@@ -55,6 +55,8 @@ _MAX_FIELD = 512
 ROUTE = "mcp.route"
 METHOD = "mcp.method.name"
 TOOL = "gen_ai.tool.name"
+#: The member of a route of several an upstream call went to.
+UPSTREAM = "mcp.upstream"
 OUTCOME = "mcp.outcome"
 HTTP_STATUS = "http.response.status_code"
 TASK_STATUS = "mcp.task.status"
@@ -158,13 +160,22 @@ class Tracing:
 
     # -- client spans
 
-    def upstream(self, route: str) -> UpstreamSpans:
-        return UpstreamSpans(self, route)
+    def upstream(self, route: str, member: str | None = None, prefix: str = "") -> UpstreamSpans:
+        """The spans of a route's upstream calls; of its `member`'s, on a route of several,
+        whose tool names read to clients with `prefix` (MEMBER__)."""
+        return UpstreamSpans(self, route, member, prefix)
 
-    def _start_upstream(self, route: str, request: jsonrpc.Request) -> tuple[Span, jsonrpc.Request]:
+    def _start_upstream(
+        self, spans: UpstreamSpans, request: jsonrpc.Request
+    ) -> tuple[Span, jsonrpc.Request]:
+        route = spans.route
         attributes = {ROUTE: route, METHOD: self._metrics.method(request.method)}
+        if spans.member is not None:
+            attributes[UPSTREAM] = spans.member
         if request.method == "tools/call":
-            attributes[TOOL] = self._metrics.tool(route, jsonrpc.param(request, "name"))
+            name = jsonrpc.param(request, "name")
+            shown = f"{spans.prefix}{name}" if spans.prefix and isinstance(name, str) else name
+            attributes[TOOL] = self._metrics.tool(route, shown)
         span = self._tracer.start_span(
             f"upstream {attributes[METHOD]} {route}", kind=SpanKind.CLIENT, attributes=attributes
         )
@@ -214,9 +225,9 @@ class Tracing:
 class UpstreamSpans:
     """What one route's upstream clients trace: a span per call, its context sent along."""
 
-    def __init__(self, tracing: Tracing, route: str) -> None:
+    def __init__(self, tracing: Tracing, route: str, member: str | None, prefix: str) -> None:
         self._tracing = tracing
-        self._route = route
+        self.route, self.member, self.prefix = route, member, prefix
 
     async def call(
         self, send: Callable[[jsonrpc.Request], Awaitable[Answer]], request: jsonrpc.Request
@@ -226,7 +237,7 @@ class UpstreamSpans:
         Raises:
             whatever `send` raises.
         """
-        span, request = self._tracing._start_upstream(self._route, request)
+        span, request = self._tracing._start_upstream(self, request)
         try:
             answer = await send(request)
         except asyncio.CancelledError:

@@ -39,7 +39,7 @@ from gateway.upstream.stdio import ChildOwner, ChildSlots, StdioTransport
 from gateway.upstream.streamable_http import StreamableHttpTransport
 
 if TYPE_CHECKING:
-    from gateway.observability.traces import UpstreamSpans
+    from gateway.observability.traces import Tracing, UpstreamSpans
 
 __all__ = [
     "Answer",
@@ -95,6 +95,9 @@ class UpstreamRoute:
 
     def single(self) -> UpstreamRoute:
         return self
+
+    def trace(self, tracing: Tracing) -> None:
+        self.spans = tracing.upstream(self.name)
 
     @property
     def copied_headers(self) -> tuple[str, ...]:

@@ -16,7 +16,7 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from gateway.config import RouteConfig
+from gateway.config import SEPARATOR, RouteConfig
 from gateway.observability.logs import printable
 from gateway.protocol import jsonrpc
 from gateway.protocol.members import read_sessions
@@ -26,7 +26,7 @@ from gateway.upstream.fanout import MemberSessions
 from gateway.upstream.generation import Bridged
 
 if TYPE_CHECKING:
-    from gateway.observability.traces import UpstreamSpans
+    from gateway.observability.traces import Tracing
     from gateway.upstream import UpstreamRoute
 
 log = logging.getLogger("gateway.upstream")
@@ -123,14 +123,11 @@ class MemberRoutes:
         }
         return MemberSessions(self.name, makers, listener, self.health)
 
-    @property
-    def spans(self) -> UpstreamSpans | None:
-        return next(iter(self.members.values())).spans
-
-    @spans.setter
-    def spans(self, spans: UpstreamSpans | None) -> None:
-        for member in self.members.values():
-            member.spans = spans
+    def trace(self, tracing: Tracing) -> None:
+        """Each member's calls traced under its name (`mcp.upstream`)."""
+        for name, member in self.members.items():
+            prefix = "" if len(self.members) == 1 else f"{name}{SEPARATOR}"
+            member.spans = tracing.upstream(self.name, name, prefix)
 
     @property
     def copied_headers(self) -> tuple[str, ...]:
