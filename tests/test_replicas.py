@@ -148,6 +148,35 @@ async def test_made_on_a_read_on_b_result_on_c(
     assert len(set(results)) == 1  # the same bytes on every replica
 
 
+async def test_a_route_of_members_goes_on_at_every_replica(
+    replicas_of: Any, mcp2_upstream: str, sdk_upstream: str, http: aiohttp.ClientSession
+) -> None:
+    # The session's record holds each member's upstream session, and B and C carry each on
+    # (the mcp 2.3 server is stateful: it routes each answer within the session it opened).
+    members = (
+        f"[{{name: py2, transport: streamable_http, url: {json.dumps(mcp2_upstream)}}}, "
+        f"{{name: sdk, transport: streamable_http, url: {json.dumps(sdk_upstream)}}}]"
+    )
+    group = replicas_of(f"routes:\n  - {{name: r, upstreams: {members}}}\n", lease=60)
+    a, b, c = (group.url(name, "r") for name in "abc")
+    session = await open_session(http, a)
+    task_id = await start_task(http, a, session, "sdk__slow", {"steps": 5})
+    said = [
+        await rpc(http, url, session, "tools/call", call, request_id=n)
+        for n, (url, call) in enumerate(
+            [
+                (b, {"name": "py2__echo", "arguments": {"text": "on b"}}),
+                (c, {"name": "sdk__echo", "arguments": {"text": "on c"}}),
+                (c, {"name": "py2__echo", "arguments": {"text": "on c"}}),
+            ],
+            start=10,
+        )
+    ]
+    final = await rpc(http, b, session, "tasks/result", {"taskId": task_id}, request_id=20)
+    assert [answer["result"]["content"][0]["text"] for answer in said] == ["on b", "on c", "on c"]
+    assert final["result"]["content"][0]["text"] == "5 steps done"
+
+
 async def test_a_cancel_on_b_stops_the_call_running_on_a(
     replicas_of: Any, faulty_upstream: Any, http: aiohttp.ClientSession
 ) -> None:
