@@ -133,13 +133,28 @@ async def test_a_task_per_member_with_progress_and_a_question(
                 created.task.taskId, types.CallToolResult
             )
             results[member] = text(result)
+        # A question a member asks during its task reaches the client (the mcp 1.30 pattern:
+        # tasks/result at once, the question on it), and the answer goes back to that member.
+        for member in ("py2", "sdk", "local"):
+            created = await client.experimental.call_tool_as_task(f"{member}__ask", {})
+            result = await client.experimental.get_task_result(
+                created.task.taskId, types.CallToolResult
+            )
+            results[f"{member} asked"] = text(result)
         # A question asked mid-call by a member reaches the client, and its answer the member.
         plain = await client.call_tool(
             "py2__slow", {"text": "p", "steps": 2}, progress_callback=on_progress
         )
         asked = await client.call_tool("local__ask", {"text": "!"})
         sdk_asked = await client.call_tool("sdk__ask", {})
-    assert results == {"py2": "slow py2", "local": "slow local"}
+    assert results == {
+        "py2": "slow py2",
+        "local": "slow local",
+        "py2 asked": "Hello, Ada!",
+        "sdk asked": results["sdk asked"],
+        "local asked": "Hello, Ada!",
+    }
+    assert "Ada" in results["sdk asked"]
     assert text(plain) == "p" and seen == [1.0, 2.0]
     assert text(asked) == "Hello, Ada!!"
     assert "Ada" in text(sdk_asked)
@@ -281,7 +296,11 @@ async def test_a_member_killed_drops_out_and_comes_back(
     url = f"{await start_gateway(members(own_member.url, sdk_upstream))}/work/mcp"
     async with mcp_client(url) as client:
         assert "py2__echo" in [t.name for t in (await client.list_tools()).tools]
-        own_member.kill()
+        slow = {"text": "cut", "seconds": 30, "steps": 30}
+        created = await client.experimental.call_tool_as_task("py2__slow", slow)
+        own_member.kill()  # mid-run: its task fails, naming the member
+        task = await wait_terminal(client, created.task.taskId)
+        assert task.status == "failed" and "member py2" in str(task.statusMessage), task
         with pytest.raises(McpError) as failed:
             await client.call_tool("py2__echo", {"text": "x"})
         assert "member py2" in failed.value.error.message
