@@ -41,8 +41,12 @@ class MemberHealth:
         route: str,
         on_change: Callable[[str, bool], None] | None = None,
         clock: Callable[[], float] = time.monotonic,
+        own_children: frozenset[str] = frozenset(),
     ) -> None:
         self._route = route
+        #: stdio members: each session runs a child of its own, so one that fails says
+        #: nothing of the others' (the session's call fails, and its child starts again).
+        self._own_children = own_children
         self._on_change = on_change
         self._clock = clock
         #: Members that failed -> when they last did.
@@ -63,6 +67,8 @@ class MemberHealth:
         return failed is None or self._clock() - failed >= RETRY_SECONDS
 
     def failed(self, member: str, reason: str) -> None:
+        if member in self._own_children:
+            return
         was_down = member in self._down
         self._down[member] = self._clock()
         if was_down:
@@ -110,7 +116,8 @@ class MemberRoutes:
         assert route.upstreams is not None
         self.name = route.name
         self.members = {m.name: make(route, m) for m in route.upstreams}
-        self.health = MemberHealth(route.name, on_change)
+        stdio = frozenset(m.name for m in route.upstreams if m.transport == "stdio")
+        self.health = MemberHealth(route.name, on_change, own_children=stdio)
         self.identity = _Identities(self.members)
         #: 2026-07-28 callers are served over sessions held with each member.
         self.wire = Bridged()
