@@ -27,6 +27,7 @@ from gateway.config import ConfigError, parse_settings
 from gateway.protocol.errors import INVALID_PARAMS
 
 from .conftest import ROOT, StartGateway, free_port, mcp_client, wait_for_port
+from .fakes import SEEN, recording_upstream
 from .helpers import (
     MCP2_PYTHON,
     needs_mcp2,
@@ -381,6 +382,29 @@ async def test_a_careless_members_tools_list_costs_only_its_own_tools(
     assert [n for n in names if n.startswith("odd__")] == shown
     assert "sdk__echo" in names and listed.nextCursor is None
     assert said == "fine"
+
+
+async def test_a_header_one_member_is_given_never_reaches_another(
+    start_gateway: StartGateway, recorder: TestServer
+) -> None:
+    other = TestServer(recording_upstream(), host="127.0.0.1")
+    await other.start_server()
+    try:
+        given = {"transport": "streamable_http", "url": str(recorder.make_url("/mcp"))}
+        plain = {"transport": "streamable_http", "url": str(other.make_url("/mcp"))}
+        upstreams = [{"name": "a", "forward_headers": ["X-Team"], **given}, {"name": "b", **plain}]
+        url = f"{await start_gateway([{'name': 'work', 'upstreams': upstreams}])}/work/mcp"
+        async with aiohttp.ClientSession(headers={"X-Team": "blue"}) as http:
+            session_id = await open_session(http, url)
+            for i, name in enumerate(("a__echo", "b__echo")):
+                await rpc(http, url, session_id, "tools/call", {"name": name}, i + 2)
+        teams = {
+            member: {h.get("X-Team") for h in server.app[SEEN]}
+            for member, server in (("a", recorder), ("b", other))
+        }
+    finally:
+        await other.close()
+    assert teams == {"a": {"blue"}, "b": {None}}
 
 
 def test_careless_members_are_refused_naming_the_key() -> None:

@@ -182,7 +182,14 @@ class MemberRoutes:
 def _maker(
     member: UpstreamRoute, forwarded: Callable[[], Mapping[str, str]], principal: str | None
 ) -> Callable[[Listener], UpstreamClient]:
+    # The session keeps every header any member copies: each member gets its own only, so
+    # a credential one member is given never reaches another.
+    own = frozenset(name.lower() for name in member.copied_headers)
+
+    def its_own() -> dict[str, str]:
+        return {k: v for k, v in forwarded().items() if k.lower() in own}
+
     def make(listener: Listener) -> UpstreamClient:
-        return member.client(listener, forwarded, principal)
+        return member.client(listener, its_own, principal)
 
     return make
