@@ -21,7 +21,10 @@ pool, stdio child cap, learned tool headers). The other sections (listen, store,
 shutdown, sessions, audit, metrics, tracing) are read once at start: a reload that changes
 them applies the rest and logs a WARNING naming the keys that wait for a restart. Every
 reload is logged, audited (`config_reloaded`, `config_reload_failed`: key and route names,
-never values) and counted (`mcp_gateway_config_reloads_total{outcome}`).
+never values) and counted (`mcp_gateway_config_reloads_total{outcome}`). Each route added or
+changed is then probed in the background as at start-up (`reachability.Probes`): a line for
+each of its upstreams, a WARNING for one that does not answer and for each name in its
+`tools:`, `tasks.tools`, `tasks.repeatable` or `tool_scopes` that matches no listed tool.
 """
 
 from __future__ import annotations
@@ -44,6 +47,7 @@ from gateway.http.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, T
 from gateway.observability.audit import audit
 from gateway.route import Route, RouteInputs
 from gateway.upstream import MemberRoutes, UpstreamRoute
+from gateway.upstream.reachability import Probes
 
 # Named as before the module moved into http/: operators filter their logs on this name.
 log = logging.getLogger("gateway.reload")
@@ -82,10 +86,14 @@ class Reloads:
         self.listen_overrides: dict[str, object] = {}
         self.lock = asyncio.Lock()
         self.tasks = TaskSet("reloads")
+        #: The routes a reload added or changed, probed in the background as at start-up;
+        #: the app's shutdown cancels the probes still running.
+        self.probes = Probes("reachability check after a reload")
 
     async def close(self) -> None:
         """The gateway stops (after its sessions closed): close the replaced routes."""
         await self.tasks.close()
+        await self.probes.close()
         for route in self.retired:
             await route.close()
         self.retired.clear()
@@ -108,6 +116,9 @@ async def reload(app: web.Application, path: str | Path) -> ReloadResult:
             result = _swap(app, settings, built, needs_restart)
         _gauge_children(app)
     _report(app, str(path), result)
+    if result.outcome == "applied":
+        # Never awaited: a slow or dead upstream delays no reload (see `reachability`).
+        state.probes.start(config for config in settings.routes if config.name in built)
     return result
 
 
