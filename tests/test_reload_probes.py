@@ -40,6 +40,14 @@ async def _logged(caplog: pytest.LogCaptureFixture, holds: Callable[[str], bool]
             await asyncio.sleep(0.05)
 
 
+async def _children(pid_dir: Path, count: int) -> list[int]:
+    """The pids of the probes' children, once `count` have started."""
+    async with asyncio.timeout(20):
+        while len(pids(pid_dir)) < count:  # noqa: ASYNC110 - no event to await
+            await asyncio.sleep(0.05)
+    return pids(pid_dir)
+
+
 def _lines(caplog: pytest.LogCaptureFixture, level: int) -> list[str]:
     return [r.getMessage() for r in caplog.records if r.name == "gateway" and r.levelno == level]
 
@@ -81,15 +89,18 @@ async def test_a_reload_probes_the_routes_it_adds_and_changes_and_warns_as_start
 async def test_the_reload_does_not_wait_for_its_probe_and_the_shutdown_stops_it(
     tmp_path: Path, recorder: TestServer, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """An upstream that never answers: the reload is applied at once; the probe's child
-    is stopped with the gateway, and no failure is claimed for a probe that was cut short."""
+    """An upstream that never answers: the reload is applied at once. A second reload that
+    changes the route again stops the first probe (and its child): one probe a route. The
+    last probe's child is stopped with the gateway, and no failure is claimed for a probe
+    that was cut short."""
     pid_dir = tmp_path / "pids"
     pid_dir.mkdir()
     hang = (
         "import os, pathlib, sys, time; "
         "pathlib.Path(sys.argv[1], str(os.getpid())).touch(); time.sleep(60)"
     )
-    silent = {"transport": "stdio", "command": [sys.executable, "-c", hang, str(pid_dir)]}
+    command = [sys.executable, "-c", hang, str(pid_dir)]
+    silent = {"transport": "stdio", "command": command}
     first = {"name": "first", "upstream": _recorded(recorder)}
     config = _write(tmp_path / "gateway.yaml", routes=[first])
     caplog.set_level(logging.INFO, logger="gateway")
@@ -98,10 +109,14 @@ async def test_the_reload_does_not_wait_for_its_probe_and_the_shutdown_stops_it(
         async with asyncio.timeout(5):  # the probe alone would take its 10 seconds
             result = await reload(app, config)
         assert result.added == ("silent",)
-        async with asyncio.timeout(20):
-            while not list(pid_dir.iterdir()):  # noqa: ASYNC110 - the probe's child starts
+        (first_child,) = await _children(pid_dir, 1)
+        again = {"transport": "stdio", "command": [*command, "again"]}
+        _write(config, routes=[first, {"name": "silent", "upstream": again}])
+        assert (await reload(app, config)).changed == ("silent (upstream.command)",)
+        child = next(pid for pid in await _children(pid_dir, 2) if pid != first_child)
+        async with asyncio.timeout(10):
+            while alive(first_child):  # noqa: ASYNC110 - a stopped child has no event
                 await asyncio.sleep(0.05)
-        (child,) = pids(pid_dir)
         assert alive(child)
         async with aiohttp.ClientSession() as http, http.get(f"{base}/livez") as live:
             assert live.status == 200  # the gateway serves meanwhile
