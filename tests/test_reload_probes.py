@@ -127,6 +127,29 @@ async def test_the_reload_does_not_wait_for_its_probe_and_the_shutdown_stops_it(
     assert not any(r.exc_info for r in caplog.records)
 
 
+async def test_a_reload_that_removes_a_route_stops_its_probe(
+    tmp_path: Path, recorder: TestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    pid_dir = tmp_path / "pids"
+    pid_dir.mkdir()
+    hang = "import os, pathlib, sys, time; pathlib.Path(sys.argv[1], str(os.getpid())).touch()"
+    command = [sys.executable, "-c", f"{hang}; time.sleep(60)", str(pid_dir)]
+    first = {"name": "first", "upstream": _recorded(recorder)}
+    config = _write(tmp_path / "gateway.yaml", routes=[first])
+    caplog.set_level(logging.INFO, logger="gateway")
+    async with _serving(config) as (app, _):
+        silent = {"name": "silent", "upstream": {"transport": "stdio", "command": command}}
+        _write(config, routes=[first, silent])
+        assert (await reload(app, config)).added == ("silent",)
+        (child,) = await _children(pid_dir, 1)
+        _write(config, routes=[first])
+        assert (await reload(app, config)).removed == ("silent",)
+        async with asyncio.timeout(10):
+            while alive(child):  # noqa: ASYNC110 - a stopped child has no event to await
+                await asyncio.sleep(0.05)
+    assert not any("route silent:" in line for line in _lines(caplog, logging.WARNING))
+
+
 async def test_a_probe_that_breaks_is_one_warning_line_and_the_gateway_serves_on(
     tmp_path: Path,
     recorder: TestServer,

@@ -24,7 +24,9 @@ reload is logged, audited (`config_reloaded`, `config_reload_failed`: key and ro
 never values) and counted (`mcp_gateway_config_reloads_total{outcome}`). Each route added or
 changed is then probed in the background as at start-up (`reachability.Probes`): a line for
 each of its upstreams, a WARNING for one that does not answer and for each name in its
-`tools:`, `tasks.tools`, `tasks.repeatable` or `tool_scopes` that matches no listed tool.
+`tools:`, `tasks.tools`, `tasks.repeatable` or `tool_scopes` that matches no listed tool. A
+route's earlier probe (at start-up, or an earlier reload's) still running is stopped first, as
+is a removed route's.
 """
 
 from __future__ import annotations
@@ -118,6 +120,7 @@ async def reload(app: web.Application, path: str | Path) -> ReloadResult:
     _report(app, str(path), result)
     if result.outcome == "applied":
         # Never awaited: a slow or dead upstream delays no reload (see `reachability`).
+        state.probes.stop(result.removed)
         state.probes.start(config for config in settings.routes if config.name in built)
     return result
 

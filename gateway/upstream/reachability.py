@@ -118,16 +118,25 @@ class Probes:
         self._tasks = TaskSet(name)
         self._running: dict[str, asyncio.Task[None]] = {}
 
-    def start(self, routes: Iterable[RouteConfig]) -> None:
+    def start(self, routes: Iterable[RouteConfig], seconds: float | None = None) -> None:
+        """Probe each of `routes` in the background, each upstream within `seconds` (else
+        those the probes were made with)."""
         for route in routes:
-            earlier = self._running.pop(route.name, None)
-            if earlier is not None:
-                earlier.cancel()  # (its child is stopped as the shutdown stops one)
+            self.stop([route.name])
             task = self._tasks.spawn(
-                _report(route, self.seconds), name=f"reachability of {route.name}"
+                _report(route, self.seconds if seconds is None else seconds),
+                name=f"reachability of {route.name}",
             )
             self._running[route.name] = task
             task.add_done_callback(partial(self._forget, route.name))
+
+    def stop(self, names: Iterable[str]) -> None:
+        """Cancel the probes of the routes `names` (a reload removed them), if still running;
+        their children are stopped as the shutdown stops them."""
+        for name in names:
+            earlier = self._running.pop(name, None)
+            if earlier is not None:
+                earlier.cancel()
 
     def _forget(self, name: str, task: asyncio.Task[None]) -> None:
         if self._running.get(name) is task:
@@ -140,13 +149,19 @@ class Probes:
 
 
 def at_start_up(
-    app: web.Application, routes: Sequence[RouteConfig], seconds: float = DEFAULT_TIMEOUT
+    app: web.Application,
+    routes: Sequence[RouteConfig],
+    seconds: float = DEFAULT_TIMEOUT,
+    probes: Probes | None = None,
 ) -> Callable[[], None]:
     """Returns what starts the check of `routes` in the background, to be called once the
-    port serves; the app's shutdown cancels probes still running (their children stopped)."""
-    probes = Probes("reachability check", seconds)
-    app.on_shutdown.append(probes.close)
-    return partial(probes.start, routes)
+    port serves; the app's shutdown cancels probes still running (their children stopped).
+    `probes`: those reloads use (the app then stops them), so that a reload changing a route
+    before its first probe ended stops that probe, whose lines would be of the old route."""
+    if probes is None:
+        probes = Probes("reachability check", seconds)
+        app.on_shutdown.append(probes.close)
+    return partial(probes.start, routes, seconds)
 
 
 async def _report(route: RouteConfig, seconds: float) -> None:
