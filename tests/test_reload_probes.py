@@ -1,8 +1,9 @@
-"""A reload probes each route it adds or changes in the background, as start-up does: a line
-for each upstream (each member), a WARNING for one that does not answer and for each name in
-`tools:`, `tasks.*` or `tool_scopes` that matches no listed tool. The reload never waits for a
-probe, the app's shutdown stops one still running (its stdio child too), and whatever a probe
-runs into is a WARNING line, never a traceback."""
+"""A reload probes each route it adds or changes (in its own section, not only through a
+gateway-wide auth or limit) in the background, as start-up does: a line for each upstream (each
+member), a WARNING for one that does not answer and for each name in `tools:`, `tasks.*` or
+`tool_scopes` that matches no listed tool. The reload never waits for a probe, the app's
+shutdown stops one still running (its stdio child too), and whatever a probe runs into is a
+WARNING line, never a traceback."""
 
 from __future__ import annotations
 
@@ -62,9 +63,11 @@ async def test_a_reload_probes_the_routes_it_adds_and_changes_and_warns_as_start
     async with _serving(config) as (app, _):
         members = [{"name": "live", **DEMO}, {"name": "gone", **DEAD}]
         moved = {"name": "moved", "upstreams": members, "tasks": {"tools": {"ghost": "optional"}}}
-        _write(config, routes=[kept, moved, CARELESS])
+        # A gateway-wide limit changes every route, but not what a probe would find of kept.
+        _write(config, routes=[kept, moved, CARELESS], limits={"max_ttl_ms": 60000})
         result = await reload(app, config)
-        assert result.added == ("careless",) and result.changed[0].startswith("moved (")
+        assert result.added == ("careless",) and result.changed[0] == "kept (limits.max_ttl_ms)"
+        assert result.probed == ("moved", "careless")
         await _logged(caplog, lambda log: "'spook'" in log and "route moved/live" in log)
         await _logged(caplog, lambda log: "route moved/gone" in log)
     warnings = _lines(caplog, logging.WARNING)
@@ -82,7 +85,7 @@ async def test_a_reload_probes_the_routes_it_adds_and_changes_and_warns_as_start
     infos = _lines(caplog, logging.INFO)
     assert any(line.startswith("route careless: upstream stdio") for line in infos)
     assert any(line.startswith("route moved/live: upstream stdio") for line in infos)
-    assert not any(line.startswith("route kept:") for line in warnings + infos)  # unchanged
+    assert not any(line.startswith("route kept:") for line in warnings + infos)
     assert not any(r.exc_info for r in caplog.records)
 
 

@@ -22,11 +22,10 @@ shutdown, sessions, audit, metrics, tracing) are read once at start: a reload th
 them applies the rest and logs a WARNING naming the keys that wait for a restart. Every
 reload is logged, audited (`config_reloaded`, `config_reload_failed`: key and route names,
 never values) and counted (`mcp_gateway_config_reloads_total{outcome}`). Each route added or
-changed is then probed in the background as at start-up (`reachability.Probes`): a line for
-each of its upstreams, a WARNING for one that does not answer and for each name in its
-`tools:`, `tasks.tools`, `tasks.repeatable` or `tool_scopes` that matches no listed tool. A
-route's earlier probe (at start-up, or an earlier reload's) still running is stopped first, as
-is a removed route's.
+changed in its own section is then probed in the background as at start-up (`reachability`):
+a line for each of its upstreams, a WARNING for one that does not answer and for each name in
+its `tools:`, `tasks.*` or `tool_scopes` that matches no listed tool. A route's probe still
+running (start-up's, an earlier reload's) is stopped first, as is a removed route's.
 """
 
 from __future__ import annotations
@@ -73,6 +72,8 @@ class ReloadResult:
     sections: tuple[str, ...] = ()
     #: Keys the file changes that only a restart applies; their running values stay.
     needs_restart: tuple[str, ...] = ()
+    #: The routes added, and those changed in their own section (not only auth or limits).
+    probed: tuple[str, ...] = ()
 
 
 class Reloads:
@@ -121,7 +122,7 @@ async def reload(app: web.Application, path: str | Path) -> ReloadResult:
     if result.outcome == "applied":
         # Never awaited: a slow or dead upstream delays no reload (see `reachability`).
         state.probes.stop(result.removed)
-        state.probes.start(config for config in settings.routes if config.name in built)
+        state.probes.start(config for config in settings.routes if config.name in result.probed)
     return result
 
 
@@ -232,6 +233,11 @@ def _swap(
         changed=tuple(_described(current[name], routes[name]) for name in changed),
         sections=sections,
         needs_restart=needs_restart,
+        probed=tuple(
+            name
+            for name in built
+            if name not in current or current[name].inputs.config != built[name].inputs.config
+        ),
     )
 
 
