@@ -89,9 +89,9 @@ class Reloads:
         self.listen_overrides: dict[str, object] = {}
         self.lock = asyncio.Lock()
         self.tasks = TaskSet("reloads")
-        #: The routes a reload added or changed, probed in the background as at start-up;
-        #: the app's shutdown cancels the probes still running.
-        self.probes = Probes("reachability check after a reload")
+        #: The background probes of routes: at start-up, and of those a reload adds or
+        #: changes; the app's shutdown cancels the probes still running.
+        self.probes = Probes("reachability check")
 
     async def close(self) -> None:
         """The gateway stops (after its sessions closed): close the replaced routes."""
