@@ -134,6 +134,7 @@ def create_app(
     app.cleanup_ctx.append(partial(_admin_address, sockets=admin_sockets))
     app.cleanup_ctx.append(partial(_components, clock=clock, admin_sockets=admin_sockets))
     app.on_shutdown.append(_interrupt)
+    app.on_shutdown.append(app[RELOADS].probes.close)  # a reload's probes still running
     return app
 
 

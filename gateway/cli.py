@@ -15,6 +15,7 @@ from gateway.commands import admin as admin_command
 from gateway.commands import config_check, store
 from gateway.config import ConfigError, RouteConfig, load_settings, route_auth
 from gateway.http import listen
+from gateway.http.keys import RELOADS
 from gateway.http.reload import on_sighup
 from gateway.observability import audit, logs
 from gateway.tasks.store import StoreInUse
@@ -99,7 +100,7 @@ def main(argv: list[str] | None = None) -> None:
             admin.listen.host,
         )
     log.info("configuration: %s", args.config or "built in (the same as config/gateway.yaml)")
-    check_upstreams = reachability.at_start_up(app, settings.routes)
+    check_upstreams = reachability.at_start_up(app, settings.routes, probes=app[RELOADS].probes)
 
     def started() -> None:
         """Where everything is, once the port is bound: full URLs an operator can copy."""

@@ -77,6 +77,7 @@ async def test_every_alert_evaluates_and_an_unreachable_upstream_is_caught(
             {"name": "demo", "upstream": DEMO},
             {"name": "keys", "upstream": DEMO, "auth": api_keys()},
             {"name": "dead", "upstream": dead},
+            {"name": "pair", "upstreams": [{"name": "live", **DEMO}, {"name": "gone", **dead}]},
         ]
     )
     async with (
@@ -88,6 +89,9 @@ async def test_every_alert_evaluates_and_an_unreachable_upstream_is_caught(
             await workload(base)
         async with http.post(f"{base}/dead/mcp", json=INIT, headers=headers()) as refused:
             assert refused.status == 200 and "error" in await refused.json()
+        # The live member answers the handshake; the gone one is counted down.
+        async with http.post(f"{base}/pair/mcp", json=INIT, headers=headers()) as opened:
+            assert opened.status == 200 and "result" in await opened.json()
         await wait_for_scrapes(http, api, 2)
 
         async def evaluated() -> bool:
@@ -97,13 +101,22 @@ async def test_every_alert_evaluates_and_an_unreachable_upstream_is_caught(
         async with asyncio.timeout(10):
             await poll(evaluated)
             await poll(lambda: down_alerts_for(http, api, "dead"))
+            await poll(lambda: down_alerts_for(http, api, "pair"))
         evaluated_rules = await rule_groups(http, api)
     assert {r["name"] for r in evaluated_rules} == {r["alert"] for r in rules()}
     broken = [(r["name"], r.get("lastError")) for r in evaluated_rules if r["health"] != "ok"]
     assert not broken, broken
     (down,) = [r for r in evaluated_rules if r["name"] == "McpGatewayUpstreamDown"]
-    # Pending (its `for:` is minutes), for the dead route only: the others answered.
-    assert {a["labels"]["route"] for a in down["alerts"]} == {"dead"}
+    # Pending (its `for:` is minutes), for the dead route and the gone member only: the others
+    # answered. The summary names the upstream: the member, or the route's own.
+    summaries = {
+        (a["labels"]["route"], a["labels"]["upstream"]): a["annotations"]["summary"]
+        for a in down["alerts"]
+    }
+    assert summaries == {
+        ("dead", "dead"): "Upstream dead of route dead cannot be reached",
+        ("pair", "gone"): "Upstream gone of route pair cannot be reached",
+    }
     assert all(a["labels"]["job"] == JOB for a in down["alerts"])
 
 

@@ -160,6 +160,42 @@ async def test_a_stdio_command_that_does_not_exist_is_exit_2_naming_route_and_pr
     assert SECRET not in out + err
 
 
+async def test_tools_shows_what_a_client_sees_of_what_the_upstream_or_member_lists(
+    tmp_path: Path, sdk_upstream: str
+) -> None:
+    """`seen/listed` where `tools:` curates, by member on a route of several; a route that
+    curates nothing shows the count alone."""
+    child = {"transport": "stdio", "command": ["python", STDIO_UPSTREAM]}
+    sdk = {"transport": "streamable_http", "url": sdk_upstream}
+    routes = [
+        {"name": "plain", "upstream": child},
+        {
+            "name": "curated",
+            "upstream": child,
+            "tools": {"allow": ["e*", "s*"], "deny": ["error"], "rename": {"crash": "boom"}},
+        },
+        {
+            "name": "pair",
+            "upstreams": [{"name": "local", **child}, {"name": "sdk", **sdk}],
+            "tools": {"deny": ["sdk__*"]},
+        },
+        {"name": "one", "upstreams": [{"name": "only", **child}], "tools": {"deny": ["echo"]}},
+    ]
+    config = write(tmp_path, json.dumps({"routes": routes}))  # JSON is YAML
+    code, out, err = await config_check("--config", config)
+    assert code == 0, err
+    table = rows(out)
+    assert {name: row[3] for name, row in table.items() if name != "pair/sdk"} == {
+        "plain": str(STDIO_TOOLS),
+        # echo, environment, slow, sample: error is denied, crash is boom, which no glob allows
+        "curated": f"4/{STDIO_TOOLS}",
+        "pair/local": f"{STDIO_TOOLS}/{STDIO_TOOLS}",
+        "one/only": f"{STDIO_TOOLS - 1}/{STDIO_TOOLS}",  # one member: its own names
+    }
+    seen, listed = table["pair/sdk"][3].split("/")
+    assert seen == "0" and int(listed) > 0
+
+
 async def test_an_upstream_slower_than_the_timeout_fails_it_and_its_child_is_stopped(
     tmp_path: Path,
 ) -> None:

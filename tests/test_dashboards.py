@@ -36,10 +36,19 @@ GRAFANA = ROOT / "grafana"
 DASHBOARDS = sorted((GRAFANA / "dashboards").glob("*.json"))
 METRIC_NAME = re.compile(r"\bmcp_gateway_\w+")
 ROUTE_VARIABLE = "label_values(mcp_gateway_requests_total, route)"
+#: The upstreams board's second variable: the upstreams (members) of the routes chosen.
+UPSTREAM_VARIABLE = 'label_values(mcp_gateway_upstream_up{route=~"$route"}, upstream)'
+LABEL_VALUES = re.compile(r"label_values\((?P<match>.+), (?P<label>\w+)\)")
 JOB = "mcp-task-gateway"
 KEY = "dashboards-key-0123456789"
-#: What Grafana would put in place of the variables: every configured route, a 1m window.
-SUBSTITUTIONS = {"$__rate_interval": "1m", "$__interval": "1m", "$route": "demo|keys"}
+#: What Grafana would put in place of the variables: every configured route (and upstream: a
+#: route of one upstream is named by the route), a 1m window.
+SUBSTITUTIONS = {
+    "$__rate_interval": "1m",
+    "$__interval": "1m",
+    "$route": "demo|keys",
+    "$upstream": "demo|keys",
+}
 
 
 @dataclass(frozen=True)
@@ -49,13 +58,16 @@ class PanelQuery:
     expr: str
 
     def promql(self) -> str:
-        expr = self.expr
-        for variable, value in SUBSTITUTIONS.items():
-            expr = expr.replace(variable, value)
-        return expr
+        return substituted(self.expr)
 
     def __str__(self) -> str:
         return f"{self.dashboard} / {self.panel}: {self.promql()}"
+
+
+def substituted(expr: str) -> str:
+    for variable, value in SUBSTITUTIONS.items():
+        expr = expr.replace(variable, value)
+    return expr
 
 
 def load(path: Path) -> dict[str, Any]:
@@ -104,15 +116,37 @@ def test_dashboards_have_stable_uids_a_route_variable_and_the_provisioned_dataso
     assert [path.stem for path in DASHBOARDS] == ["overview", "security", "tasks", "upstreams"]
     assert len({b["uid"] for b in boards}) == len({b["title"] for b in boards}) == 4
     for board in boards:
-        (route,) = board["templating"]["list"]
+        route, *more = board["templating"]["list"]
         assert route["name"] == "route" and route["definition"] == ROUTE_VARIABLE
-        assert route["multi"] and route["includeAll"]
-        assert route["datasource"]["uid"] == datasource["uid"]
+        assert [v["name"] for v in more] == (["upstream"] if board is boards[-1] else [])
+        for variable in (route, *more):
+            assert variable["multi"] and variable["includeAll"], variable["name"]
+            assert variable["datasource"]["uid"] == datasource["uid"], variable["name"]
         assert board["schemaVersion"] >= 36
         for panel in panels(board["panels"]):
             if panel["type"] != "row":
                 assert panel["datasource"]["uid"] == datasource["uid"], panel["title"]
                 assert panel["targets"], panel["title"]
+
+
+def test_the_upstreams_board_filters_by_upstream_and_shows_each_ones_up() -> None:
+    board = load(GRAFANA / "dashboards/upstreams.json")
+    (upstream,) = board["templating"]["list"][1:]
+    assert upstream["definition"] == upstream["query"]["query"] == UPSTREAM_VARIABLE
+    assert upstream["allValue"] == ".*" and upstream["refresh"] == 2
+    up = [
+        (panel, target["expr"])
+        for panel in panels(board["panels"])
+        for target in panel.get("targets", [])
+        if "mcp_gateway_upstream_up" in target["expr"]
+    ]
+    assert len(up) == 1
+    panel, expr = up[0]
+    assert "by (route, upstream)" in expr
+    assert 'route=~"$route"' in expr and 'upstream=~"$upstream"' in expr
+    assert panel["targets"][0]["legendFormat"] == "{{route}} / {{upstream}}"
+    # The panel every upstream's state is read from comes first.
+    assert panel["gridPos"]["y"] == 1 and panel["gridPos"]["w"] == 24
 
 
 async def test_every_metric_a_dashboard_queries_is_exported_by_the_gateway(
@@ -123,7 +157,7 @@ async def test_every_metric_a_dashboard_queries_is_exported_by_the_gateway(
         async with http.get(f"{base}/metrics") as response:
             assert response.status == 200
             exported = exported_names(await response.text())
-    exprs = [q.expr for q in panel_queries()] + [ROUTE_VARIABLE]
+    exprs = [q.expr for q in panel_queries()] + [ROUTE_VARIABLE, UPSTREAM_VARIABLE]
     used = {name for expr in exprs for name in METRIC_NAME.findall(expr)}
     assert used and sorted(used - exported) == []
 
@@ -152,7 +186,24 @@ async def test_every_panel_query_returns_values_from_prometheus_after_real_traff
                 await workload(base)
         await wait_for_scrapes(http, api, 2)
         empty = [str(q) for q in panel_queries() if not numbers(await query(http, api, q.promql()))]
+        routes = await label_values(http, api, ROUTE_VARIABLE)
+        upstreams = await label_values(http, api, UPSTREAM_VARIABLE)
     assert not empty, "panel queries without series (or only NaN):\n" + "\n".join(empty)
+    assert {"demo", "keys"} <= set(routes)
+    assert sorted(upstreams) == ["demo", "keys"]  # a route of one upstream names it by itself
+
+
+async def label_values(http: aiohttp.ClientSession, api: str, definition: str) -> list[str]:
+    """What Grafana offers for a `label_values(SELECTOR, LABEL)` variable (the route chosen
+    as in `SUBSTITUTIONS`): Prometheus's values of LABEL among the series SELECTOR matches."""
+    parsed = LABEL_VALUES.fullmatch(definition)
+    assert parsed is not None, definition
+    url = f"{api}/api/v1/label/{parsed['label']}/values"
+    async with http.get(url, params={"match[]": substituted(parsed["match"])}) as response:
+        body = await response.json()
+    assert body["status"] == "success", f"{definition}: {body}"
+    values: list[str] = body["data"]
+    return values
 
 
 def numbers(result: list[dict[str, Any]]) -> list[float]:

@@ -174,6 +174,12 @@ async def test_sighup_applies_a_rotated_key_a_route_a_limit_and_a_header_while_1
                 _config(tmp_path, port, [OLD_KEY, NEW_KEY], routes, max_ttl_ms=60000)
                 proc.send_signal(signal.SIGHUP)
                 await _reloads(http, base, "applied", 1)
+                # Probed in the background as at start-up: h (its upstream changed) and extra
+                # (added); not demo, which changed only through auth and limits. Awaited here,
+                # or the probe's request could be among those `seen` records below.
+                async with asyncio.timeout(20):
+                    while not _probed(log, h=2, extra=1):  # noqa: ASYNC110 - a log, no event
+                        await asyncio.sleep(0.05)
                 first = await _call(
                     http, demo_url, NEW_KEY, sessions[0], "tasks/get", created[0], 3
                 )
@@ -224,6 +230,13 @@ async def test_sighup_applies_a_rotated_key_a_route_a_limit_and_a_header_while_1
     reloads = [e["event"] for e in events if e["event"].startswith("config_reload")]
     assert reloads == ["config_reloaded", "config_reloaded", "config_reload_failed"]
     assert OLD_KEY not in stderr + audit and NEW_KEY not in stderr + audit
+    assert _probed(log, demo=1)  # at start-up only
+
+
+def _probed(log: Path, **times: int) -> bool:
+    """Whether each route's upstream check was logged as many `times` (route=count)."""
+    text = log.read_text()
+    return all(text.count(f"route {name}: upstream ") == n for name, n in times.items())
 
 
 async def test_reloading_twenty_thousand_api_keys_leaves_the_gateway_answering(

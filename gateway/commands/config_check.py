@@ -3,13 +3,15 @@
 The file is loaded as the gateway loads it (an error names the file and the key path; every
 unset variable a `${VAR}` or a `*_env` key names is listed, never a value), the app is built
 as the gateway builds it (key files, signing keys), then every route's upstream is probed at
-once (`reachability.check`). The table goes to stdout, one row per route:
+once (`reachability.check`). The table goes to stdout, one row per route (per member of a
+route of several, `route/member`):
 
     ROUTE  TRANSPORT  UPSTREAM  TOOLS  TASKS  MODERN
 
-(MODERN: how 2026-07-28 callers reach the upstream, `native` or `bridge`, `(auto)` when
-server/discover decided it), and what went wrong to stderr. Exit 0 when every upstream
-answered, 2 otherwise.
+(TOOLS: how many tools the upstream lists, or on a route with `tools:` curation how many of
+them a client sees, `3/8`; MODERN: how 2026-07-28 callers reach the upstream, `native` or
+`bridge`, `(auto)` when server/discover decided it), and what went wrong to stderr. Exit 0
+when every upstream answered, 2 otherwise.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ from collections.abc import Sequence
 from gateway.app import create_app
 from gateway.config import ConfigError, RouteConfig, TaskPolicy, load_settings
 from gateway.observability import logs
+from gateway.protocol.curation import Curation
 from gateway.upstream.reachability import DEFAULT_TIMEOUT, ProbeResult, check_route, unmatched_by
 
 HEADER = ("ROUTE", "TRANSPORT", "UPSTREAM", "TOOLS", "TASKS", "MODERN")
@@ -115,13 +118,23 @@ def _row(outcome: ProbeResult) -> tuple[str, ...]:
     reached = outcome.reached
     modern = "-"
     if reached is not None:
-        tools = str(reached.tools)
+        tools = _tools(outcome, reached.tools)
         modern = reached.modern if reached.learned is None else f"{reached.modern}(auto)"
     else:
         tools = "?" if outcome.refused is not None else "-"
     upstream = outcome.upstream
     location = _shown(upstream.location)
     return (outcome.where, upstream.transport, location, tools, tasks(route.tasks), modern)
+
+
+def _tools(outcome: ProbeResult, listed: int) -> str:
+    """How many tools the upstream `listed`; with curation, how many of them a client sees
+    first: `3/8` (a member's, on a route of several, by the names curation gives them)."""
+    curation = Curation(outcome.route.tools)
+    if not curation.active:
+        return str(listed)
+    seen = sum(1 for name in outcome.names if curation.client_name(name) is not None)
+    return f"{seen}/{listed}"
 
 
 def tasks(policy: TaskPolicy) -> str:

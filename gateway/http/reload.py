@@ -21,7 +21,11 @@ pool, stdio child cap, learned tool headers). The other sections (listen, store,
 shutdown, sessions, audit, metrics, tracing) are read once at start: a reload that changes
 them applies the rest and logs a WARNING naming the keys that wait for a restart. Every
 reload is logged, audited (`config_reloaded`, `config_reload_failed`: key and route names,
-never values) and counted (`mcp_gateway_config_reloads_total{outcome}`).
+never values) and counted (`mcp_gateway_config_reloads_total{outcome}`). Each route added or
+changed in its own section is then probed in the background as at start-up (`reachability`):
+a line for each of its upstreams, a WARNING for one that does not answer and for each name in
+its `tools:`, `tasks.*` or `tool_scopes` that matches no listed tool. A route's probe still
+running (start-up's, an earlier reload's) is stopped first, as is a removed route's.
 """
 
 from __future__ import annotations
@@ -44,6 +48,7 @@ from gateway.http.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, T
 from gateway.observability.audit import audit
 from gateway.route import Route, RouteInputs
 from gateway.upstream import MemberRoutes, UpstreamRoute
+from gateway.upstream.reachability import Probes
 
 # Named as before the module moved into http/: operators filter their logs on this name.
 log = logging.getLogger("gateway.reload")
@@ -67,6 +72,8 @@ class ReloadResult:
     sections: tuple[str, ...] = ()
     #: Keys the file changes that only a restart applies; their running values stay.
     needs_restart: tuple[str, ...] = ()
+    #: The routes added, and those changed in their own section (not only auth or limits).
+    probed: tuple[str, ...] = ()
 
 
 class Reloads:
@@ -82,10 +89,14 @@ class Reloads:
         self.listen_overrides: dict[str, object] = {}
         self.lock = asyncio.Lock()
         self.tasks = TaskSet("reloads")
+        #: The background probes of routes: at start-up, and of those a reload adds or
+        #: changes; the app's shutdown cancels the probes still running.
+        self.probes = Probes("reachability check")
 
     async def close(self) -> None:
         """The gateway stops (after its sessions closed): close the replaced routes."""
         await self.tasks.close()
+        await self.probes.close()
         for route in self.retired:
             await route.close()
         self.retired.clear()
@@ -108,6 +119,10 @@ async def reload(app: web.Application, path: str | Path) -> ReloadResult:
             result = _swap(app, settings, built, needs_restart)
         _gauge_children(app)
     _report(app, str(path), result)
+    if result.outcome == "applied":
+        # Never awaited: a slow or dead upstream delays no reload (see `reachability`).
+        state.probes.stop(result.removed)
+        state.probes.start(config for config in settings.routes if config.name in result.probed)
     return result
 
 
@@ -218,6 +233,11 @@ def _swap(
         changed=tuple(_described(current[name], routes[name]) for name in changed),
         sections=sections,
         needs_restart=needs_restart,
+        probed=tuple(
+            name
+            for name in built
+            if name not in current or current[name].inputs.config != built[name].inputs.config
+        ),
     )
 
 

@@ -10,20 +10,23 @@ that answers it with a refusal is there, and counted as answering.
 `at_start_up` probes every route in the background once the port serves, each with a short
 child of its own rather than one a session will use (none runs before a client comes, and a
 probe must never hold a slot of the route's `max_children`); it logs a line per route, a
-WARNING for each upstream that does not answer. The gateway serves all the same.
+WARNING for each upstream that does not answer. The gateway serves all the same. A reload
+probes each route it adds or changes the same way (`Probes`), after the swap.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
+from functools import partial
 
 from aiohttp import web
 
 from gateway.aio import TaskSet
 from gateway.config import SEPARATOR, MemberConfig, RouteConfig, UpstreamConfig
+from gateway.observability.logs import printable
 from gateway.protocol.curation import unmatched
 from gateway.protocol.errors import UpstreamError, UpstreamRefused
 from gateway.upstream.probe import Reached, probe
@@ -105,30 +108,78 @@ def needs_caller(upstream: UpstreamConfig) -> bool:
     )
 
 
+class Probes:
+    """Routes probed in the background, each logged as at start-up. A route probed again
+    before its last probe ended (two reloads in a row) stops that probe first: one probe a
+    route at most, however often the file is reloaded."""
+
+    def __init__(self, name: str, seconds: float = DEFAULT_TIMEOUT) -> None:
+        self.seconds = seconds
+        self._tasks = TaskSet(name)
+        self._running: dict[str, asyncio.Task[None]] = {}
+
+    def start(self, routes: Iterable[RouteConfig], seconds: float | None = None) -> None:
+        """Probe each of `routes` in the background, each upstream within `seconds` (else
+        those the probes were made with)."""
+        for route in routes:
+            self.stop([route.name])
+            task = self._tasks.spawn(
+                _report(route, self.seconds if seconds is None else seconds),
+                name=f"reachability of {route.name}",
+            )
+            self._running[route.name] = task
+            task.add_done_callback(partial(self._forget, route.name))
+
+    def stop(self, names: Iterable[str]) -> None:
+        """Cancel the probes of the routes `names` (a reload removed them), if still running;
+        their children are stopped as the shutdown stops them."""
+        for name in names:
+            earlier = self._running.pop(name, None)
+            if earlier is not None:
+                earlier.cancel()
+
+    def _forget(self, name: str, task: asyncio.Task[None]) -> None:
+        if self._running.get(name) is task:
+            del self._running[name]
+
+    async def close(self, app: web.Application | None = None) -> None:
+        """Cancel the probes still running (their children stopped); an `on_shutdown` hook."""
+        self._running.clear()
+        await self._tasks.close()
+
+
 def at_start_up(
-    app: web.Application, routes: Sequence[RouteConfig], seconds: float = DEFAULT_TIMEOUT
+    app: web.Application,
+    routes: Sequence[RouteConfig],
+    seconds: float = DEFAULT_TIMEOUT,
+    probes: Probes | None = None,
 ) -> Callable[[], None]:
     """Returns what starts the check of `routes` in the background, to be called once the
-    port serves; the app's shutdown cancels probes still running (their children stopped)."""
-    probes = TaskSet("reachability check")
-
-    async def stop(app: web.Application) -> None:
-        await probes.close()
-
-    app.on_shutdown.append(stop)
-
-    def start() -> None:
-        for route in routes:
-            probes.spawn(_report(route, seconds), name=f"reachability of {route.name}")
-
-    return start
+    port serves; the app's shutdown cancels probes still running (their children stopped).
+    `probes`: those reloads use (the app then stops them), so that a reload changing a route
+    before its first probe ended stops that probe, whose lines would be of the old route."""
+    if probes is None:
+        probes = Probes("reachability check", seconds)
+        app.on_shutdown.append(probes.close)
+    return partial(probes.start, routes, seconds)
 
 
 async def _report(route: RouteConfig, seconds: float) -> None:
-    results = await check_route(route, seconds)
+    """Probe `route` and log what came of it. Whatever a careless upstream or configuration
+    makes of the probe is a WARNING line, never a traceback: it runs beside a serving gateway."""
+    try:
+        results = await check_route(route, seconds)
+        lines = unmatched_by(results)
+    except Exception as exc:  # noqa: BLE001 - logged as one line, the gateway serves on
+        log.warning(
+            "route %s: its upstream check failed: %s",
+            route.name,
+            printable(f"{type(exc).__name__}: {exc}"),
+        )
+        return
     for outcome in results:
         _report_one(outcome)
-    for line in unmatched_by(results):
+    for line in lines:
         log.warning("%s", line)
 
 
