@@ -4,9 +4,10 @@ when the gateway wrote its end.
 For each task: (i) the result or error delivered equals the upstream's own answer to that call
 (`probe.Templates`), the gateway's related-task meta and `resultType` aside; (ii) it reached a
 terminal status, the one its tool implies for the reader's generation; (iii) the upstream ran
-it once, or once per attempt where the task was re-run (`task_rerun` in the audit); a cancelled
-`hang` was stopped upstream; (iv) each blocking `tasks/result` answered within the bound of the
-terminal write, and no `tasks/get` sent after that bound read a live status.
+it once, or once per attempt where the task was re-run (`task_rerun` in the audit), and no
+other upstream ran it; a cancelled `hang` was stopped upstream; (iv) each blocking
+`tasks/result` answered within the bound of the terminal write, and no `tasks/get` sent after
+that bound read a live status.
 
 The one documented exception: a task running on a gateway that was killed ends `failed` with
 REPLICA_LOST_MESSAGE, and one running on a gateway stopped with SIGTERM with SHUTDOWN_MESSAGE,
@@ -47,6 +48,7 @@ KINDS = (
     "wrong status",
     "mismatched",
     "ran twice",
+    "wrong upstream",
     "not run",
     "not stopped upstream",
     "late",
@@ -226,6 +228,9 @@ class Judge:
         starts = self.runs.starts(call.nonce)
         if starts > 1 + reruns:
             self.verdict.violate("ran twice", call, f"{starts} starts upstream, {reruns} re-runs")
+        elsewhere = self.runs.elsewhere(call.nonce, call.route)
+        if elsewhere:
+            self.verdict.violate("wrong upstream", call, f"started on {', '.join(elsewhere)}")
         upstream_answer = call.task_id is not None and call.tool != "hang" and lost is None
         if upstream_answer and starts == 0:
             self.verdict.violate("not run", call, "a result, and no run upstream")

@@ -13,8 +13,9 @@ tools' answers as the SDK shapes them. Each tool takes a `nonce`, unique per cal
 in its answer, so a result read through the gateway can be matched to the call that made it.
 Every run appends JSON lines to the file named by INTEGRITY_RUNS (`evidence.Runs` reads them):
 `start` when the tool begins, then `end` or `cancelled`, each with the JSON-RPC id and the
-upstream session the call came in. One `os.write` per line on an
-O_APPEND descriptor: lines of concurrent processes never interleave.
+upstream session the call came in, and which upstream this is (`py-http` or `py-stdio`, the
+harness's names). One `os.write` per line on an O_APPEND descriptor: lines of concurrent
+processes never interleave.
 """
 
 import json
@@ -29,6 +30,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 ERROR_CODE = -32050
+UPSTREAM = "py-stdio" if sys.argv[1:2] == ["--stdio"] else "py-http"
 _RUNS = os.open(os.environ["INTEGRITY_RUNS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
@@ -40,6 +42,7 @@ def _note(ctx: Context, nonce: str, tool: str, event: str) -> None:
     session = headers.get("mcp-session-id") if headers is not None else f"stdio:{os.getpid()}"
     line = {
         "nonce": nonce,
+        "upstream": UPSTREAM,
         "tool": tool,
         "event": event,
         "pid": os.getpid(),
