@@ -12,7 +12,10 @@ mode over Streamable HTTP (`upstream_py.py`) and as a stdio child, and the TypeS
 answers are the reference. Then two topologies: one gateway on SQLite with the three
 upstreams, and three replicas on one PostgreSQL database with the HTTP ones, the clients'
 requests spread over the replicas with no stickiness, one replica killed with SIGKILL and
-another restarted with SIGTERM mid-run. Clients of both generations (`legacy.py`,
-`modern.py`) make a random mix of calls; `checks.py` judges every one of them; `report.py`
-prints the counts. Exit status 1 on any violation.
+another restarted with SIGTERM mid-run. In each, a route per upstream and the member route
+(`routes[].upstreams`, docs/members.md) of the same upstreams, its tools called as
+MEMBER__TOOL (`py-http__slow`) in the same random workload. Clients of both generations
+(`legacy.py`, `modern.py`) make a random mix of calls; `checks.py` judges every one of them
+alike (a member's call against its member's own answers and runs); `report.py` prints the
+counts. Exit status 1 on any violation.
 """

@@ -57,7 +57,7 @@ class ModernClient:
     async def _start(self, call: Call) -> Reply | None:
         """The tools/call, and its retries while it answers with MRTR rounds (a question
         asked within the route's sync window); the reply that made the task, or None."""
-        params: JsonObj = {"name": call.tool, "arguments": call.args}
+        params: JsonObj = {"name": call.name, "arguments": call.args}
         while True:
             message = self._message(call, "tools/call", params)
             try:
@@ -80,7 +80,7 @@ class ModernClient:
             assert isinstance(result, dict)
             call.mrtr_rounds += 1
             responses = self._responses(call, result, set())
-            params = {"name": call.tool, "arguments": call.args, "inputResponses": responses}
+            params = {"name": call.name, "arguments": call.args, "inputResponses": responses}
             params["requestState"] = result.get("requestState")
 
     async def call(self, call: Call) -> None:

@@ -186,6 +186,7 @@ class Spread:
     or answers 503 (draining) is skipped."""
 
     def __init__(self, balancer: Balancer, route: str) -> None:
+        self.route = route
         self.urls = {name: f"{base}/{route}/mcp" for name, base in balancer.bases.items()}
         self._balancer = balancer
 
