@@ -6,7 +6,10 @@ caller has none. The routes are one per upstream and the member route of them al
 there is for one member's tool, drawn at random: one batch may reach several members). Each
 caller runs `depth` workers until the run's time is up, each sending batches of one to three
 calls at once on one route (in one session), the next batch when the last has ended; every
-call that outlives its deadline (its tool's time plus `grace`) is marked stuck.
+call that outlives its deadline (its tool's time plus `grace`) is marked stuck. Before the
+clock starts, every client lists its route's tools (its upstream's six, or each member's as
+MEMBER__TOOL): a protocol violation otherwise, and it opens the upstream session a 2026-07-28
+caller's calls share, whose start (a stdio child's) would otherwise eat into the run.
 """
 
 from __future__ import annotations
@@ -18,10 +21,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from tests.integrity.calls import Call, Fault, draw
+from tests.integrity.calls import WEIGHTS, Call, Fault, draw
 from tests.integrity.legacy import LegacySession
 from tests.integrity.modern import ModernClient
-from tests.integrity.procs import MEMBERS, Client, Gateway, with_members
+from tests.integrity.procs import MEMBERS, SEPARATOR, Client, Gateway, with_members
 from tests.integrity.wire import LEGACY, MODERN, Balancer, Spread
 
 #: Calls a client sends at once on one route.
@@ -74,6 +77,11 @@ async def drive(
             for caller in plan.modern
             for route in routes
         }
+        clients: list[tuple[str, LegacySession | ModernClient]] = [
+            *((route, session) for (_, route), session in sessions.items()),
+            *((route, client) for (_, route), client in moderns.items()),
+        ]
+        await asyncio.gather(*(_listed(plan, route, c, problems) for route, c in clients))
         started = time.monotonic()
         end = started + plan.seconds
 
@@ -112,6 +120,20 @@ async def drive(
             problems.extend(f"{plan.topology}: {problem}" for problem in session.problems)
             plan.list_changes += session.list_changes
     return calls
+
+
+async def _listed(
+    plan: Plan, route: str, client: LegacySession | ModernClient, problems: list[str]
+) -> None:
+    """What a client is listed before the run: each tool of the route's upstream, or on the
+    member route each member's as MEMBER__TOOL, every one once."""
+    tools = list(WEIGHTS)
+    if route == MEMBERS:
+        tools = [f"{member}{SEPARATOR}{tool}" for member in plan.upstreams for tool in tools]
+    listed = await client.tools()
+    if sorted(listed) != sorted(tools):
+        who = f"{client.caller.principal} ({type(client).__name__})"
+        problems.append(f"{plan.topology}: {route} lists {sorted(listed)} to {who}, not {tools}")
 
 
 async def _lag(end: float, lags: list[tuple[float, float]]) -> None:

@@ -30,6 +30,7 @@ from tests.integrity.wire import (
     again,
     legacy_headers,
     listen,
+    tool_names,
 )
 
 POLL_SECONDS = 0.1
@@ -83,6 +84,15 @@ class LegacySession:
         note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
         await self.spread.send(self.http, note, self._headers())
         self._listening = asyncio.ensure_future(self._listen())
+
+    async def tools(self) -> list[str]:
+        """The tools the session lists (every page)."""
+
+        async def send(params: JsonObj) -> Reply:
+            message = self._request("tools/list", params)
+            return await self.spread.send(self.http, message, self._headers())
+
+        return await tool_names(send)
 
     async def close(self) -> None:
         if self._listening is not None:

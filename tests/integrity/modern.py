@@ -28,6 +28,7 @@ from tests.integrity.wire import (
     again,
     modern_headers,
     modern_meta,
+    tool_names,
 )
 
 POLL_SECONDS = 0.1
@@ -48,6 +49,19 @@ class ModernClient:
             capabilities["elicitation"] = {}
         params = {**params, "_meta": modern_meta(capabilities)}
         return {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}
+
+    async def tools(self) -> list[str]:
+        """The tools the caller is listed (every page): before the run, this also opens the
+        upstream session the gateway holds for the caller's calls that ask nothing."""
+
+        async def send(params: JsonObj) -> Reply:
+            meta = modern_meta({"extensions": {TASKS_EXTENSION: {}}})
+            message = {"jsonrpc": "2.0", "id": next(self._ids), "method": "tools/list"}
+            message["params"] = {**params, "_meta": meta}
+            headers = modern_headers(self.caller.key, message)
+            return await self.spread.send(self.http, message, headers)
+
+        return await tool_names(send)
 
     async def _send(self, call: Call, method: str, params: JsonObj) -> Reply:
         message = self._message(call, method, params)
