@@ -129,7 +129,24 @@ class Upstreams:
     def env(self) -> dict[str, str]:
         return {**os.environ, "INTEGRITY_RUNS": str(self.runs)}
 
+    @property
+    def forks(self) -> Path:
+        """The fork server's socket: where `stdio_fork.py` gets a stdio child."""
+        return self.home / "stdio-fork.sock"
+
     def start(self) -> None:
+        command = [str(MCP2_PYTHON), str(HERE / "upstream_py.py"), "--fork-server"]
+        with (self.home / "py-stdio.log").open("ab") as log:
+            self.procs.append(
+                subprocess.Popen(
+                    [*command, str(self.forks)],
+                    cwd=ROOT,
+                    env=self.env(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                )
+            )
         commands = {
             "py-http": [str(MCP2_PYTHON), str(HERE / "upstream_py.py"), "--http"],
             "ts-http": [node(), str(HERE / "upstream_ts.mjs")],
@@ -142,11 +159,19 @@ class Upstreams:
                 )
             self.procs.append(proc)
             self.urls[name] = f"http://127.0.0.1:{ports[name]}/mcp"
-        for proc, port in zip(self.procs, ports.values(), strict=True):
+        for proc, port in zip(self.procs[1:], ports.values(), strict=True):
             wait_for_port(port, proc)
+        deadline = time.monotonic() + 30
+        while not self.forks.exists():
+            if self.procs[0].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the stdio fork server did not start ({self.home})")
+            time.sleep(0.05)
 
     def stdio_command(self) -> list[str]:
-        return [str(MCP2_PYTHON), str(HERE / "upstream_py.py"), "--stdio"]
+        """The stdio child's command: a launcher of the standard library alone (`-I -S`)
+        that gets a forked `upstream_py.py --stdio` on its pipes (`stdio_fork.py`)."""
+        launcher = str(HERE / "stdio_fork.py")
+        return [str(MCP2_PYTHON), "-I", "-S", launcher, str(self.forks)]
 
     def stop(self) -> None:
         for proc in self.procs:

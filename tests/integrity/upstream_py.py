@@ -7,6 +7,7 @@ Run under mcp 2.3 (MCP2_PYTHON in tests/helpers.py)::
 
     python tests/integrity/upstream_py.py --http PORT    # stateful Streamable HTTP at /mcp
     python tests/integrity/upstream_py.py --stdio        # one session on stdin/stdout
+    python tests/integrity/upstream_py.py --fork-server SOCKET   # --stdio children, forked
 
 The SDK's defaults everywhere: sessions (stateful), answers on an SSE stream per POST, the
 tools' answers as the SDK shapes them. Each tool takes a `nonce`, unique per call, and puts it
@@ -20,6 +21,8 @@ processes never interleave.
 
 import json
 import os
+import signal
+import socket
 import sys
 import time
 
@@ -30,7 +33,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 ERROR_CODE = -32050
-UPSTREAM = "py-stdio" if sys.argv[1:2] == ["--stdio"] else "py-http"
+UPSTREAM = "py-http" if sys.argv[1:2] == ["--http"] else "py-stdio"
 _RUNS = os.open(os.environ["INTEGRITY_RUNS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
@@ -127,10 +130,40 @@ async def hang(nonce: str, ms: int, ctx: Context) -> str:
     return f"hang:{nonce}"
 
 
+def fork_server(path: str) -> None:
+    """Serve `stdio_fork.py`: for each launcher that connects, fork a child that serves the
+    stdio server on the stdin and stdout it passed; its pid goes back to the launcher."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped as they exit
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".new")
+    listener.listen(64)
+    os.rename(path + ".new", path)  # there once it takes connections
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            _, fds, _, _ = socket.recv_fds(conn, 16, 2)
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd, target in zip(fds, (0, 1), strict=True):
+                    os.dup2(fd, target)
+                    os.close(fd)
+                try:
+                    server.run("stdio")
+                finally:
+                    os._exit(0)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(f"{pid}\n".encode())
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--stdio"]:
         server.run("stdio")
+    elif sys.argv[1:2] == ["--fork-server"] and len(sys.argv) == 3:
+        fork_server(sys.argv[2])
     elif sys.argv[1:2] == ["--http"] and len(sys.argv) == 3:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
-        sys.exit("usage: upstream_py.py --http PORT | --stdio")
+        sys.exit("usage: upstream_py.py --http PORT | --stdio | --fork-server SOCKET")
