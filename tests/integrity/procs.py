@@ -1,10 +1,11 @@
 """The processes a run needs: the real SDK servers upstream, and gateways in front of them.
 
 Upstreams: the mcp 2.3 server (`upstream_py.py`) over Streamable HTTP and as a stdio child the
-gateway starts per session, and the TypeScript SDK server (`upstream_ts.mjs`). Gateways: the
-real command (`python -m gateway --config FILE`), one on SQLite or several replicas on one
-PostgreSQL database, each with its audit lines in a file of its own (the terminal writes'
-times) and its log beside it. Everything listens on 127.0.0.1.
+gateway starts per session (forked by its fork server, `stdio_fork.py`), and the TypeScript SDK
+server (`upstream_ts.mjs`). Gateways: the real command (`python -m gateway --config FILE`), one
+on SQLite or several replicas on one PostgreSQL database, each with its audit lines in a file
+of its own (the terminal writes' times) and its log beside it, serving a route per upstream and
+the member route of them (`config_text`). Everything listens on 127.0.0.1.
 """
 
 from __future__ import annotations
