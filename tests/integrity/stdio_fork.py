@@ -19,6 +19,7 @@ import select
 import signal
 import socket
 import sys
+import time
 
 
 def main(path: str) -> int:
@@ -38,16 +39,25 @@ def main(path: str) -> int:
 
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, forward)
-    try:
-        done = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return 0
+    gone(pid)
+    return 0
+
+
+def gone(pid: int) -> None:
+    """Returns once `pid` has exited (the fork server, its parent, reaps it at once)."""
+    if hasattr(os, "pidfd_open"):  # Linux
+        try:
+            done = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return
+        select.select([done], [], [])  # (retried after a signal's handler, PEP 475)
+        return
     while True:
         try:
-            if select.select([done], [], [])[0]:
-                return 0
-        except InterruptedError:
-            continue
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return
+        time.sleep(0.05)
 
 
 if __name__ == "__main__":
