@@ -86,6 +86,8 @@ def arguments(argv: list[str]) -> argparse.Namespace:
 
 #: topology -> the share of the machine's CPU time that was busy while its clients ran.
 busy: dict[str, float] = {}
+#: topology -> list_changed notifications on the member route (a member left the lists).
+list_changes: dict[str, int] = {}
 
 
 def _busy(before: tuple[int, int], after: tuple[int, int]) -> float:
@@ -122,7 +124,7 @@ async def one(
     config = procs.config_text(
         port, store, home / "one" / "audit.jsonl", upstreams, procs.ALL_ROUTES, callers, ()
     )
-    gateway = procs.Gateway("gw", home / "one", config, port, args.gateway)
+    gateway = procs.Gateway("gw", home / "one", config, port, args.gateway, procs.ALL_ROUTES)
     plan = Plan(
         "one",
         {"gw": gateway},
@@ -134,10 +136,11 @@ async def one(
         grace=20.0,
     )
     try:
-        gateway.start(procs.ALL_ROUTES)
+        gateway.start()
         before = procs.cpu_times()
         calls = await drive(plan, rng, [], lags, problems)
         busy["one"] = _busy(before, procs.cpu_times())
+        list_changes["one"] = plan.list_changes
         await asyncio.sleep(SETTLE_SECONDS)
     finally:
         gateway.stop()
@@ -167,8 +170,8 @@ async def replicas(
             config = procs.config_text(
                 port, store, audit, upstreams, routes, callers, procs.REPEATABLE
             )
-            gateways[name] = procs.Gateway(name, home / name, config, port, args.gateway)
-            gateways[name].start(routes)
+            gateways[name] = procs.Gateway(name, home / name, config, port, args.gateway, routes)
+            gateways[name].start()
         plan = Plan(
             "replicas",
             gateways,
@@ -183,6 +186,7 @@ async def replicas(
         before = procs.cpu_times()
         calls = await drive(plan, rng, faults, lags, problems)
         busy["replicas"] = _busy(before, procs.cpu_times())
+        list_changes["replicas"] = plan.list_changes
         await asyncio.sleep(SETTLE_SECONDS)
     finally:
         procs.stop_all(list(gateways.values()))
@@ -241,6 +245,7 @@ async def run(args: argparse.Namespace, home: Path) -> int:
     print("\n".join(lines(verdict, bounds)))
     for topology in ended:
         share = f"; the machine's CPU {busy.get(topology, 0):.0%} busy while it ran"
+        share += f"; list_changed on the member route: {list_changes.get(topology, 0)}"
         print(f"{topology}: {loop_lag([lag for _, lag in lags[topology]])}{share}")
     cores = os.cpu_count()
     print(f"load average (1 min): {loads[0]:.1f} at start, {loads[1]:.1f} at end; {cores} cores")

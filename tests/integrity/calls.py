@@ -1,7 +1,8 @@
 """One call of the mix, and what its client saw of it: the record every check reads.
 
-A call is a tool, its arguments (with a `nonce` no other call has), the route (upstream) and
-the generation of the client that makes it. The client fills in what it saw: the task id and
+A call is a tool, its arguments (with a `nonce` no other call has), the route and the
+generation of the client that makes it; on the member route, also the member (upstream) it is
+for, its tool called as MEMBER__TOOL. The client fills in what it saw: the task id and
 the gateway that made the task, every `tasks/get` it sent (when, and the status it read), each
 `tasks/result` that answered (sent, arrived), the delivered result or error, the final status,
 and any protocol surprise on the way (`problems`).
@@ -13,6 +14,8 @@ import random
 import secrets
 from dataclasses import dataclass, field
 from typing import Any
+
+from tests.integrity.procs import SEPARATOR
 
 JsonObj = dict[str, Any]
 
@@ -58,6 +61,8 @@ class Call:
     topology: str
     client: str
     args: JsonObj
+    #: On the member route: the member (an upstream) whose tool it calls.
+    member: str | None = None
     #: 2025-11-25: wait on tasks/result at once ("block") or poll tasks/get ("poll").
     mode: str = "block"
     #: hang: seconds after the task's creation that the client cancels it.
@@ -96,8 +101,23 @@ class Call:
     def nonce(self) -> str:
         return str(self.args["nonce"])
 
+    @property
+    def upstream(self) -> str:
+        """The upstream that must run it (its answers are the reference)."""
+        return self.member or self.route
+
+    @property
+    def name(self) -> str:
+        """The tool's name as the client calls it."""
+        return f"{self.member}{SEPARATOR}{self.tool}" if self.member else self.tool
+
+    @property
+    def where(self) -> str:
+        """The route, and the member: `members/py-http`."""
+        return f"{self.route}/{self.member}" if self.member else self.route
+
     def label(self) -> str:
-        return f"{self.topology}/{self.generation}/{self.route}/{self.tool} {self.nonce}"
+        return f"{self.topology}/{self.generation}/{self.where}/{self.tool} {self.nonce}"
 
     def budget(self) -> float:
         """Seconds the tool works upstream (hang: until its cancel)."""
@@ -107,9 +127,15 @@ class Call:
 
 
 def draw(
-    rng: random.Random, topology: str, generation: str, client: str, routes: tuple[str, ...]
+    rng: random.Random,
+    topology: str,
+    generation: str,
+    client: str,
+    routes: tuple[str, ...],
+    members: tuple[str, ...] = (),
 ) -> Call:
-    """A call of the mix: tool and route at random, its timings drawn too."""
+    """A call of the mix: tool and route at random, its timings drawn too; on a route of
+    `members`, which member's tool too."""
     tool = rng.choices(list(WEIGHTS), weights=list(WEIGHTS.values()))[0]
     args: JsonObj = {"nonce": nonce()}
     if tool == "slow":
@@ -118,6 +144,8 @@ def draw(
     elif tool == "hang":
         args["ms"] = HANG_MS
     call = Call(tool, rng.choice(routes), generation, topology, client, args)
+    if members:
+        call.member = rng.choice(members)
     if generation == "2025-11-25" and tool not in ("ask", "hang"):
         call.mode = rng.choices(["block", "poll"], weights=[3, 1])[0]
     if tool == "hang":

@@ -4,8 +4,9 @@ when the gateway wrote its end.
 For each task: (i) the result or error delivered equals the upstream's own answer to that call
 (`probe.Templates`), the gateway's related-task meta and `resultType` aside; (ii) it reached a
 terminal status, the one its tool implies for the reader's generation; (iii) the upstream ran
-it once, or once per attempt where the task was re-run (`task_rerun` in the audit); a cancelled
-`hang` was stopped upstream; (iv) each blocking `tasks/result` answered within the bound of the
+it once, or once per attempt where the task was re-run (`task_rerun` in the audit), and no
+other upstream ran it (on the member route: the member its name named); a cancelled `hang`
+was stopped upstream; (iv) each blocking `tasks/result` answered within the bound of the
 terminal write, and no `tasks/get` sent after that bound read a live status.
 
 The one documented exception: a task running on a gateway that was killed ends `failed` with
@@ -47,6 +48,7 @@ KINDS = (
     "wrong status",
     "mismatched",
     "ran twice",
+    "wrong upstream",
     "not run",
     "not stopped upstream",
     "late",
@@ -75,7 +77,7 @@ class Bounds:
 class Verdict:
     #: (topology, generation, tool) -> status -> tasks.
     statuses: dict[tuple[str, str, str], Counter[str]] = field(default_factory=dict)
-    #: (topology, route) -> tasks.
+    #: (topology, route or route/member) -> tasks.
     routes: Counter[tuple[str, str]] = field(default_factory=Counter)
     violations: Counter[str] = field(default_factory=Counter)
     details: list[str] = field(default_factory=list)
@@ -146,7 +148,7 @@ class Judge:
                 v.violate("lost", call, "no task and no answer")
             return
         key = (call.topology, call.generation, call.tool)
-        v.routes[call.topology, call.route] += 1
+        v.routes[call.topology, call.where] += 1
         if call.mrtr_rounds:
             v.accepted["2026-07-28 calls that took an MRTR round first"] += 1
         if call.unattributed:
@@ -183,8 +185,8 @@ class Judge:
         names its nonce; so a repeatable tool's may have had every attempt the route allows."""
         task_id = self.audit.by_nonce.get(call.nonce)
         known = self.audit.tasks[task_id].reruns if task_id else 0
-        if call.topology == "replicas" and call.route == REPEATABLE_ROUTE:
-            if call.tool in REPEATABLE:
+        if call.topology == "replicas" and call.upstream == REPEATABLE_ROUTE:
+            if call.tool in REPEATABLE:  # on its own route, and on the member route
                 return max(known, MAX_ATTEMPTS - 1)
         return known
 
@@ -217,7 +219,7 @@ class Judge:
     def _expected(self, call: Call) -> tuple[str, tuple[str, JsonObj]]:
         status = STATUS[call.generation].get(call.tool, "completed")
         if call.tool != "hang":
-            return status, self.templates.expect(call.route, call.tool, call.nonce)
+            return status, self.templates.expect(call.upstream, call.tool, call.nonce)
         if call.generation == "2025-11-25":
             return status, ("error", {"code": INTERNAL_ERROR, "message": CANCELLED_MESSAGE})
         return status, ("none", {})
@@ -226,6 +228,9 @@ class Judge:
         starts = self.runs.starts(call.nonce)
         if starts > 1 + reruns:
             self.verdict.violate("ran twice", call, f"{starts} starts upstream, {reruns} re-runs")
+        elsewhere = self.runs.elsewhere(call.nonce, call.upstream)
+        if elsewhere:
+            self.verdict.violate("wrong upstream", call, f"started on {', '.join(elsewhere)}")
         upstream_answer = call.task_id is not None and call.tool != "hang" and lost is None
         if upstream_answer and starts == 0:
             self.verdict.violate("not run", call, "a result, and no run upstream")

@@ -2,10 +2,14 @@
 faults (replicas killed and restarted) at their times.
 
 Every caller has its own API key; a 2025-11-25 caller opens one session per route, a 2026-07-28
-caller has none. Each caller runs `depth` workers until the run's time is up, each sending
-batches of one to three calls at once on one route (in one session), the next batch when the
-last has ended; every call that outlives its deadline (its tool's time plus `grace`) is
-marked stuck.
+caller has none. The routes are one per upstream and the member route of them all (a call
+there is for one member's tool, drawn at random: one batch may reach several members). Each
+caller runs `depth` workers until the run's time is up, each sending batches of one to three
+calls at once on one route (in one session), the next batch when the last has ended; every
+call that outlives its deadline (its tool's time plus `grace`) is marked stuck. Before the
+clock starts, every client lists its route's tools (its upstream's six, or each member's as
+MEMBER__TOOL): a protocol violation otherwise, and it opens the upstream session a 2026-07-28
+caller's calls share, whose start (a stdio child's) would otherwise eat into the run.
 """
 
 from __future__ import annotations
@@ -17,10 +21,10 @@ from dataclasses import dataclass, field
 
 import aiohttp
 
-from tests.integrity.calls import Call, Fault, draw
+from tests.integrity.calls import WEIGHTS, Call, Fault, draw
 from tests.integrity.legacy import LegacySession
 from tests.integrity.modern import ModernClient
-from tests.integrity.procs import Client, Gateway
+from tests.integrity.procs import MEMBERS, SEPARATOR, Client, Gateway, with_members
 from tests.integrity.wire import LEGACY, MODERN, Balancer, Spread
 
 #: Calls a client sends at once on one route.
@@ -31,7 +35,8 @@ MAX_BATCH = 3
 class Plan:
     topology: str
     gateways: dict[str, Gateway]
-    routes: tuple[str, ...]
+    #: The routes of one upstream each: the members of the member route too.
+    upstreams: tuple[str, ...]
     legacy: list[Client]
     modern: list[Client]
     seconds: float
@@ -40,6 +45,8 @@ class Plan:
     grace: float
     #: (seconds into the run, "kill" | "restart" | "start", gateway)
     faults: list[tuple[float, str, str]] = field(default_factory=list)
+    #: list_changed notifications the 2025-11-25 sessions of the member route got.
+    list_changes: int = 0
 
 
 async def drive(
@@ -54,6 +61,7 @@ async def drive(
     is only the gateway's if the harness was not late to read it); `problems` what went
     wrong on the sessions' GET streams."""
     calls: list[Call] = []
+    routes = with_members(plan.upstreams)
     balancer = Balancer({name: gw.base for name, gw in plan.gateways.items()})
     connector = aiohttp.TCPConnector(limit=0)
     timeout = aiohttp.ClientTimeout(total=None, sock_connect=5)
@@ -61,14 +69,19 @@ async def drive(
         sessions = {
             (caller.principal, route): LegacySession(http, Spread(balancer, route), caller)
             for caller in plan.legacy
-            for route in plan.routes
+            for route in routes
         }
         await asyncio.gather(*(session.open() for session in sessions.values()))
         moderns = {
             (caller.principal, route): ModernClient(http, Spread(balancer, route), caller)
             for caller in plan.modern
-            for route in plan.routes
+            for route in routes
         }
+        clients: list[tuple[str, LegacySession | ModernClient]] = [
+            *((route, session) for (_, route), session in sessions.items()),
+            *((route, client) for (_, route), client in moderns.items()),
+        ]
+        await asyncio.gather(*(_listed(plan, route, c, problems) for route, c in clients))
         started = time.monotonic()
         end = started + plan.seconds
 
@@ -84,9 +97,10 @@ async def drive(
             """Batches of calls sent at once on one route (one session: parallel tool
             calls, as agents make them), one batch after another."""
             while time.monotonic() < end:
-                route = (rng.choice(plan.routes),)
+                route = (rng.choice(routes),)
+                members = plan.upstreams if route == (MEMBERS,) else ()
                 batch = [
-                    draw(rng, plan.topology, generation, caller.principal, route)
+                    draw(rng, plan.topology, generation, caller.principal, route, members)
                     for _ in range(rng.randint(1, MAX_BATCH))
                 ]
                 calls.extend(batch)
@@ -104,7 +118,22 @@ async def drive(
         for session in sessions.values():
             await session.close()
             problems.extend(f"{plan.topology}: {problem}" for problem in session.problems)
+            plan.list_changes += session.list_changes
     return calls
+
+
+async def _listed(
+    plan: Plan, route: str, client: LegacySession | ModernClient, problems: list[str]
+) -> None:
+    """What a client is listed before the run: each tool of the route's upstream, or on the
+    member route each member's as MEMBER__TOOL, every one once."""
+    tools = list(WEIGHTS)
+    if route == MEMBERS:
+        tools = [f"{member}{SEPARATOR}{tool}" for member in plan.upstreams for tool in tools]
+    listed = await client.tools()
+    if sorted(listed) != sorted(tools):
+        who = f"{client.caller.principal} ({type(client).__name__})"
+        problems.append(f"{plan.topology}: {route} lists {sorted(listed)} to {who}, not {tools}")
 
 
 async def _lag(end: float, lags: list[tuple[float, float]]) -> None:
@@ -116,7 +145,6 @@ async def _lag(end: float, lags: list[tuple[float, float]]) -> None:
 
 
 async def _faults(plan: Plan, started: float, faults: list[Fault]) -> None:
-    routes = plan.routes
     for offset, kind, name in sorted(plan.faults):
         await asyncio.sleep(max(0.0, started + offset - time.monotonic()))
         gateway = plan.gateways[name]
@@ -124,7 +152,7 @@ async def _faults(plan: Plan, started: float, faults: list[Fault]) -> None:
             faults.append(Fault("kill", name, time.time()))
             await asyncio.to_thread(gateway.kill)
         elif kind == "start":
-            await asyncio.to_thread(gateway.start, routes)
+            await asyncio.to_thread(gateway.start)
             for fault in faults:
                 if fault.gateway == name and fault.back is None:
                     fault.back = time.time()
@@ -132,7 +160,7 @@ async def _faults(plan: Plan, started: float, faults: list[Fault]) -> None:
             fault = Fault("restart", name, time.time())
             faults.append(fault)
             await asyncio.to_thread(gateway.stop)
-            await asyncio.to_thread(gateway.start, routes)
+            await asyncio.to_thread(gateway.start)
             fault.back = time.time()
 
 

@@ -1,7 +1,8 @@
 """What the processes wrote down: the upstreams' runs file and the gateways' audit lines.
 
 The runs file (`upstream_py.py`, `upstream_ts.mjs`) has a line per start, end or cancellation
-of a tool run, keyed by the call's nonce: how many times the upstream ran each call. The audit
+of a tool run, keyed by the call's nonce and naming the upstream: how many times, and where,
+the upstreams ran each call. The audit
 lines (`gateway/observability/audit.py`, one file per gateway) give, per task, its creation
 (with the call's arguments, so its nonce: `audit.include_arguments` is on), its terminal write
 (`task_status_changed` with a terminal status, stamped to the millisecond just after the
@@ -42,6 +43,8 @@ class Runs:
     id in its upstream session, with the time it was in flight."""
 
     events: dict[str, list[tuple[str, float]]] = field(default_factory=lambda: defaultdict(list))
+    #: nonce -> the upstream of each start.
+    ran_on: dict[str, list[str]] = field(default_factory=lambda: defaultdict(list))
     #: (upstream session, JSON-RPC id) -> [start, end] of each run that came with it.
     flights: dict[tuple[str, str], list[list[float]]] = field(
         default_factory=lambda: defaultdict(list)
@@ -57,6 +60,7 @@ class Runs:
             runs.events[event["nonce"]].append((event["event"], moment))
             key = (str(event["session"]), json.dumps(event["id"]))
             if event["event"] == "start":
+                runs.ran_on[event["nonce"]].append(str(event.get("upstream")))
                 flight = [moment, float("inf")]
                 runs.flights[key].append(flight)
                 open_runs[(*key, event["nonce"])] = flight
@@ -82,6 +86,10 @@ class Runs:
 
     def starts(self, nonce: str) -> int:
         return sum(1 for event, _ in self.events.get(nonce, ()) if event == "start")
+
+    def elsewhere(self, nonce: str, upstream: str) -> list[str]:
+        """The upstreams other than `upstream` that started the call."""
+        return sorted({where for where in self.ran_on.get(nonce, ()) if where != upstream})
 
     def stopped_by(self, nonce: str, moment: float) -> bool:
         """The upstream saw the call's cancellation before `moment`."""

@@ -20,7 +20,7 @@ from typing import Any
 import aiohttp
 
 from tests.integrity.calls import TERMINAL, Call, JsonObj, Poll, Wait, answer_for
-from tests.integrity.procs import Client
+from tests.integrity.procs import MEMBERS, Client
 from tests.integrity.wire import (
     LEGACY,
     RELATED,
@@ -30,12 +30,17 @@ from tests.integrity.wire import (
     again,
     legacy_headers,
     listen,
+    tool_names,
 )
 
 POLL_SECONDS = 0.1
 #: What else may come on a stream: task status notes, log lines, and a question withdrawn
 #: (notifications/cancelled naming the server's own request: the task's call ended).
 OTHER_MESSAGES = ("notifications/tasks/status", "notifications/message", "notifications/cancelled")
+#: ... and on the member route, lists changed (a member left them, or came back).
+LIST_CHANGED = tuple(
+    f"notifications/{kind}/list_changed" for kind in ("tools", "prompts", "resources")
+)
 
 
 class LegacySession:
@@ -56,6 +61,8 @@ class LegacySession:
         self._listening: asyncio.Future[None] | None = None
         #: What went wrong on the GET stream (no call to charge it to).
         self.problems: list[str] = []
+        #: list_changed notifications (on the member route: a member left or came back).
+        self.list_changes = 0
 
     def _headers(self) -> dict[str, str]:
         return legacy_headers(self.caller.key, self.session)
@@ -77,6 +84,15 @@ class LegacySession:
         note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
         await self.spread.send(self.http, note, self._headers())
         self._listening = asyncio.ensure_future(self._listen())
+
+    async def tools(self) -> list[str]:
+        """The tools the session lists (every page)."""
+
+        async def send(params: JsonObj) -> Reply:
+            message = self._request("tools/list", params)
+            return await self.spread.send(self.http, message, self._headers())
+
+        return await tool_names(send)
 
     async def close(self) -> None:
         if self._listening is not None:
@@ -137,7 +153,7 @@ class LegacySession:
         self.tokens.add(token)
         self.nonces[call.nonce] = call
         answered = self._answered_call[call.nonce] = asyncio.Event()
-        params = {"name": call.tool, "arguments": call.args, "task": {}}
+        params = {"name": call.name, "arguments": call.args, "task": {}}
         params["_meta"] = {"progressToken": token}
         try:
             reply = await self.spread.send(
@@ -234,6 +250,8 @@ class LegacySession:
                 problems.append(f"progress with a token this session never sent: {params}")
         elif method == "elicitation/create":
             self._question(call, message)
+        elif method in LIST_CHANGED and self.spread.route == MEMBERS:
+            self.list_changes += 1
         elif method not in OTHER_MESSAGES:
             problems.append(f"unexpected on a stream: {message}")
 

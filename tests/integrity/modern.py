@@ -28,6 +28,7 @@ from tests.integrity.wire import (
     again,
     modern_headers,
     modern_meta,
+    tool_names,
 )
 
 POLL_SECONDS = 0.1
@@ -49,6 +50,19 @@ class ModernClient:
         params = {**params, "_meta": modern_meta(capabilities)}
         return {"jsonrpc": "2.0", "id": next(self._ids), "method": method, "params": params}
 
+    async def tools(self) -> list[str]:
+        """The tools the caller is listed (every page): before the run, this also opens the
+        upstream session the gateway holds for the caller's calls that ask nothing."""
+
+        async def send(params: JsonObj) -> Reply:
+            meta = modern_meta({"extensions": {TASKS_EXTENSION: {}}})
+            message = {"jsonrpc": "2.0", "id": next(self._ids), "method": "tools/list"}
+            message["params"] = {**params, "_meta": meta}
+            headers = modern_headers(self.caller.key, message)
+            return await self.spread.send(self.http, message, headers)
+
+        return await tool_names(send)
+
     async def _send(self, call: Call, method: str, params: JsonObj) -> Reply:
         message = self._message(call, method, params)
         headers = modern_headers(self.caller.key, message)
@@ -57,7 +71,7 @@ class ModernClient:
     async def _start(self, call: Call) -> Reply | None:
         """The tools/call, and its retries while it answers with MRTR rounds (a question
         asked within the route's sync window); the reply that made the task, or None."""
-        params: JsonObj = {"name": call.tool, "arguments": call.args}
+        params: JsonObj = {"name": call.name, "arguments": call.args}
         while True:
             message = self._message(call, "tools/call", params)
             try:
@@ -80,7 +94,7 @@ class ModernClient:
             assert isinstance(result, dict)
             call.mrtr_rounds += 1
             responses = self._responses(call, result, set())
-            params = {"name": call.tool, "arguments": call.args, "inputResponses": responses}
+            params = {"name": call.name, "arguments": call.args, "inputResponses": responses}
             params["requestState"] = result.get("requestState")
 
     async def call(self, call: Call) -> None:

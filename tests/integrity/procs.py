@@ -1,10 +1,11 @@
 """The processes a run needs: the real SDK servers upstream, and gateways in front of them.
 
 Upstreams: the mcp 2.3 server (`upstream_py.py`) over Streamable HTTP and as a stdio child the
-gateway starts per session, and the TypeScript SDK server (`upstream_ts.mjs`). Gateways: the
-real command (`python -m gateway --config FILE`), one on SQLite or several replicas on one
-PostgreSQL database, each with its audit lines in a file of its own (the terminal writes'
-times) and its log beside it. Everything listens on 127.0.0.1.
+gateway starts per session (forked by its fork server, `stdio_fork.py`), and the TypeScript SDK
+server (`upstream_ts.mjs`). Gateways: the real command (`python -m gateway --config FILE`), one
+on SQLite or several replicas on one PostgreSQL database, each with its audit lines in a file
+of its own (the terminal writes' times) and its log beside it, serving a route per upstream and
+the member route of them (`config_text`). Everything listens on 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -36,11 +37,27 @@ NODE_VENV = ROOT / ".cache" / "conformance" / "node-venv"
 #: one replica, and requests here go to any).
 HTTP_ROUTES = ("py-http", "ts-http")
 ALL_ROUTES = ("py-http", "py-stdio", "ts-http")
-#: On replicas, the tools of route py-http that are run again when their replica is lost
-#: (`routes[].tasks.repeatable`), and how many runs a task of them may have in all.
+#: Besides them, a route of several members (`routes[].upstreams`): the topology's upstreams
+#: again, each a member named as its own route, its tools called as MEMBER__TOOL.
+MEMBERS = "members"
+SEPARATOR = "__"
+#: On replicas, the tools of upstream py-http that are run again when their replica is lost
+#: (`routes[].tasks.repeatable`: on route py-http, and on the member route as
+#: py-http__TOOL), and how many runs a task of them may have in all.
 REPEATABLE = ("instant", "slow")
 REPEATABLE_ROUTE = "py-http"
 MAX_ATTEMPTS = 3
+
+
+def with_members(routes: tuple[str, ...]) -> tuple[str, ...]:
+    """A topology's routes: one per upstream, and the member route of them all."""
+    return (*routes, MEMBERS)
+
+
+def checked(routes: tuple[str, ...]) -> tuple[str, ...]:
+    """What a gateway's start-up check names, once each (`route R: upstream ...`): each
+    route's upstream, and each member of the member route (`members/py-http`)."""
+    return (*routes, *(f"{MEMBERS}/{name}" for name in routes))
 
 
 def free_port() -> int:
@@ -113,7 +130,24 @@ class Upstreams:
     def env(self) -> dict[str, str]:
         return {**os.environ, "INTEGRITY_RUNS": str(self.runs)}
 
+    @property
+    def forks(self) -> Path:
+        """The fork server's socket: where `stdio_fork.py` gets a stdio child."""
+        return self.home / "stdio-fork.sock"
+
     def start(self) -> None:
+        command = [str(MCP2_PYTHON), str(HERE / "upstream_py.py"), "--fork-server"]
+        with (self.home / "py-stdio.log").open("ab") as log:
+            self.procs.append(
+                subprocess.Popen(
+                    [*command, str(self.forks)],
+                    cwd=ROOT,
+                    env=self.env(),
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                )
+            )
         commands = {
             "py-http": [str(MCP2_PYTHON), str(HERE / "upstream_py.py"), "--http"],
             "ts-http": [node(), str(HERE / "upstream_ts.mjs")],
@@ -126,11 +160,19 @@ class Upstreams:
                 )
             self.procs.append(proc)
             self.urls[name] = f"http://127.0.0.1:{ports[name]}/mcp"
-        for proc, port in zip(self.procs, ports.values(), strict=True):
+        for proc, port in zip(self.procs[1:], ports.values(), strict=True):
             wait_for_port(port, proc)
+        deadline = time.monotonic() + 30
+        while not self.forks.exists():
+            if self.procs[0].poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"the stdio fork server did not start ({self.home})")
+            time.sleep(0.05)
 
     def stdio_command(self) -> list[str]:
-        return [str(MCP2_PYTHON), str(HERE / "upstream_py.py"), "--stdio"]
+        """The stdio child's command: a launcher of the standard library alone (`-I -S`)
+        that gets a forked `upstream_py.py --stdio` on its pipes (`stdio_fork.py`)."""
+        launcher = str(HERE / "stdio_fork.py")
+        return [str(MCP2_PYTHON), "-I", "-S", launcher, str(self.forks)]
 
     def stop(self) -> None:
         for proc in self.procs:
@@ -164,7 +206,8 @@ def config_text(
         {"principal": c.principal, "sha256": hashlib.sha256(c.key.encode()).hexdigest()}
         for c in callers
     ]
-    entries = []
+    entries: list[dict[str, object]] = []
+    members: list[dict[str, object]] = []
     for name in routes:
         upstream: dict[str, object]
         if name == "py-stdio":
@@ -182,6 +225,12 @@ def config_text(
             tasks["sync_window_ms"] = 0
         tasks["repeatable"] = list(repeatable) if name == REPEATABLE_ROUTE else []
         entries.append({"name": name, "upstream": upstream, "tasks": tasks})
+        members.append({"name": name, **upstream})
+    # The member route: the default sync window (as ts-http), repeatable tools under the
+    # names its clients call them by.
+    tasks = {"default": "required", "poll_interval_ms": 100, "max_attempts": MAX_ATTEMPTS}
+    tasks["repeatable"] = [f"{REPEATABLE_ROUTE}{SEPARATOR}{tool}" for tool in repeatable]
+    entries.append({"name": MEMBERS, "upstreams": members, "tasks": tasks})
     limits = {
         "active_tasks_per_principal": None,
         "requests_per_second": None,
@@ -203,8 +252,12 @@ class Gateway:
     """One gateway process (or replica): its port, config, log and audit file stay across
     restarts; `fault_times` records when it was killed or stopped."""
 
-    def __init__(self, name: str, home: Path, config: str, port: int, root: Path) -> None:
+    def __init__(
+        self, name: str, home: Path, config: str, port: int, root: Path, routes: tuple[str, ...]
+    ) -> None:
         self.name, self.home, self.port = name, home, port
+        #: Its routes of one upstream: each start waits for their check, and their members'.
+        self.routes = routes
         #: The checkout whose `gateway` package runs (`python -m gateway` there).
         self.root = root
         self.base = f"http://127.0.0.1:{port}"
@@ -214,7 +267,8 @@ class Gateway:
         self._config.write_text(config)
         self.proc: subprocess.Popen[bytes] | None = None
 
-    def start(self, routes: tuple[str, ...]) -> None:
+    def start(self) -> None:
+        routes = checked(self.routes)
         seen = self.log.read_text() if self.log.exists() else ""
         with self.log.open("ab") as log:
             self.proc = subprocess.Popen(

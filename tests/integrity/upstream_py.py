@@ -7,18 +7,22 @@ Run under mcp 2.3 (MCP2_PYTHON in tests/helpers.py)::
 
     python tests/integrity/upstream_py.py --http PORT    # stateful Streamable HTTP at /mcp
     python tests/integrity/upstream_py.py --stdio        # one session on stdin/stdout
+    python tests/integrity/upstream_py.py --fork-server SOCKET   # --stdio children, forked
 
 The SDK's defaults everywhere: sessions (stateful), answers on an SSE stream per POST, the
 tools' answers as the SDK shapes them. Each tool takes a `nonce`, unique per call, and puts it
 in its answer, so a result read through the gateway can be matched to the call that made it.
 Every run appends JSON lines to the file named by INTEGRITY_RUNS (`evidence.Runs` reads them):
 `start` when the tool begins, then `end` or `cancelled`, each with the JSON-RPC id and the
-upstream session the call came in. One `os.write` per line on an
-O_APPEND descriptor: lines of concurrent processes never interleave.
+upstream session the call came in, and which upstream this is (`py-http` or `py-stdio`, the
+harness's names). One `os.write` per line on an O_APPEND descriptor: lines of concurrent
+processes never interleave.
 """
 
 import json
 import os
+import signal
+import socket
 import sys
 import time
 
@@ -29,6 +33,7 @@ from mcp.types import CallToolResult, TextContent
 from pydantic import BaseModel, Field
 
 ERROR_CODE = -32050
+UPSTREAM = "py-http" if sys.argv[1:2] == ["--http"] else "py-stdio"
 _RUNS = os.open(os.environ["INTEGRITY_RUNS"], os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
 
 
@@ -40,6 +45,7 @@ def _note(ctx: Context, nonce: str, tool: str, event: str) -> None:
     session = headers.get("mcp-session-id") if headers is not None else f"stdio:{os.getpid()}"
     line = {
         "nonce": nonce,
+        "upstream": UPSTREAM,
         "tool": tool,
         "event": event,
         "pid": os.getpid(),
@@ -124,10 +130,40 @@ async def hang(nonce: str, ms: int, ctx: Context) -> str:
     return f"hang:{nonce}"
 
 
+def fork_server(path: str) -> None:
+    """Serve `stdio_fork.py`: for each launcher that connects, fork a child that serves the
+    stdio server on the stdin and stdout it passed; its pid goes back to the launcher."""
+    signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # children reaped as they exit
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path + ".new")
+    listener.listen(64)
+    os.rename(path + ".new", path)  # there once it takes connections
+    while True:
+        conn, _ = listener.accept()
+        with conn:
+            _, fds, _, _ = socket.recv_fds(conn, 16, 2)
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                for fd, target in zip(fds, (0, 1), strict=True):
+                    os.dup2(fd, target)
+                    os.close(fd)
+                try:
+                    server.run("stdio")
+                finally:
+                    os._exit(0)
+            for fd in fds:
+                os.close(fd)
+            conn.sendall(f"{pid}\n".encode())
+
+
 if __name__ == "__main__":
     if sys.argv[1:2] == ["--stdio"]:
         server.run("stdio")
+    elif sys.argv[1:2] == ["--fork-server"] and len(sys.argv) == 3:
+        fork_server(sys.argv[2])
     elif sys.argv[1:2] == ["--http"] and len(sys.argv) == 3:
         server.run("streamable-http", host="127.0.0.1", port=int(sys.argv[2]))
     else:
-        sys.exit("usage: upstream_py.py --http PORT | --stdio")
+        sys.exit("usage: upstream_py.py --http PORT | --stdio | --fork-server SOCKET")

@@ -9,7 +9,7 @@
 // `McpServer` wraps): `McpServer` turns every error a tool throws, McpError included, into an
 // isError result, and `error` must answer with a JSON-RPC error. Every run appends JSON lines
 // to INTEGRITY_RUNS (`start`, then `end` or `cancelled`, with the JSON-RPC id and the session
-// the call came in), one write each on an O_APPEND descriptor, as upstream_py.py does. The
+// the call came in, and `upstream: "ts-http"`, the harness's name for it), one write each on an O_APPEND descriptor, as upstream_py.py does. The
 // packages are loaded from TS_TASKS_DIR (default: <repo>/.cache/ts-tasks).
 import { randomUUID } from "node:crypto";
 import { openSync, writeSync } from "node:fs";
@@ -28,7 +28,7 @@ const { CallToolRequestSchema, ElicitResultSchema, ListToolsRequestSchema, McpEr
 const runs = openSync(process.env.INTEGRITY_RUNS, "a");
 
 function note(extra, nonce, tool, event) {
-  const line = { nonce, tool, event, pid: process.pid, t: Date.now() / 1000 };
+  const line = { nonce, upstream: "ts-http", tool, event, pid: process.pid, t: Date.now() / 1000 };
   Object.assign(line, { session: extra.sessionId, id: extra.requestId });
   writeSync(runs, `${JSON.stringify(line)}\n`);
 }

@@ -16,7 +16,7 @@ import asyncio
 import itertools
 import json
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -186,6 +186,7 @@ class Spread:
     or answers 503 (draining) is skipped."""
 
     def __init__(self, balancer: Balancer, route: str) -> None:
+        self.route = route
         self.urls = {name: f"{base}/{route}/mcp" for name, base in balancer.bases.items()}
         self._balancer = balancer
 
@@ -237,3 +238,19 @@ async def again(
         except Unanswered as exc:
             breaks.append((exc.where, time.time(), exc.why))
             await asyncio.sleep(0.05)
+
+
+async def tool_names(send: Callable[[JsonObj], Awaitable[Reply]]) -> list[str]:
+    """The names a server lists, every page of `tools/list` (`send` sends one, with the
+    params given); a page that is no list ends it with what came so far."""
+    names: list[str] = []
+    params: JsonObj = {}
+    while True:
+        result = (await send(params)).answer.get("result")
+        tools = result.get("tools") if isinstance(result, dict) else None
+        if not isinstance(result, dict) or not isinstance(tools, list):
+            return names
+        names += [str(tool.get("name")) for tool in tools if isinstance(tool, dict)]
+        if not result.get("nextCursor"):
+            return names
+        params = {"cursor": result["nextCursor"]}
