@@ -3,14 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import sys
 from collections.abc import Callable
 
 import pytest
+from aiohttp import web
+from aiohttp.test_utils import TestServer
 
 from gateway.calls.held import HeldSessions
 from gateway.calls.held_session import HeldSession
 from gateway.config import Settings
 from gateway.observability.metrics import Metrics
+from gateway.protocol.errors import UpstreamError
 from gateway.route import Route
 
 from .conftest import DEMO
@@ -44,3 +48,64 @@ async def test_two_releases_of_a_shared_session_that_never_opened_leave_it_once(
     finally:
         await pool.close()
         await route.close()
+
+
+async def test_a_call_that_gives_up_while_the_shared_session_opens_leaves_it_to_the_others(
+    make_settings: Callable[..., Settings],
+) -> None:
+    """Two calls of one caller wait for its shared session, whose upstream is slow to start;
+    one gives up (its client went away) and gives its lease back: the session must stay open
+    for the other, which once got "the session ended"."""
+    command = ["sh", "-c", f"sleep 1; exec {sys.executable} -m gateway.demo"]
+    slow = {"transport": "stdio", "command": command}
+    settings = make_settings([{"name": "r", "upstream": slow}])
+    route = Route(settings, settings.routes[0], Metrics(["r"]), None, None)
+    pool = HeldSessions(settings.sessions)
+    try:
+        patient = await pool.lease(route, "alice", {}, {})
+        impatient = await pool.lease(route, "alice", {}, {})
+        opening = asyncio.ensure_future(patient.held.open())
+        gave_up = asyncio.ensure_future(impatient.held.open())
+        await asyncio.sleep(0.2)
+        gave_up.cancel()
+        await impatient.release(reusable=False)
+        opened = await asyncio.wait_for(opening, 20)
+        assert opened["serverInfo"]
+        await patient.release()
+    finally:
+        await pool.close()
+        await route.close()
+
+
+async def test_members_closed_under_their_handshake_are_not_counted_down(
+    make_settings: Callable[..., Settings], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The gateway closing a route of members' session while it opens (at shutdown) fails
+    that handshake by its own doing: no member is logged failed, and none leaves the lists."""
+
+    async def hangs_up(request: web.Request) -> web.Response:
+        await asyncio.sleep(1)  # after the gateway closed the session, the line drops
+        assert request.transport is not None
+        request.transport.close()
+        return web.Response(status=500)
+
+    app = web.Application()
+    app.router.add_post("/mcp", hangs_up)
+    slow = TestServer(app, host="127.0.0.1")
+    await slow.start_server()
+    url = str(slow.make_url("/mcp"))
+    members = [{"name": n, "transport": "streamable_http", "url": url} for n in "ab"]
+    settings = make_settings([{"name": "r", "upstreams": members}])
+    route = Route(settings, settings.routes[0], Metrics(["r"]), None, None)
+    pool = HeldSessions(settings.sessions)
+    try:
+        lease = await pool.lease(route, "alice", {}, {})
+        opening = asyncio.ensure_future(lease.held.open())
+        await asyncio.sleep(0.3)
+        await pool.close()
+        with pytest.raises(UpstreamError):
+            await opening
+    finally:
+        await route.close()
+        await slow.close()
+    assert "failed" not in caplog.text

@@ -92,11 +92,13 @@ class HeldSessions:
             )
             lease = Lease(self, held, None)
         held.forwarded.update(forwarded)
+        held.leases += 1
         return lease
 
     async def give_back(self, held: HeldSession, key: IdleKey | None, reusable: bool) -> None:
         # A session leaves its set only once closed or pooled, so that a release cut short
         # (a cancelled run at shutdown) still leaves it to `close()`.
+        held.leases -= 1
         if held in self._anonymous:
             await held.close()
             self._anonymous.discard(held)
@@ -107,7 +109,9 @@ class HeldSessions:
                 await held.close()
             self._in_use.discard(held)
         elif held.initialized is None and not held.busy:
-            # A shared session that never opened: the next request starts afresh.
+            # A shared session that never opened, and that no other call waits for (one
+            # that gave up while it opened must not close it under the others): the next
+            # request starts afresh.
             for shared, entry in list(self._shared.items()):
                 if entry is held:
                     await held.close()

@@ -79,6 +79,9 @@ class HeldSession:
         self._by_id: dict[jsonrpc.RequestId, Asker] = {}
         self._allowed = frozenset(QUESTION_CAPABILITIES[name] for name in capabilities)
         self._calls = 0
+        #: Leases handed out and not given back (`HeldSessions`): a call waiting for the
+        #: session to open holds one before it counts in `_calls`.
+        self.leases = 0
         self._open_lock = asyncio.Lock()
         self._tasks = TaskSet(f"held session on {route.name}")
         self.upstream = route.upstream.client(self, lambda: self.forwarded, principal)
@@ -123,7 +126,7 @@ class HeldSession:
 
     @property
     def busy(self) -> bool:
-        return self._calls > 0 or self.asker is not None
+        return self._calls > 0 or self.leases > 0 or self.asker is not None
 
     @property
     def listening(self) -> bool:

@@ -29,7 +29,7 @@ from gateway.protocol.jsonrpc import Answer
 from gateway.upstream.answers import CallLimit
 from gateway.upstream.base import Listener
 from gateway.upstream.client import UpstreamClient
-from gateway.upstream.routing import Asks, Routing, Send
+from gateway.upstream.routing import Asks, MemberListener, Routing, Send
 
 if TYPE_CHECKING:
     from gateway.upstream.members import MemberHealth
@@ -48,7 +48,9 @@ class MemberSessions:
         self._route = route
         self._listener = listener
         self._health = health
-        self._clients = {name: make(_Member(self, name)) for name, make in clients.items()}
+        self._clients = {
+            name: make(MemberListener(self, listener, name)) for name, make in clients.items()
+        }
         self._order = list(self._clients)
         self.naming = names.Naming(self._order)
         self._id_prefix = f"{secrets.token_hex(8)}-"
@@ -61,6 +63,7 @@ class MemberSessions:
         self.capabilities: dict[str, jsonrpc.JsonObject] = {}
         #: The members whose session is open (all, after a restart: each replays on use).
         self._up: set[str] = set()
+        self._closed = False
         self.protocol_version: str | None = None
         self.routing = Routing(self)
         health.watch(self)
@@ -116,7 +119,7 @@ class MemberSessions:
                 refusal = refusal or jsonrpc.with_id(answer, request.id)
             failures.append(f"member {name}: {reason}")
             self._clients[name].restore(request, None)  # tried again on its next use
-            self._health.failed(name, reason)
+            self._failed(name, answer)
         if not results:
             if refusal is not None:
                 return refusal
@@ -150,7 +153,7 @@ class MemberSessions:
             try:
                 await client.initialized(notification)
             except UpstreamError as exc:
-                self._health.failed(name, exc.message)
+                self._failed(name, exc)
 
     def restore(
         self, initialize: jsonrpc.Request, initialized: jsonrpc.Notification | None
@@ -189,6 +192,7 @@ class MemberSessions:
         )
 
     async def close(self) -> None:
+        self._closed = True  # what fails from now on failed by our doing, not the member's
         self._health.unwatch(self)
         await asyncio.gather(*(client.close() for client in self._clients.values()))
 
@@ -214,8 +218,7 @@ class MemberSessions:
                 request, ready=send.ready, bounded=send.bounded, limit=send.limit
             )
         except UpstreamError as exc:
-            if _gone(exc):
-                self._health.failed(member, exc.message)
+            self._failed(member, exc)
             raise type(exc)(f"member {member}: {exc.message}") from None
         finally:
             self._calls.pop(request.id, None)
@@ -257,8 +260,7 @@ class MemberSessions:
                     try:
                         await client.notify(message)
                     except UpstreamError as exc:
-                        if _gone(exc):
-                            self._health.failed(name, exc.message)
+                        self._failed(name, exc)
             return
         answered = self._asks.answered(message)
         if answered is not None:  # (else it answers no question of a member's)
@@ -281,6 +283,15 @@ class MemberSessions:
             message = withdrawn
         self._listener.on_server_message(message, related)
 
+    def _failed(self, member: str, failure: UpstreamError | jsonrpc.ErrorResponse) -> None:
+        """`member` failed a call: its health is told, unless these sessions were closed
+        under it (a call that gave up while its session opened) or it is still there."""
+        if not self._closed and _gone(failure):
+            reason = (
+                failure.message if isinstance(failure, UpstreamError) else failure.error.message
+            )
+            self._health.failed(member, reason)
+
     def changed(self) -> None:
         """A member went down or came back: the route's lists changed."""
         for key in ("tools", "prompts", "resources"):
@@ -291,30 +302,9 @@ class MemberSessions:
                 )
 
 
-def _gone(exc: UpstreamError) -> bool:
+def _gone(failure: UpstreamError | jsonrpc.ErrorResponse) -> bool:
     """Whether a failure says the member is not there (a refusal, a timeout or an answer too
     large says it is)."""
-    return isinstance(exc, UpstreamUnavailable) and not isinstance(exc, UpstreamRefused)
-
-
-class _Member:
-    """The `Listener` of one member's client: what it sends goes through the sessions."""
-
-    def __init__(self, sessions: MemberSessions, name: str) -> None:
-        self._sessions, self._name = sessions, name
-
-    def on_server_message(
-        self, message: jsonrpc.Message, related: jsonrpc.RequestId | None
-    ) -> None:
-        self._sessions.from_member(self._name, message, related)
-
-    def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
-        self._sessions._listener.on_stream(related, interrupted)
-
-    @property
-    def busy(self) -> bool:
-        return self._sessions._listener.busy
-
-    @property
-    def listening(self) -> bool:
-        return self._sessions._listener.listening
+    if isinstance(failure, jsonrpc.ErrorResponse):
+        return True  # (a refused handshake: it serves no one)
+    return isinstance(failure, UpstreamUnavailable) and not isinstance(failure, UpstreamRefused)

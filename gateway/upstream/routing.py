@@ -22,6 +22,7 @@ from gateway.upstream.answers import CallLimit
 from gateway.upstream.lists import ListMerge
 
 if TYPE_CHECKING:
+    from gateway.upstream.base import Listener
     from gateway.upstream.fanout import MemberSessions
 
 #: Resource URIs remembered with the member that listed them, per session.
@@ -174,3 +175,27 @@ class Asks:
             return None
         del self._ids[entry]
         return entry[0], jsonrpc.with_id(answer, entry[1])
+
+
+class MemberListener:
+    """The `Listener` of one member's client: what the member sends on its own goes through
+    the sessions (`MemberSessions.from_member`); the rest is the session's above."""
+
+    def __init__(self, sessions: MemberSessions, listener: Listener, name: str) -> None:
+        self._sessions, self._listener, self._name = sessions, listener, name
+
+    def on_server_message(
+        self, message: jsonrpc.Message, related: jsonrpc.RequestId | None
+    ) -> None:
+        self._sessions.from_member(self._name, message, related)
+
+    def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
+        self._listener.on_stream(related, interrupted)
+
+    @property
+    def busy(self) -> bool:
+        return self._listener.busy
+
+    @property
+    def listening(self) -> bool:
+        return self._listener.listening
