@@ -124,6 +124,7 @@ async def test_a_task_per_member_with_progress_and_a_question(
         slow = {
             "py2": {"text": "slow py2", "seconds": 0.3, "steps": 3},
             "local": {"text": "slow local", "seconds": 0.3, "steps": 3},
+            "sdk": {"text": "slow sdk", "steps": 3},
         }
         results = {}
         for member, arguments in slow.items():
@@ -151,6 +152,7 @@ async def test_a_task_per_member_with_progress_and_a_question(
     assert results == {
         "py2": "slow py2",
         "local": "slow local",
+        "sdk": "slow sdk",
         "py2 asked": "Hello, Ada!",
         "sdk asked": results["sdk asked"],
         "local asked": "Hello, Ada!",
