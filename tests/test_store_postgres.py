@@ -81,6 +81,21 @@ async def test_a_lease_runs_on_the_database_clock_and_is_renewed_in_place(pg_url
     assert await query(pg_url, sql) == []  # closing gives the lease back
 
 
+async def test_each_lease_round_counts_the_replicas_whose_lease_runs(pg_url: str) -> None:
+    """What each replica's share of the request rates follows: itself, and the others whose
+    lease has not run out by the database's clock; a replica that stopped counts no more."""
+    async with replicas(pg_url, "a", "b", "c") as (a, b, c):
+        assert [await s.renew_lease() for s in (a, b, c)] == [3, 3, 3]
+        await expire(pg_url, "c")  # died: its lease ran out
+        assert await a.renew_lease() == 2
+        assert await c.renew_lease() == 3  # back before anyone claimed anything: live again
+        await b.close()  # stopped: its lease given back
+        assert await a.renew_lease() == 2
+    alone = await open_postgres_store(pg_url, "d")
+    assert await alone.renew_lease() == 1
+    await alone.close()
+
+
 async def test_a_replica_whose_lease_ran_out_has_its_tasks_claimed_and_its_writes_refused(
     pg_url: str,
 ) -> None:

@@ -181,9 +181,11 @@ class TaskStore(Protocol):
         nothing.
         """
 
-    async def renew_lease(self) -> None:
+    async def renew_lease(self) -> int:
         """PostgreSQL: this replica's lease runs `lease_seconds` from now on the database's
-        clock (one statement; also done on opening). SQLite: nothing, one process per file."""
+        clock (one statement; also done on opening); returns how many replicas hold a lease
+        that runs now, this one included, by that clock. SQLite: nothing, one process per
+        file (1)."""
 
     async def watch(self, changed: Callable[[str | None], None]) -> None:
         """Until `close()`, `changed(task_id)` hears of the writes someone waits for, by any
