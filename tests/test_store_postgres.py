@@ -96,6 +96,30 @@ async def test_each_lease_round_counts_the_replicas_whose_lease_runs(pg_url: str
     await alone.close()
 
 
+async def test_a_callers_sessions_are_read_least_recently_seen_first(pg_url: str) -> None:
+    def record(session_id: str, principal: str | None, route: str = "files") -> SessionRecord:
+        return SessionRecord(
+            session_id=session_id,
+            route=route,
+            principal=principal,
+            protocol_version="2025-11-25",
+            initialize={"method": "initialize"},
+            created_at=T0,
+        )
+
+    async with replicas(pg_url, "a", "b") as (a, b):
+        for store, session_id in [(a, "s1"), (b, "s2"), (a, "s3")]:
+            await store.save_session(record(session_id, "alice"))
+        await a.save_session(record("other-route", "alice", route="mail"))
+        await a.save_session(record("other-caller", "bob"))
+        await a.save_session(record("anonymous", None))
+        await b.prune_sessions(["s1"], T0 + SECOND, T0 - SECOND)  # s1 seen since
+
+        assert await b.caller_sessions("files", "alice", 10) == ["s2", "s3", "s1"]
+        assert await a.caller_sessions("files", "alice", 2) == ["s2", "s3"]
+        assert await a.caller_sessions("files", "carol", 10) == []
+
+
 async def test_a_replica_whose_lease_ran_out_has_its_tasks_claimed_and_its_writes_refused(
     pg_url: str,
 ) -> None:

@@ -212,6 +212,10 @@ class TaskStore(Protocol):
         """The session records of `route` and `principal` (None: any), oldest first, at most
         `limit`: what an operator sees."""
 
+    async def caller_sessions(self, route: str, principal: str, limit: int) -> list[str]:
+        """The ids of `principal`'s session records on `route`, least recently seen first, at
+        most `limit`: with replicas, the sessions the whole deployment holds for a caller."""
+
     async def delete_session(self, session_id: str) -> None: ...
 
     async def prune_sessions(
