@@ -125,6 +125,7 @@ def create_app(
     tracing = app[TRACING] = _tracing(app, metrics, span_processor)
     app[DRAIN] = Drain(settings.shutdown, metrics)
     share = app[SHARE] = Share()
+    metrics.replicas_live.set_function(lambda: share.replicas)
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.
     app[ROUTES] = {
         route.name: Route(settings, route, metrics, tracing=tracing, share=share)

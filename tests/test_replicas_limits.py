@@ -126,6 +126,8 @@ async def test_three_replicas_hold_one_request_rate_and_a_dead_ones_share_comes_
     killed = time.monotonic()
     await live_replicas(group, "ab", 2)
     assert time.monotonic() - killed < LEASE_SECONDS + LEASE_SECONDS / 3 + 1.5
+    async with client.get(f"http://127.0.0.1:{group.ports['a']}/metrics") as resp:
+        assert "\nmcp_gateway_replicas_live 2.0\n" in await resp.text()
     survivors = await flood(client, urls[:2], "carol", 3)
     assert within(sum(survivors.values()), RATE, BURST, 3), survivors
     for count in survivors.values():
