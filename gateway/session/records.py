@@ -74,8 +74,10 @@ class SessionRecords:
 
     async def of_caller(self, route: str, principal: str, limit: int) -> list[str]:
         """The ids of `principal`'s recorded sessions on `route` (any replica's, or none's
-        since a replica let one go), least recently seen first, at most `limit`."""
-        return await self._store.caller_sessions(route, principal, limit)
+        since a replica let one go), least recently seen first, at most `limit`, less those
+        ended here whose records are still being deleted."""
+        ids = await self._store.caller_sessions(route, principal, limit)
+        return [session_id for session_id in ids if session_id not in self._retiring]
 
     async def recorded(self, session: Session) -> bool:
         """Whether the store still holds the record of a session held here (true while it has
@@ -118,10 +120,6 @@ class SessionRecords:
         else:
             session.upstream.restore(initialize, notification)
         log.info("route %s: session %s restored from the store", session.route.name, session.tag)
-
-    def ending(self, session_id: str) -> bool:
-        """Whether the session was ended here and its record is still being deleted."""
-        return session_id in self._retiring
 
     def retire(self, session_id: str) -> None:
         """The session is ending: its record must not bring it back before `end` deletes it."""

@@ -16,6 +16,7 @@ import collections
 import logging
 import secrets
 import time
+from collections.abc import Collection
 
 from gateway.aio import TaskSet, Turns
 from gateway.config import HttpConfig, SessionsConfig
@@ -109,8 +110,7 @@ class SessionRegistry:
         return session
 
     def create(self, route: Route, principal: str | None, limit_key: str) -> Session:
-        """A new session for `principal`; `limit_key` is whom the per-principal limits count
-        (on this process's sessions)."""
+        """A new session for `principal`; `limit_key` is whom the per-principal limits count."""
         return self._add(secrets.token_urlsafe(32), route, principal, limit_key)
 
     async def open(self, route: Route, principal: str | None, limit_key: str) -> Session:
@@ -128,20 +128,22 @@ class SessionRegistry:
             return self.create(route, principal, limit_key)
         key = f"{route.name}:{limit_key}"
         async with self._counting.turn(key):
-            here = {s.id for s in self._sessions.values() if s.limit_key == key}
             stored = await self.records.of_caller(route.name, principal, cap + _READ_BEYOND)
-            elsewhere = [i for i in stored if i not in here and not self.records.ending(i)]
-            while len(here) + len(elsewhere) >= cap:
-                if (idle := self._idle_of(key)) is not None:
+            # And the handshakes under way here; not a session whose record was ended elsewhere.
+            mine = (s for s in self._sessions.values() if s.limit_key == key)
+            counted = set(stored) | {s.id for s in mine if s.record is None}
+            elsewhere = [i for i in stored if i not in self._sessions]
+            while len(counted) >= cap:
+                if (idle := self._idle_of(key, counted)) is not None:
                     self._replace(idle)
-                    here.discard(idle.id)
+                    counted.discard(idle.id)
                 elif elsewhere and self.records.portable(route):
                     log.info("a session held elsewhere ended to make room for a new one")
-                    oldest = elsewhere.pop(0)
+                    counted.discard(oldest := elsewhere.pop(0))
                     await self.records.end(oldest, route.name, principal, "replaced", None)
                 else:
                     why = "none idle on this replica" if elsewhere else _BUSY
-                    raise _refused(route, len(here) + len(elsewhere), why)
+                    raise _refused(route, len(counted), why)
             return self._add(secrets.token_urlsafe(32), route, principal, limit_key, counted=True)
 
     def _replace(self, idle: Session) -> None:
@@ -214,14 +216,13 @@ class SessionRegistry:
         self.records.resume(session, record)
         return session
 
-    def _idle_of(self, limit_key: str) -> Session | None:
-        """The least recently used open session counted against `limit_key` with nothing
-        in flight and no client reading its GET stream, if any."""
-        idle = [
-            s
-            for s in self._sessions.values()
-            if s.limit_key == limit_key and s.record is not None and not s.busy and not s.listening
-        ]
+    def _idle_of(self, limit_key: str, among: Collection[str] | None = None) -> Session | None:
+        """The least recently used open session counted against `limit_key` (and with an id
+        `among` those, if given) with nothing in flight and no client reading its GET
+        stream, if any."""
+        mine = (s for s in self._sessions.values() if s.limit_key == limit_key)
+        idle = [s for s in mine if s.record is not None and not s.busy and not s.listening]
+        idle = [s for s in idle if among is None or s.id in among]
         return min(idle, key=lambda s: s.last_seen, default=None)
 
     async def end(self, session: Session, why: str = "deleted", actor: str | None = None) -> None:
