@@ -24,7 +24,7 @@ from .helpers import ACCEPT_BOTH
 from .test_replicas import LEASE_SECONDS, Replicas, http_route
 
 RATE, BURST = 30, 30
-KEYS = {name: f"key-of-{name}" for name in ("alice", "mallory", "carol", "dave")}
+KEYS = {name: f"key-of-{name}" for name in ("alice", "mallory", "carol", "dave", "erin")}
 
 
 @pytest.fixture
@@ -187,6 +187,19 @@ async def recorded(pg_url: str, principal: str) -> list[str]:
     return sorted(row["session_id"] for row in rows)
 
 
+async def settled(pg_url: str, principal: str, cap: int) -> None:
+    """Returns once the principal holds at most `cap` session records: a session replaced to
+    make room has its record deleted in the background, as the new one's handshake runs."""
+    async with asyncio.timeout(2):
+        while len(await recorded(pg_url, principal)) > cap:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+
+
+async def ping(client: aiohttp.ClientSession, url: str, principal: str, session_id: str) -> int:
+    status, _, _ = await rpc_as(client, url, principal, session_id, "ping", {})
+    return status
+
+
 async def test_sessions_and_active_tasks_per_principal_hold_over_three_replicas(
     three: Any, sdk_upstream: str, client: aiohttp.ClientSession, pg_url: str
 ) -> None:
@@ -202,13 +215,26 @@ async def test_sessions_and_active_tasks_per_principal_hold_over_three_replicas(
         status, session_id = await initialize(client, url, "alice")
         assert status == 200
         opened.append(session_id)
-        assert len(await recorded(pg_url, "alice")) <= 3
+        await settled(pg_url, "alice", 3)
     assert await recorded(pg_url, "alice") == sorted(opened[-3:])
-    ask = {**bearer("alice"), **{"Accept": ACCEPT_BOTH, "Content-Type": "application/json"}}
-    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
     for session_id, url in zip(opened, (a, b, c) * 3, strict=True):
-        async with client.post(url, json=ping, headers={**ask, "Mcp-Session-Id": session_id}) as r:
-            assert r.status == (200 if session_id in opened[-3:] else 404)
+        assert await ping(client, url, "alice", session_id) == (
+            200 if session_id in opened[-3:] else 404
+        )
+
+    # A caller whose three idle sessions live on B, opening one on A: A holds none of them,
+    # so one of B's (the least recently seen) makes room, and B answers 404 for it from then on.
+    on_b = [(await initialize(client, b, "erin"))[1] for _ in range(3)]
+    status, on_a = await initialize(client, a, "erin")
+    assert status == 200
+    await settled(pg_url, "erin", 3)
+    answers = {s: await ping(client, b, "erin", s) for s in on_b}
+    assert sorted(answers.values()) == [200, 200, 404]
+    kept = [s for s, answer in answers.items() if answer == 200]
+    assert await recorded(pg_url, "erin") == sorted([*kept, on_a])
+    assert '"event":"session_ended"' in group.audit("a") and '"reason":"replaced"' in group.audit(
+        "a"
+    )
 
     # Another caller is counted apart; its three sessions all busy on B: a fourth is refused.
     busy = [(await initialize(client, b, "dave"))[1] for _ in range(3)]
