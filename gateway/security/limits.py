@@ -21,8 +21,8 @@ from gateway.protocol.errors import LimitExceeded
 
 
 class Share:
-    """This process's share of the limits that hold for the whole deployment: one of
-    `replicas`, as this replica's latest lease round counted them (1 alone)."""
+    """This process's share of the request rates, which hold for the whole deployment: one
+    of `replicas`, as this replica's latest lease round counted them (1 alone)."""
 
     def __init__(self) -> None:
         self.replicas = 1
