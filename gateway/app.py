@@ -58,6 +58,7 @@ from gateway.http.keys import (
     RUNNER,
     SESSIONS,
     SETTINGS,
+    SHARE,
     STORE,
     TASK_API,
     TASK_INPUTS,
@@ -70,6 +71,7 @@ from gateway.http.urls import add_routes
 from gateway.observability.metrics import Metrics
 from gateway.recovery import replicas, reruns
 from gateway.route import Route
+from gateway.security.limits import Share
 from gateway.session.registry import SessionRegistry
 from gateway.session.task_api import TaskApi
 from gateway.tasks.inputs import TaskInputs
@@ -122,9 +124,12 @@ def create_app(
     metrics = app[METRICS] = Metrics([route.name for route in settings.routes])
     tracing = app[TRACING] = _tracing(app, metrics, span_processor)
     app[DRAIN] = Drain(settings.shutdown, metrics)
+    share = app[SHARE] = Share()
+    metrics.replicas_live.set_function(lambda: share.replicas)
     # Built here, not at start-up, so a bad key file stops the gateway before it listens.
     app[ROUTES] = {
-        route.name: Route(settings, route, metrics, tracing=tracing) for route in settings.routes
+        route.name: Route(settings, route, metrics, tracing=tracing, share=share)
+        for route in settings.routes
     }
     app[RELOADS] = Reloads(settings)
     add_routes(app, settings, partial(_guarded, app=app, tracing=tracing))

@@ -25,7 +25,7 @@ from gateway.protocol.curation import Curation
 from gateway.protocol.decisions import Reject
 from gateway.protocol.modern_headers import ToolHeaders
 from gateway.security.auth import Authenticator
-from gateway.security.limits import RateLimiter
+from gateway.security.limits import RateLimiter, Share
 from gateway.security.oauth import ProtectedResource
 from gateway.upstream import MemberRoutes, UpstreamRoute, upstreams_of
 
@@ -73,12 +73,14 @@ class Route:
         metrics: Metrics,
         previous: Route | None = None,
         tracing: Tracing | None = None,
+        share: Share | None = None,
     ) -> None:
         """The route `config` describes, under the gateway-wide `settings` it inherits.
         `previous` is the route of that name a reload replaces: when the upstream section is
         the same, its upstream (connection pool, child cap) and what it learned of the
         upstream's tools are shared, so rotating a client key costs no upstream state.
-        `tracing` is the gateway's tracer, None when traces are off.
+        `tracing` is the gateway's tracer, None when traces are off. `share` is this
+        replica's share of the request rates (None: the whole of them, one process).
 
         Raises:
             ValueError: a key file the auth section names, or an upstream signing key, is
@@ -114,7 +116,7 @@ class Route:
         #: Without authentication callers cannot be told apart: tasks/list is offered only
         #: when the operator opts in (the spec's SHOULD NOT otherwise).
         self.lists_tasks = self.authenticator.required or auth.list_tasks_without_auth
-        self.rate = RateLimiter(self.limits.requests_per_second, self.limits.burst)
+        self.rate = RateLimiter(self.limits.requests_per_second, self.limits.burst, share=share)
         #: The `Mcp-Param-*` headers each tool declares, from the tools/list answers relayed.
         self.tool_headers = ToolHeaders()
         #: Each tool's `annotations` from the latest tools/list answer relayed (for

@@ -276,6 +276,7 @@ async def test_the_gauges_the_alerts_read_follow_the_tasks_and_the_store(
     assert sample(text, "mcp_gateway_task_oldest_running_seconds", route="demo") >= 1
     assert sample(text, "mcp_gateway_task_time_limit_seconds", route="demo") == 120
     assert sample(text, "mcp_gateway_sessions_max") == 50
+    assert sample(text, "mcp_gateway_replicas_live") == 1  # one process on SQLite
     assert sample(text, "mcp_gateway_stdio_children_max", route="demo") == 32
     assert sample(text, "mcp_gateway_upstream_up", route="demo") == 1
     written = sample(text, "mcp_gateway_store_last_write_timestamp_seconds")

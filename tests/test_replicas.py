@@ -47,15 +47,20 @@ from .test_replicas_inprocess import questions_asked_on_b_are_answered_through_a
 
 #: Short, so that a dead replica's tasks are settled quickly; renewed every third of it.
 LEASE_SECONDS = 3
+#: Out of the way of the tests here, which are not about limits (tests/test_replicas_limits.py).
+LIMITS = "limits: {active_tasks_per_principal: 5000, requests_per_second: null}"
 
 
 class Replicas:
     """Gateway processes on one database, each with its own port, config and log."""
 
-    def __init__(self, tmp_path: Path, pg_url: str, routes: str, lease: float) -> None:
+    def __init__(
+        self, tmp_path: Path, pg_url: str, routes: str, lease: float, settings: str = LIMITS
+    ) -> None:
         self._tmp = tmp_path
         self._store = f"{{backend: postgres, url: {json.dumps(pg_url)}, lease_seconds: {lease}}}"
         self._routes = routes
+        self._settings = settings
         self.procs: dict[str, subprocess.Popen[bytes]] = {}
         self.ports: dict[str, int] = {}
 
@@ -63,8 +68,7 @@ class Replicas:
         home = self._tmp / name
         home.mkdir(exist_ok=True)
         port = self.ports.setdefault(name, free_port())
-        limits = "limits: {active_tasks_per_principal: 5000, requests_per_second: null}"
-        config = write_config(home, port, limits, self._routes, store=self._store)
+        config = write_config(home, port, self._settings, self._routes, store=self._store)
         log, audit = home / "gateway.log", home / "gateway.audit"
         self.procs[name] = start_process(config, port, log=log, audit=audit)
 
@@ -73,6 +77,9 @@ class Replicas:
 
     def audit(self, name: str) -> str:
         return (self._tmp / name / "gateway.audit").read_text()
+
+    def log(self, name: str) -> str:
+        return (self._tmp / name / "gateway.log").read_text()
 
     async def checked(self, name: str, route: str) -> None:
         """Returns once replica `name` has logged its start-up check of `route`'s upstream."""
@@ -97,8 +104,10 @@ class Replicas:
 def replicas_of(tmp_path: Path, pg_url: str) -> Iterator[Any]:
     started: list[Replicas] = []
 
-    def make(routes: str, names: str = "abc", lease: float = LEASE_SECONDS) -> Replicas:
-        group = Replicas(tmp_path, pg_url, routes, lease)
+    def make(
+        routes: str, names: str = "abc", lease: float = LEASE_SECONDS, settings: str = LIMITS
+    ) -> Replicas:
+        group = Replicas(tmp_path, pg_url, routes, lease, settings)
         started.append(group)
         for name in names:  # one after another: their migrations must not race anyway
             group.start(name)

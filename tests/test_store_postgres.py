@@ -81,6 +81,45 @@ async def test_a_lease_runs_on_the_database_clock_and_is_renewed_in_place(pg_url
     assert await query(pg_url, sql) == []  # closing gives the lease back
 
 
+async def test_each_lease_round_counts_the_replicas_whose_lease_runs(pg_url: str) -> None:
+    """What each replica's share of the request rates follows: itself, and the others whose
+    lease has not run out by the database's clock; a replica that stopped counts no more."""
+    async with replicas(pg_url, "a", "b", "c") as (a, b, c):
+        assert [await s.renew_lease() for s in (a, b, c)] == [3, 3, 3]
+        await expire(pg_url, "c")  # died: its lease ran out
+        assert await a.renew_lease() == 2
+        assert await c.renew_lease() == 3  # back before anyone claimed anything: live again
+        await b.close()  # stopped: its lease given back
+        assert await a.renew_lease() == 2
+    alone = await open_postgres_store(pg_url, "d")
+    assert await alone.renew_lease() == 1
+    await alone.close()
+
+
+async def test_a_callers_sessions_are_read_least_recently_seen_first(pg_url: str) -> None:
+    def record(session_id: str, principal: str | None, route: str = "files") -> SessionRecord:
+        return SessionRecord(
+            session_id=session_id,
+            route=route,
+            principal=principal,
+            protocol_version="2025-11-25",
+            initialize={"method": "initialize"},
+            created_at=T0,
+        )
+
+    async with replicas(pg_url, "a", "b") as (a, b):
+        for store, session_id in [(a, "s1"), (b, "s2"), (a, "s3")]:
+            await store.save_session(record(session_id, "alice"))
+        await a.save_session(record("other-route", "alice", route="mail"))
+        await a.save_session(record("other-caller", "bob"))
+        await a.save_session(record("anonymous", None))
+        await b.prune_sessions(["s1"], T0 + SECOND, T0 - SECOND)  # s1 seen since
+
+        assert await b.caller_sessions("files", "alice", 10) == ["s2", "s3", "s1"]
+        assert await a.caller_sessions("files", "alice", 2) == ["s2", "s3"]
+        assert await a.caller_sessions("files", "carol", 10) == []
+
+
 async def test_a_replica_whose_lease_ran_out_has_its_tasks_claimed_and_its_writes_refused(
     pg_url: str,
 ) -> None:

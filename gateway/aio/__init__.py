@@ -1,10 +1,11 @@
-"""Owned background tasks: nothing is fire-and-forget."""
+"""Owned background tasks (nothing is fire-and-forget), and turns taken per key."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
-from collections.abc import Coroutine
+from collections.abc import AsyncIterator, Coroutine
 from typing import Any
 
 log = logging.getLogger(__name__)
@@ -53,3 +54,27 @@ class TaskSet:
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+class Turns:
+    """One holder at a time per key, the others waiting their turn; a key nobody holds or
+    waits for costs nothing."""
+
+    def __init__(self) -> None:
+        #: Per key: its lock, and how many hold it or wait for it.
+        self._turns: dict[str, tuple[asyncio.Lock, list[int]]] = {}
+
+    @contextlib.asynccontextmanager
+    async def turn(self, key: str) -> AsyncIterator[None]:
+        lock, users = self._turns.setdefault(key, (asyncio.Lock(), [0]))
+        users[0] += 1
+        try:
+            async with lock:
+                yield
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._turns[key]
+
+    def __len__(self) -> int:
+        return len(self._turns)

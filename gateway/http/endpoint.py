@@ -214,7 +214,7 @@ async def _initialize(
         )
     admission.refuse_when_draining(request, "sessions")
     sessions = request.app[SESSIONS]
-    session = sessions.create(route, caller.principal, caller.limit_key)
+    session = await sessions.open(route, caller.principal, caller.limit_key)
     admission.remember_forwarded(request, route, session)
     try:
         answer = await session.upstream.initialize(init)

@@ -25,6 +25,7 @@ if TYPE_CHECKING:
     from gateway.observability.metrics import Metrics
     from gateway.observability.traces import Tracing
     from gateway.route import Route
+    from gateway.security.limits import Share
     from gateway.session.registry import SessionRegistry
     from gateway.session.task_api import TaskApi
     from gateway.tasks.inputs import TaskInputs
@@ -44,6 +45,8 @@ ROUTE_TABLE: web.AppKey[RouteTable] = web.AppKey("route_table")
 #: What reloads share: the settings in force, the routes they replaced.
 RELOADS: web.AppKey[Reloads] = web.AppKey("reloads")
 STORE: web.AppKey[TaskStore] = web.AppKey("store")
+#: This replica's share of the request rates, by the live replicas its lease rounds count.
+SHARE: web.AppKey[Share] = web.AppKey("share")
 RUNNER: web.AppKey[TaskRunner] = web.AppKey("runner")
 TASK_API: web.AppKey[TaskApi] = web.AppKey("task_api")
 #: Tasks' stored questions, and the calls running here that await their answers.

@@ -44,7 +44,7 @@ from pydantic import BaseModel
 
 from gateway.aio import TaskSet
 from gateway.config import ConfigError, Settings, load_settings
-from gateway.http.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, TRACING
+from gateway.http.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, SHARE, TRACING
 from gateway.observability.audit import audit
 from gateway.route import Route, RouteInputs
 from gateway.upstream import MemberRoutes, UpstreamRoute
@@ -192,7 +192,9 @@ async def _build(app: web.Application, path: str, settings: Settings) -> dict[st
         for config in settings.routes:
             old = current.get(config.name)
             if old is None or old.inputs != RouteInputs.of(settings, config):
-                built[config.name] = Route(settings, config, app[METRICS], old, app[TRACING])
+                built[config.name] = Route(
+                    settings, config, app[METRICS], old, app[TRACING], app[SHARE]
+                )
     except ValueError as exc:
         for name, route in built.items():
             if current.get(name) is None or current[name].upstream is not route.upstream:

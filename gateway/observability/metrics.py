@@ -161,6 +161,12 @@ class Metrics:
             f"{p}_stdio_children_max", "upstream.max_children of the route.", ["route"], registry=r
         )
         self.sessions_max = Gauge(f"{p}_sessions_max", "sessions.max_sessions.", registry=r)
+        self.replicas_live = Gauge(
+            f"{p}_replicas_live",
+            "Live replicas this one's latest lease round counted (1 alone): each holds 1/N of "
+            "every request rate.",
+            registry=r,
+        )
         self.task_time_limit = Gauge(
             f"{p}_task_time_limit_seconds",
             "tasks.time_limit_seconds of the route (+Inf without one).",

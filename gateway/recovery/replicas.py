@@ -9,7 +9,9 @@ arriving: every round here (a third of `store.lease_seconds`) renews this replic
 re-checks the runs here, and claims the tasks of replicas whose lease has expired, which get
 the decision a restart gives (`TaskRunner.recover`): failed, or run again here for tools
 safe to repeat; after an outage of the store, only once every live replica has had a lease
-to renew its own. With SQLite there is one process per file and none of this runs.
+to renew its own. Each round also counts the live replicas, whose number sets this replica's
+share of the request rates (`limits.Share`). With SQLite there is one process per file and
+none of this runs.
 """
 
 from __future__ import annotations
@@ -21,7 +23,7 @@ import time
 from aiohttp import web
 
 from gateway.aio import TaskSet
-from gateway.http.keys import RUNNER, SETTINGS, STORE, TASK_INPUTS
+from gateway.http.keys import RUNNER, SETTINGS, SHARE, STORE, TASK_INPUTS
 from gateway.protocol.errors import StoreUnreachable
 from gateway.recovery import reruns
 from gateway.tasks.notifier import Notifier
@@ -53,7 +55,16 @@ async def start(app: web.Application, notifier: Notifier, tasks: TaskSet) -> Non
         tasks.spawn(answers.answered_elsewhere(task_id), name="task answered elsewhere")
 
     await app[STORE].watch(changed)
+    _count(app, await app[STORE].renew_lease())
     tasks.spawn(_keep(app), name="replica lease")
+
+
+def _count(app: web.Application, live: int) -> None:
+    """A lease round saw `live` replicas: this one's share of the rates follows."""
+    share = app[SHARE]
+    if live != share.replicas:
+        log.info("%d live replica(s): each holds 1/%d of every request rate", live, live)
+    share.count(live)
 
 
 async def _keep(app: web.Application) -> None:
@@ -64,7 +75,7 @@ async def _keep(app: web.Application) -> None:
     while True:
         await asyncio.sleep(interval)
         try:
-            await app[STORE].renew_lease()
+            _count(app, await app[STORE].renew_lease())
             if reachable_since is None:
                 reachable_since = time.monotonic()
                 log.info("the task store is reachable again: leases are claimed after %g s", lease)

@@ -72,6 +72,13 @@ class SessionRecords:
     async def get(self, session_id: str) -> SessionRecord | None:
         return await self._store.get_session(session_id)
 
+    async def of_caller(self, route: str, principal: str, limit: int) -> list[str]:
+        """The ids of `principal`'s recorded sessions on `route` (any replica's, or none's
+        since a replica let one go), least recently seen first, at most `limit`, less those
+        ended here whose records are still being deleted."""
+        ids = await self._store.caller_sessions(route, principal, limit)
+        return [session_id for session_id in ids if session_id not in self._retiring]
+
     async def recorded(self, session: Session) -> bool:
         """Whether the store still holds the record of a session held here (true while it has
         none yet: its handshake is under way)."""

@@ -5,7 +5,8 @@ sessions.max_sessions and each route's limits.sessions_per_principal (the caller
 recently used idle session making room), finds the one a request names, and ends sessions:
 on DELETE, on an operator's word, idle, or at shutdown. A session it does not hold is rebuilt
 from its stored record (`records.py`), after a restart or, with replicas, one that another
-replica opened.
+replica opened. With replicas, an authenticated caller's sessions are counted over the whole
+deployment (`open`): its records in the store, read once per new session, never per request.
 """
 
 from __future__ import annotations
@@ -15,8 +16,9 @@ import collections
 import logging
 import secrets
 import time
+from collections.abc import Collection
 
-from gateway.aio import TaskSet
+from gateway.aio import TaskSet, Turns
 from gateway.config import HttpConfig, SessionsConfig
 from gateway.protocol.errors import CapacityExceeded, LimitExceeded, SessionNotFound
 from gateway.route import Route
@@ -30,6 +32,9 @@ log = logging.getLogger(__name__)
 
 #: Sessions closed at once on shutdown.
 _CLOSING_AT_ONCE = 100
+#: Records read beyond a caller's cap: what races between replicas let through, made room from.
+_READ_BEYOND = 64
+_BUSY = "each with a call or task running"
 
 
 class SessionRegistry:
@@ -55,6 +60,8 @@ class SessionRegistry:
         #: Sessions held per `Session.limit_key`: what limits.sessions_per_principal caps.
         self._per_limit_key: collections.Counter[str] = collections.Counter()
         self._tasks = TaskSet("sessions")
+        #: With replicas, one count of a caller's sessions at a time here (per route).
+        self._counting = Turns()
 
     def count(self, route: str) -> int:
         return sum(1 for s in self._sessions.values() if s.route.name == route)
@@ -64,8 +71,16 @@ class SessionRegistry:
         a reload built since)."""
         return any(s.route is route for s in self._sessions.values())
 
-    def _add(self, session_id: str, route: Route, principal: str | None, limit_key: str) -> Session:
-        """Hold a new session, within the gateway's cap and the route's per-principal limit.
+    def _add(
+        self,
+        session_id: str,
+        route: Route,
+        principal: str | None,
+        limit_key: str,
+        counted: bool = False,
+    ) -> Session:
+        """Hold a new session, within the gateway's cap and the route's per-principal limit
+        (unless the deployment's count of the caller's sessions was made: `counted`).
 
         Raises:
             CapacityExceeded: the gateway holds sessions.max_sessions already.
@@ -78,22 +93,14 @@ class SessionRegistry:
                 "(sessions.max_sessions)"
             )
         cap = route.limits.sessions_per_principal
-        if cap is not None and self._per_limit_key[limit_key] >= cap:
+        if not counted and cap is not None and self._per_limit_key[limit_key] >= cap:
             # Many clients never send DELETE (the TS SDK's close(), the inspector): their
             # sessions would lock the caller out for the idle timeout. The caller's least
             # recently used idle session makes room; only busy ones hold the cap.
             idle = self._idle_of(limit_key)
             if idle is None:
-                route.metrics.limited.labels(route.name, "sessions").inc()
-                raise LimitExceeded(
-                    f"Too many sessions: this caller already has {cap} "
-                    "(limits.sessions_per_principal), each with a call or task running; "
-                    "end one with DELETE first"
-                )
-            log.info("session %s: ended to make room for a new one of its caller", idle.tag)
-            self._forget(idle)
-            self.records.retire(idle.id)  # now: its record must not bring it back meanwhile
-            self._tasks.spawn(self._retire(idle, "replaced"), name="retire session")
+                raise _refused(route, cap, _BUSY)
+            self._replace(idle)
         session = Session(session_id, route, self._http, principal, limit_key)
         session.persist = self.records.update
         if self._board is not None:
@@ -105,6 +112,46 @@ class SessionRegistry:
     def create(self, route: Route, principal: str | None, limit_key: str) -> Session:
         """A new session for `principal`; `limit_key` is whom the per-principal limits count."""
         return self._add(secrets.token_urlsafe(32), route, principal, limit_key)
+
+    async def open(self, route: Route, principal: str | None, limit_key: str) -> Session:
+        """A new session, as `create`; with replicas and a principal, within the cap counted
+        over the deployment: the caller's records in the store, and its sessions here. At
+        the cap, its least recently used idle session here makes room, else (a route whose
+        sessions go on at any replica) its least recently seen record held elsewhere.
+
+        Raises:
+            CapacityExceeded, LimitExceeded: as `create`.
+            StoreUnreachable: the caller's records could not be read.
+        """
+        cap = route.limits.sessions_per_principal
+        if not self.records.shared or principal is None or cap is None:
+            return self.create(route, principal, limit_key)
+        key = f"{route.name}:{limit_key}"
+        async with self._counting.turn(key):
+            stored = await self.records.of_caller(route.name, principal, cap + _READ_BEYOND)
+            # And the handshakes under way here; not a session whose record was ended elsewhere.
+            mine = (s for s in self._sessions.values() if s.limit_key == key)
+            counted = set(stored) | {s.id for s in mine if s.record is None}
+            elsewhere = [i for i in stored if i not in self._sessions]
+            while len(counted) >= cap:
+                if (idle := self._idle_of(key, counted)) is not None:
+                    self._replace(idle)
+                    counted.discard(idle.id)
+                elif elsewhere and self.records.portable(route):
+                    log.info("a session held elsewhere ended to make room for a new one")
+                    counted.discard(oldest := elsewhere.pop(0))
+                    await self.records.end(oldest, route.name, principal, "replaced", None)
+                else:
+                    why = "none idle on this replica" if elsewhere else _BUSY
+                    raise _refused(route, len(counted), why)
+            return self._add(secrets.token_urlsafe(32), route, principal, limit_key, counted=True)
+
+    def _replace(self, idle: Session) -> None:
+        """End an idle session to make room for a new one of its caller."""
+        log.info("session %s: ended to make room for a new one of its caller", idle.tag)
+        self._forget(idle)
+        self.records.retire(idle.id)  # now: its record must not bring it back meanwhile
+        self._tasks.spawn(self._retire(idle, "replaced"), name="retire session")
 
     def _forget(self, session: Session) -> bool:
         if self._sessions.pop(session.id, None) is None:
@@ -163,18 +210,19 @@ class SessionRegistry:
         session = self._sessions.get(session_id)  # another request restored it meanwhile
         if session is not None:
             return session
-        session = self._add(session_id, route, principal, limit_key)
+        # With replicas, a caller's recorded session is already one of its deployment's.
+        counted = self.records.shared and principal is not None
+        session = self._add(session_id, route, principal, limit_key, counted)
         self.records.resume(session, record)
         return session
 
-    def _idle_of(self, limit_key: str) -> Session | None:
-        """The least recently used open session counted against `limit_key` with nothing
-        in flight and no client reading its GET stream, if any."""
-        idle = [
-            s
-            for s in self._sessions.values()
-            if s.limit_key == limit_key and s.record is not None and not s.busy and not s.listening
-        ]
+    def _idle_of(self, limit_key: str, among: Collection[str] | None = None) -> Session | None:
+        """The least recently used open session counted against `limit_key` (and with an id
+        `among` those, if given) with nothing in flight and no client reading its GET
+        stream, if any."""
+        mine = (s for s in self._sessions.values() if s.limit_key == limit_key)
+        idle = [s for s in mine if s.record is not None and not s.busy and not s.listening]
+        idle = [s for s in idle if among is None or s.id in among]
         return min(idle, key=lambda s: s.last_seen, default=None)
 
     async def end(self, session: Session, why: str = "deleted", actor: str | None = None) -> None:
@@ -261,3 +309,11 @@ class SessionRegistry:
         """Delete the records of sessions no client used for the idle timeout; those held
         here count as used."""
         await self.records.prune(list(self._sessions), self._config.idle_timeout_seconds)
+
+
+def _refused(route: Route, held: int, why: str) -> LimitExceeded:
+    route.metrics.limited.labels(route.name, "sessions").inc()
+    return LimitExceeded(
+        f"Too many sessions: this caller already has {held} (limits.sessions_per_principal), "
+        f"{why}; end one with DELETE first"
+    )

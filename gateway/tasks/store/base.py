@@ -181,9 +181,11 @@ class TaskStore(Protocol):
         nothing.
         """
 
-    async def renew_lease(self) -> None:
+    async def renew_lease(self) -> int:
         """PostgreSQL: this replica's lease runs `lease_seconds` from now on the database's
-        clock (one statement; also done on opening). SQLite: nothing, one process per file."""
+        clock (one statement; also done on opening); returns how many replicas hold a lease
+        that runs now, this one included, by that clock. SQLite: nothing, one process per
+        file (1)."""
 
     async def watch(self, changed: Callable[[str | None], None]) -> None:
         """Until `close()`, `changed(task_id)` hears of the writes someone waits for, by any
@@ -209,6 +211,10 @@ class TaskStore(Protocol):
     ) -> list[SessionRecord]:
         """The session records of `route` and `principal` (None: any), oldest first, at most
         `limit`: what an operator sees."""
+
+    async def caller_sessions(self, route: str, principal: str, limit: int) -> list[str]:
+        """The ids of `principal`'s session records on `route`, least recently seen first, at
+        most `limit`: with replicas, the sessions the whole deployment holds for a caller."""
 
     async def delete_session(self, session_id: str) -> None: ...
 

@@ -93,3 +93,7 @@ class SharedReads(ABC):
     ) -> list[SessionRecord]:
         sql, params = select_sessions(route, principal, limit, self._sql.mark)
         return [session_from_row(row) for row in await self._read(sql, *params)]
+
+    async def caller_sessions(self, route: str, principal: str, limit: int) -> list[str]:
+        rows = await self._read(self._sql.caller_sessions, route, principal, limit)
+        return [row["session_id"] for row in rows]

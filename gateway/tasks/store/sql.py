@@ -99,4 +99,8 @@ class Statements:
             f" upstream_protocol_version = {m(5)} WHERE session_id = {m(6)}"
         )
         self.delete_session = f"DELETE FROM sessions WHERE session_id = {m(1)}"
+        self.caller_sessions = (
+            f"SELECT session_id FROM sessions WHERE route = {m(1)} AND principal = {m(2)}"
+            f" ORDER BY last_seen, session_id LIMIT {m(3)}"
+        )
         self.prune_sessions = f"DELETE FROM sessions WHERE last_seen < {m(1)} RETURNING session_id"

@@ -25,9 +25,12 @@ from gateway.tasks.store.sql import LIVE_SQL
 #: How long a dead replica's row is kept once its tasks are settled, for operators to see.
 _FORGET_REPLICAS_AFTER = "1 hour"
 
+# Renews, and counts the live replicas in the same statement: the others whose lease runs
+# now (the statement's snapshot predates its own insert), and this one.
 RENEW = (
-    "INSERT INTO replicas VALUES ($1, now() + $2::float8 * interval '1 second')"
-    " ON CONFLICT (replica) DO UPDATE SET lease_until = excluded.lease_until"
+    "WITH renewed AS (INSERT INTO replicas VALUES ($1, now() + $2::float8 * interval '1 second')"
+    " ON CONFLICT (replica) DO UPDATE SET lease_until = excluded.lease_until)"
+    " SELECT 1 + count(*) FROM replicas WHERE replica <> $1 AND lease_until > now()"
 )
 
 RELEASE = "DELETE FROM replicas WHERE replica = $1"

@@ -128,6 +128,10 @@ MIGRATIONS = [
     """
     ALTER TABLE sessions ADD COLUMN upstream_protocol_version TEXT;
     """,
+    # A caller's sessions on a route, counted at each new session against its limit.
+    """
+    CREATE INDEX sessions_by_caller ON sessions (route, principal, last_seen);
+    """,
 ]
 
 #: The statements both backends share, in PostgreSQL's placeholders.

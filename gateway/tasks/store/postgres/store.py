@@ -160,9 +160,10 @@ class PostgresTaskStore(SharedReads):
     async def claim_orphans(self) -> list[Task]:
         return await self._write(lambda db: attempts.claim(db, self._replica))
 
-    async def renew_lease(self) -> None:
+    async def renew_lease(self) -> int:
         sql, lease = attempts.RENEW, self._lease_seconds
-        await self._write(lambda db: db.execute(sql, self._replica, lease))
+        live: int = await self._write(lambda db: db.fetchval(sql, self._replica, lease))
+        return live
 
     async def watch(self, changed: Callable[[str | None], None]) -> None:
         """Raises: RuntimeError if this store is watched already; what asyncpg raises if the

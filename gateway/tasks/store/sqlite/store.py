@@ -210,8 +210,10 @@ class SqliteTaskStore(SharedReads):
     async def claim_orphans(self) -> list[Task]:
         return [task_from_row(row) for row in await self._read(attempts.LIVE_TASKS)]
 
-    async def renew_lease(self) -> None:
-        """Nothing: the file's lock, held until `close`, is this process's lease."""
+    async def renew_lease(self) -> int:
+        """Nothing: the file's lock, held until `close`, is this process's lease; the one
+        process there is."""
+        return 1
 
     async def watch(self, changed: Callable[[str | None], None]) -> None:
         """Nothing: no other process writes to the file."""
