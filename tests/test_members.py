@@ -21,6 +21,8 @@ from mcp.shared.exceptions import McpError
 
 from gateway.config import ConfigError, parse_settings
 from gateway.protocol.errors import INVALID_PARAMS
+from gateway.upstream import upstreams_of
+from gateway.upstream.generation import Bridged
 
 from .conftest import ROOT, StartGateway, free_port, mcp_client, wait_for_port
 from .helpers import MCP2_PYTHON, needs_mcp2, open_session, rpc, text, wait_terminal
@@ -226,11 +228,32 @@ def test_careless_members_are_refused_naming_the_key() -> None:
             "upstreams": [{"name": f"m{i}", **http} for i in range(17)]
         },
         "upstreams: Tuple should have at least 1 item": {"upstreams": []},
-        "a route of several members serves 2026-07-28 callers": {
-            "upstreams": [{"name": "a", "modern": "native", **http}]
+        "upstreams[1].modern: native is for a route with one upstream (or one member)": {
+            "upstreams": [{"name": "a", **http}, {"name": "b", "modern": "native", **http}]
         },
     }
     for expected, route in cases.items():
         with pytest.raises(ConfigError) as raised:
             parse(route)
         assert expected in str(raised.value), str(raised.value)
+
+
+def test_a_route_of_one_member_reaches_it_on_its_own_wire_as_a_plain_route_does() -> None:
+    # The 2026-07-28 wire of a route of one member is its member's (`modern`, `auto` by
+    # default: natively when the member speaks 2026-07-28, as a plain route's upstream): one
+    # always bridged failed every MRTR and subscriptions/listen conformance scenario the
+    # plain route passes. A route of several stays bridged.
+    http = {"transport": "streamable_http", "url": "http://127.0.0.1:1/mcp"}
+
+    def upstream(*members: dict[str, Any]) -> Any:
+        settings = parse_settings({"routes": [{"name": "r", "upstreams": list(members)}]}, "f")
+        return upstreams_of(settings.routes[0])
+
+    one = upstream({"name": "a", "modern": "native", **http})
+    assert one.single() is one.members["a"]
+    assert one.wire is one.members["a"].wire and one.wire.describe()[0] == "native"
+    assert upstream({"name": "a", **http}).wire.auto  # learned, as a plain route's
+    several = upstream({"name": "a", **http}, {"name": "b", **http})
+    assert isinstance(several.wire, Bridged)
+    with pytest.raises(RuntimeError):
+        several.single()
