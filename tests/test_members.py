@@ -20,9 +20,12 @@ from mcp import types
 from mcp.shared.exceptions import McpError
 
 from gateway.config import ConfigError, parse_settings
+from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INVALID_PARAMS
 from gateway.upstream import upstreams_of
+from gateway.upstream.fanout import MemberSessions
 from gateway.upstream.generation import Bridged
+from gateway.upstream.members import MemberHealth
 
 from .conftest import ROOT, StartGateway, free_port, mcp_client, wait_for_port
 from .helpers import MCP2_PYTHON, needs_mcp2, open_session, rpc, text, wait_terminal
@@ -257,3 +260,58 @@ def test_a_route_of_one_member_reaches_it_on_its_own_wire_as_a_plain_route_does(
     assert isinstance(several.wire, Bridged)
     with pytest.raises(RuntimeError):
         several.single()
+
+
+class _Above:
+    """The session above a `MemberSessions`: what it is told, and about which request."""
+
+    busy = False
+    listening = False
+
+    def __init__(self) -> None:
+        self.streams: list[tuple[object, bool]] = []
+        self.related: list[object] = []
+
+    def on_server_message(self, message: object, related: object) -> None:
+        self.related.append(related)
+
+    def on_stream(self, related: object, interrupted: bool) -> None:
+        self.streams.append((related, interrupted))
+
+
+class _SseMember:
+    """A member that frames each answer as SSE and sends a progress notification first."""
+
+    busy = False
+    on_reestablished = None
+
+    def __init__(self, listener: Any) -> None:
+        self._listener = listener
+
+    async def call(self, request: Any, **_: Any) -> Any:
+        self._listener.on_stream(request.id, False)
+        note = {"progressToken": 1, "progress": 1}
+        self._listener.on_server_message(
+            jsonrpc.Notification(jsonrpc="2.0", method="notifications/progress", params=note),
+            request.id,
+        )
+        return jsonrpc.Response(jsonrpc="2.0", id=request.id, result={"tools": [{"name": "t"}]})
+
+
+@pytest.mark.parametrize("members", [["a"], ["a", "b"]])
+async def test_a_list_page_relates_each_members_stream_to_the_clients_request(
+    members: list[str],
+) -> None:
+    # A page asks each member under an id of its own; the member's SSE framing and
+    # notifications relate to that id, and must reach the client's request: through a route
+    # of one member, tools/list came back as JSON where the plain route relays the upstream's
+    # SSE (conformance server-sse-multiple-streams: SUCCESS directly, INFO through it).
+    above = _Above()
+    makers: dict[str, Any] = dict.fromkeys(members, _SseMember)  # (a client's calls only)
+    sessions = MemberSessions("r", makers, above, MemberHealth("r"))
+    request = jsonrpc.Request(jsonrpc="2.0", id="c-7", method="tools/list", params={})
+    answer = await sessions.call(request)
+    assert isinstance(answer, jsonrpc.Response) and answer.id == "c-7"
+    assert len(answer.result["tools"]) == len(members)
+    assert above.streams == [("c-7", False)] * len(members)
+    assert above.related == ["c-7"] * len(members)

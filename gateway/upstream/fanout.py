@@ -55,6 +55,9 @@ class MemberSessions:
         self._ids = itertools.count(1)
         #: Our requests in flight -> the member they went to (for a cancellation).
         self._calls: dict[jsonrpc.RequestId, str] = {}
+        #: A list page's request to one member (an id of its own) -> the request of the
+        #: session's it is part of: what the member's stream and notifications relate to.
+        self._part_of: dict[jsonrpc.RequestId, jsonrpc.RequestId] = {}
         self._asks = Asks()
         self._handshake: tuple[jsonrpc.Request, jsonrpc.Notification | None] | None = None
         #: What each member offered at initialize (none known after a restart).
@@ -205,10 +208,19 @@ class MemberSessions:
         """A request to the member it belongs to (`routing`)."""
         return self.routing.call(request, Send(ready, bounded, limit))
 
-    async def forward(self, member: str, request: jsonrpc.Request, send: Send) -> Answer:
-        """`request` to `member`. Raises UpstreamError naming the member."""
+    async def forward(
+        self,
+        member: str,
+        request: jsonrpc.Request,
+        send: Send,
+        part_of: jsonrpc.RequestId | None = None,
+    ) -> Answer:
+        """`request` to `member` (under an id of its own when it is `part_of` a request of the
+        session's, a list's page). Raises UpstreamError naming the member."""
         client = self._clients[member]
         self._calls[request.id] = member
+        if part_of is not None:
+            self._part_of[request.id] = part_of
         try:
             answer = await client.call(
                 request, ready=send.ready, bounded=send.bounded, limit=send.limit
@@ -219,6 +231,7 @@ class MemberSessions:
             raise type(exc)(f"member {member}: {exc.message}") from None
         finally:
             self._calls.pop(request.id, None)
+            self._part_of.pop(request.id, None)
         self._up.add(member)
         self._health.answered(member)
         return answer
@@ -266,6 +279,12 @@ class MemberSessions:
 
     # -- from the members
 
+    def related(self, related: jsonrpc.RequestId) -> jsonrpc.RequestId:
+        """The session's request a member's message or stream relates to: `related`, or the
+        request its list page is part of (so that a member's SSE framing of its page makes
+        the client's answer SSE, as a route of one upstream does)."""
+        return self._part_of.get(related, related)
+
     def from_member(
         self, member: str, message: jsonrpc.Message, related: jsonrpc.RequestId | None
     ) -> None:
@@ -279,7 +298,9 @@ class MemberSessions:
             if withdrawn is None:
                 return  # cancels nothing the session was told of
             message = withdrawn
-        self._listener.on_server_message(message, related)
+        self._listener.on_server_message(
+            message, None if related is None else self.related(related)
+        )
 
     def changed(self) -> None:
         """A member went down or came back: the route's lists changed."""
@@ -309,7 +330,7 @@ class _Member:
         self._sessions.from_member(self._name, message, related)
 
     def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
-        self._sessions._listener.on_stream(related, interrupted)
+        self._sessions._listener.on_stream(self._sessions.related(related), interrupted)
 
     @property
     def busy(self) -> bool:
