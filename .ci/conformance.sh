@@ -54,10 +54,11 @@
 #   --tasks-timeout-ms N             the same for tasks-* (env CONFORMANCE_TASKS_TIMEOUT_MS, 60000: each
 #                                    request may wait 10 s and each tasks/get poll 10 s, so a gateway
 #                                    without tasks needs this long to report more than a timeout)
-#   --jobs N                         2026-07-28 scenarios run at once (env CONFORMANCE_JOBS, 3), and as many
-#                                    more through the one-member route (env CONFORMANCE_MEMBER_JOBS); the
-#                                    tasks-* all run at once (env CONFORMANCE_TASKS_JOBS), each half;
-#                                    2025-11-25 one at a time, and one more through the one-member route
+#   --jobs N                         2026-07-28 runs at once (env CONFORMANCE_JOBS, 3: a scenario's direct,
+#                                    gateway and member runs side by side); tasks-* runs at once (env
+#                                    CONFORMANCE_TASKS_JOBS, default one per scenario: each one's
+#                                    gateway and member runs side by side, half the scenarios at a time);
+#                                    2025-11-25 one at a time, and beside it one through the one-member route
 #   --list                           print the selected scenarios and exit (their halves on stderr)
 #   --setup-only                     install everything, run nothing
 #   -v | --verbose                   print the suite's own output for failing scenarios
@@ -90,7 +91,6 @@ TASKS_MEMBER_GATEWAY_URL="${CONFORMANCE_TASKS_MEMBER_GATEWAY_URL:-}"
 TIMEOUT_MS="${CONFORMANCE_TIMEOUT_MS:-20000}"
 TASKS_TIMEOUT_MS="${CONFORMANCE_TASKS_TIMEOUT_MS:-60000}"
 JOBS="${CONFORMANCE_JOBS:-3}"
-MEMBER_JOBS="${CONFORMANCE_MEMBER_JOBS:-}"
 BUDGET_S="${CONFORMANCE_BUDGET_S:-540}"
 STRICT="${CONFORMANCE_STRICT:-1}"
 # The tasks fixture's tools ask (and fail) at once, as plain tools do; 1.0 is the variant whose
@@ -153,9 +153,8 @@ case "$ROUTES" in plain|member|both) ;; *) die "--routes (CONFORMANCE_ROUTES) mu
 for n in "$TIMEOUT_MS" "$TASKS_TIMEOUT_MS"; do
   case "$n" in ''|*[!0-9]*) die "timeouts must be milliseconds" ;; esac
 done
-MEMBER_JOBS="${MEMBER_JOBS:-$JOBS}"
-for n in "$JOBS" "$MEMBER_JOBS" "${CONFORMANCE_TASKS_JOBS:-1}"; do
-  case "$n" in ''|*[!0-9]*|0) die "--jobs, CONFORMANCE_MEMBER_JOBS and CONFORMANCE_TASKS_JOBS must be positive numbers" ;; esac
+for n in "$JOBS" "${CONFORMANCE_TASKS_JOBS:-1}"; do
+  case "$n" in ''|*[!0-9]*|0) die "--jobs and CONFORMANCE_TASKS_JOBS must be positive numbers" ;; esac
 done
 SCENARIOS_WANTED="$(echo "$SCENARIOS_WANTED" | tr ',' ' ' | xargs)"
 # The gateway runs from $REPO: make a relative interpreter path (.venv/bin/python) absolute now.
@@ -483,16 +482,16 @@ rm -rf "$RESULTS"
 mkdir -p "$RESULTS/logs"
 GW_TMP="$RESULTS/gateway-tmp"
 declare -A LANE_LIMIT=() PART_SPEC=() PART_TIMEOUT=() LANE_RUNNING=()
-# A lane is the runs that share a limit: a part's direct and gateway halves, and beside them its
-# member half (its own lane, so that it lengthens the part as little as the cores allow).
-# 2025-11-25 one scenario at a time, as ever: its SSE polling and resumption scenarios are timed,
-# and without authentication the gateway keeps at most 16 sessions per client address and route.
+# A lane is the runs that share a limit: a part's halves, except that 2025-11-25's member half
+# has a lane of its own. 2025-11-25 one scenario at a time, as ever: its SSE polling and
+# resumption scenarios are timed, and without authentication the gateway keeps at most 16
+# sessions per client address and route. Its direct and gateway halves take longest of all
+# parts, so its member half runs beside them; the other parts' member runs share their lane
+# (on 2 cores more at once only made every run slower, the first ones past their timeout).
 LANE_LIMIT[2025-11-25]=1
 LANE_LIMIT[2025-11-25/member]=1
 LANE_LIMIT[2026-07-28]="$JOBS"
-LANE_LIMIT[2026-07-28/member]="$MEMBER_JOBS"
 LANE_LIMIT[tasks]="${CONFORMANCE_TASKS_JOBS:-${#SEL_TASKS[@]}}"
-LANE_LIMIT[tasks/member]="${LANE_LIMIT[tasks]}"
 PART_SPEC[2025-11-25]="--spec-version 2025-11-25"
 PART_SPEC[2026-07-28]="--spec-version 2026-07-28 --force"
 PART_SPEC[tasks]=""
@@ -691,7 +690,7 @@ declare -a Q_PART=() Q_HALF=() Q_SCEN=() Q_STATE=() Q_LANE=()
 declare -A JOB_T0=()
 queue() { # queue PART HALF SCENARIO
   Q_PART+=("$1"); Q_HALF+=("$2"); Q_SCEN+=("$3"); Q_STATE+=(queued)
-  if [ "$2" = member ]; then Q_LANE+=("$1/member"); else Q_LANE+=("$1"); fi
+  if [ "$1/$2" = 2025-11-25/member ]; then Q_LANE+=("$1/member"); else Q_LANE+=("$1"); fi
 }
 for part in "${PARTS[@]}"; do
   url_halves=()
