@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # MCP conformance suite through the gateway, for both protocol generations:
 #   2025-11-25  every 2025-11-25 server scenario (except tasks-*), directly against mcp 2.3.0's
-#               everything-server and then through the gateway in front of it; both must pass.
+#               everything-server and then through the gateway in front of it; all must pass.
 #   2026-07-28  (a) the scenarios `conformance server --requirements 2026-07-28` runs (its
 #               required list and its pending ones; the tasks-* go to (b)), directly against the
 #               everything-server and then through the gateway: every scenario that passes
@@ -9,7 +9,12 @@
 #               against it); (b) the ten tasks-* extension scenarios (SEP-2663) through the
 #               gateway in front of tests/conformance/tasks_fixture.py, a task-unaware upstream
 #               with the tools they call: none may have a FAILURE (or WARNING when strict).
-# The parts run side by side; 2025-11-25 runs one scenario at a time, as it always did.
+# "Through the gateway" is two halves, each judged alike: `gateway`, the plain route (`upstream:`,
+# route everything; route tasks for the tasks-*), and `member`, a route of one member
+# (`upstreams:` with one entry, route everything-member; tasks-member) in front of the same
+# server, which must serve exactly what the plain route serves (docs/members.md).
+# The parts run side by side; 2025-11-25 runs one scenario at a time, as it always did (its
+# member half alongside, one at a time too).
 #
 # Needs only python3 (3.11), bash, coreutils and network to PyPI and npm; installs the rest
 # into a cache dir (default $REPO/.cache/conformance, env CONFORMANCE_CACHE):
@@ -18,15 +23,19 @@
 #   sdist/, src/      the mcp==2.3.0 sdist and its examples/servers/everything-server
 #   everything-venv/  mcp==2.3.0 + the everything-server (tests/conformance/everything-constraints.txt);
 #                     it also runs tests/conformance/tasks_fixture.py
-#   results/          this run: results/<2025-11-25|2026-07-28|tasks>/<direct|gateway>/<scenario>/…/checks.json,
-#                     logs/, gateway-tmp/ (generated configs and databases)
+#   results/          this run: results/<2025-11-25|2026-07-28|tasks>/<direct|gateway|member>/<scenario>/…/checks.json,
+#                     logs/, gateway-tmp/ (generated configs and databases); env CONFORMANCE_RESULTS
+#                     puts them elsewhere (e.g. when several checkouts share one cache)
 # Every step is skipped when its stamp matches, so a second run only runs the suite.
 #
 # Usage: bash .ci/conformance.sh [options]
 #   --generation G                   2025-11-25 (default for now), 2026-07-28 (parts a and b) or both
 #                                    (env CONFORMANCE_GENERATION)
-#   --direct-only | --gateway-only   run one half only            (env CONFORMANCE_MODE=direct|gateway|both)
+#   --direct-only | --gateway-only   run one side only            (env CONFORMANCE_MODE=direct|gateway|both)
 #                                    (tasks-* have no direct half: --direct-only leaves them out)
+#   --routes R                       which gateway halves: plain (route everything/tasks), member (the
+#                                    one-member routes everything-member/tasks-member) or both, the
+#                                    default (env CONFORMANCE_ROUTES); e.g. --gateway-only --routes member
 #   --scenario NAME                  only this scenario, repeatable (env CONFORMANCE_SCENARIOS="a b" or "a,b");
 #                                    it runs in every selected generation that has it; NAME may be a
 #                                    quoted shell pattern, e.g. 'tasks-*' or 'input-required-*'
@@ -36,14 +45,21 @@
 #   --tasks-gateway-url URL          the running gateway's route over tasks_fixture.py, for the tasks-*
 #                                    (env CONFORMANCE_TASKS_GATEWAY_URL; without it, --gateway-url
 #                                    leaves the tasks-* out)
+#   --member-gateway-url URL         the running gateway's one-member route over the everything-server
+#   --tasks-member-gateway-url URL   and over tasks_fixture.py (env CONFORMANCE_MEMBER_GATEWAY_URL,
+#                                    CONFORMANCE_TASKS_MEMBER_GATEWAY_URL); without them, --gateway-url
+#                                    and --tasks-gateway-url leave the member halves out
 #   --timeout-ms N                   per-scenario timeout inside the suite (env CONFORMANCE_TIMEOUT_MS, 20000;
 #                                    server-sse-polling needs > 15000 to report more than a timeout)
 #   --tasks-timeout-ms N             the same for tasks-* (env CONFORMANCE_TASKS_TIMEOUT_MS, 60000: each
 #                                    request may wait 10 s and each tasks/get poll 10 s, so a gateway
 #                                    without tasks needs this long to report more than a timeout)
-#   --jobs N                         2026-07-28 scenarios run at once (env CONFORMANCE_JOBS, 3); the tasks-*
-#                                    all run at once (env CONFORMANCE_TASKS_JOBS), 2025-11-25 one at a time
-#   --list                           print the selected scenarios and exit
+#   --jobs N                         2026-07-28 runs at once (env CONFORMANCE_JOBS, 3: a scenario's direct,
+#                                    gateway and member runs side by side); tasks-* runs at once (env
+#                                    CONFORMANCE_TASKS_JOBS, default one per scenario: each one's
+#                                    gateway and member runs side by side, half the scenarios at a time);
+#                                    2025-11-25 one at a time, and beside it one through the one-member route
+#   --list                           print the selected scenarios and exit (their halves on stderr)
 #   --setup-only                     install everything, run nothing
 #   -v | --verbose                   print the suite's own output for failing scenarios
 #   --lenient                        accept the suite's own verdict (no FAILURE) instead of the strict
@@ -67,8 +83,11 @@ GATEWAY_PYTHON="${GATEWAY_PYTHON:-python3}"
 GENERATION="${CONFORMANCE_GENERATION:-2025-11-25}"
 MODE="${CONFORMANCE_MODE:-both}"
 SCENARIOS_WANTED="${CONFORMANCE_SCENARIOS:-}"
+ROUTES="${CONFORMANCE_ROUTES:-both}"
 GATEWAY_URL="${CONFORMANCE_GATEWAY_URL:-}"
 TASKS_GATEWAY_URL="${CONFORMANCE_TASKS_GATEWAY_URL:-}"
+MEMBER_GATEWAY_URL="${CONFORMANCE_MEMBER_GATEWAY_URL:-}"
+TASKS_MEMBER_GATEWAY_URL="${CONFORMANCE_TASKS_MEMBER_GATEWAY_URL:-}"
 TIMEOUT_MS="${CONFORMANCE_TIMEOUT_MS:-20000}"
 TASKS_TIMEOUT_MS="${CONFORMANCE_TASKS_TIMEOUT_MS:-60000}"
 JOBS="${CONFORMANCE_JOBS:-3}"
@@ -88,6 +107,9 @@ MCP_VERSION="2.3.0"
 MCP_SDIST_SHA256="8b147a50441cf059dc88c684e0aeed3687f0aa0f39c6cde7b90330effd2b34d8"
 ROUTE="everything"
 TASKS_ROUTE="tasks"
+# The one-member routes: `upstreams:` with one entry, named after the server it fronts.
+MEMBER_ROUTE="everything-member"
+TASKS_MEMBER_ROUTE="tasks-member"
 
 usage() { sed -n '2,/^set -Eeuo/p' "${BASH_SOURCE[0]}" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "conformance: $*" >&2; exit 2; }
@@ -104,6 +126,12 @@ while [ $# -gt 0 ]; do
     --gateway-url=*) GATEWAY_URL="${1#*=}" ;;
     --tasks-gateway-url) [ $# -ge 2 ] || die "--tasks-gateway-url needs a URL"; TASKS_GATEWAY_URL="$2"; shift ;;
     --tasks-gateway-url=*) TASKS_GATEWAY_URL="${1#*=}" ;;
+    --member-gateway-url) [ $# -ge 2 ] || die "--member-gateway-url needs a URL"; MEMBER_GATEWAY_URL="$2"; shift ;;
+    --member-gateway-url=*) MEMBER_GATEWAY_URL="${1#*=}" ;;
+    --tasks-member-gateway-url) [ $# -ge 2 ] || die "--tasks-member-gateway-url needs a URL"; TASKS_MEMBER_GATEWAY_URL="$2"; shift ;;
+    --tasks-member-gateway-url=*) TASKS_MEMBER_GATEWAY_URL="${1#*=}" ;;
+    --routes) [ $# -ge 2 ] || die "--routes needs plain, member or both"; ROUTES="$2"; shift ;;
+    --routes=*) ROUTES="${1#*=}" ;;
     --timeout-ms) [ $# -ge 2 ] || die "--timeout-ms needs a number"; TIMEOUT_MS="$2"; shift ;;
     --timeout-ms=*) TIMEOUT_MS="${1#*=}" ;;
     --tasks-timeout-ms) [ $# -ge 2 ] || die "--tasks-timeout-ms needs a number"; TASKS_TIMEOUT_MS="$2"; shift ;;
@@ -121,6 +149,7 @@ while [ $# -gt 0 ]; do
 done
 case "$GENERATION" in 2025-11-25|2026-07-28|both) ;; *) die "the generation must be 2025-11-25, 2026-07-28 or both" ;; esac
 case "$MODE" in direct|gateway|both) ;; *) die "CONFORMANCE_MODE must be direct, gateway or both" ;; esac
+case "$ROUTES" in plain|member|both) ;; *) die "--routes (CONFORMANCE_ROUTES) must be plain, member or both" ;; esac
 for n in "$TIMEOUT_MS" "$TASKS_TIMEOUT_MS"; do
   case "$n" in ''|*[!0-9]*) die "timeouts must be milliseconds" ;; esac
 done
@@ -358,19 +387,62 @@ else
     fi
   done
 fi
-# The tasks-* need the gateway in front of tasks_fixture.py: no direct half, and a running
-# gateway (--gateway-url) has to name its route over the fixture.
-if [ "${#SEL_TASKS[@]}" -gt 0 ]; then
-  why_not=""
-  [ "$MODE" = direct ] && why_not="the tasks-* scenarios run only through the gateway (no --direct-only)"
-  [ -z "$why_not" ] && [ -n "$GATEWAY_URL" ] && [ -z "$TASKS_GATEWAY_URL" ] \
-    && why_not="with --gateway-url the tasks-* scenarios need --tasks-gateway-url (a route over tests/conformance/tasks_fixture.py)"
-  if [ -n "$why_not" ]; then
-    [ -n "$SCENARIOS_WANTED" ] && die "$why_not"
-    log "leaving out ${#SEL_TASKS[@]} tasks-* scenarios: $why_not" >&2
-    SEL_TASKS=()
+# The halves each part runs: `direct`, `gateway` (the plain route) and `member` (the one-member
+# route). The tasks-* need the gateway in front of tasks_fixture.py: no direct half. A running
+# gateway (--gateway-url, --tasks-gateway-url) has to name each route it is to be tested
+# through: a plain route's URL without its one-member route's leaves that member half out.
+want_plain=1
+want_member=1
+[ "$ROUTES" = member ] && want_plain=0
+[ "$ROUTES" = plain ] && want_member=0
+EV_HALVES=""
+TASKS_HALVES=""
+ev_why=""
+tasks_why=""
+[ "$MODE" != gateway ] && EV_HALVES="direct"
+if [ "$MODE" = direct ]; then
+  tasks_why="the tasks-* scenarios run only through the gateway (no --direct-only)"
+else
+  [ $want_plain = 1 ] && EV_HALVES+=" gateway"
+  if [ $want_member = 1 ]; then
+    if [ -n "$GATEWAY_URL" ] && [ -z "$MEMBER_GATEWAY_URL" ]; then
+      ev_why="with --gateway-url the one-member half needs --member-gateway-url (a route of one member over the everything-server)"
+    else
+      EV_HALVES+=" member"
+    fi
+  fi
+  if [ $want_plain = 1 ]; then
+    if [ -n "$GATEWAY_URL" ] && [ -z "$TASKS_GATEWAY_URL" ]; then
+      tasks_why="with --gateway-url the tasks-* scenarios need --tasks-gateway-url (a route over tests/conformance/tasks_fixture.py)"
+    else
+      TASKS_HALVES+=" gateway"
+    fi
+  fi
+  if [ $want_member = 1 ]; then
+    if { [ -n "$GATEWAY_URL" ] || [ -n "$TASKS_GATEWAY_URL" ]; } && [ -z "$TASKS_MEMBER_GATEWAY_URL" ]; then
+      tasks_why="${tasks_why:+$tasks_why; }with a running gateway the tasks-* one-member half needs --tasks-member-gateway-url (a route of one member over tests/conformance/tasks_fixture.py)"
+    else
+      TASKS_HALVES+=" member"
+    fi
   fi
 fi
+EV_HALVES="$(echo $EV_HALVES)"    # trimmed
+TASKS_HALVES="$(echo $TASKS_HALVES)"
+# leave_out HALVES WHY N WHAT: report a half left out; die if nothing is left of a part asked for by name
+leave_out() {
+  [ -n "$2" ] && [ "$3" -gt 0 ] || return 0
+  if [ -z "$1" ]; then
+    [ -n "$SCENARIOS_WANTED" ] && die "$2"
+    log "leaving out $3 $4 scenarios: $2" >&2
+  else
+    log "$4: running ${1// /+} only: $2" >&2
+  fi
+}
+leave_out "$EV_HALVES" "$ev_why" $(( ${#SEL_2025[@]} + ${#SEL_2026[@]} )) "2025-11-25/2026-07-28"
+leave_out "$TASKS_HALVES" "$tasks_why" "${#SEL_TASKS[@]}" "tasks-*"
+[ -n "$EV_HALVES" ] || { SEL_2025=(); SEL_2026=(); }
+[ -n "$TASKS_HALVES" ] || SEL_TASKS=()
+declare -A PART_HALVES=([2025-11-25]="$EV_HALVES" [2026-07-28]="$EV_HALVES" [tasks]="$TASKS_HALVES")
 
 PARTS=()
 [ "${#SEL_2025[@]}" -gt 0 ] && PARTS+=(2025-11-25)
@@ -387,13 +459,16 @@ part_scenarios() { # part_scenarios PART: its selected scenarios, one a line
 N_SELECTED=$(( ${#SEL_2025[@]} + ${#SEL_2026[@]} + ${#SEL_TASKS[@]} ))
 
 if [ $LIST_ONLY = 1 ]; then
+  halves_line=""
   for part in "${PARTS[@]}"; do
     if [ "${#PARTS[@]}" = 1 ]; then
       part_scenarios "$part"
     else
       part_scenarios "$part" | sed "s/^/$part /"
     fi
+    halves_line+=", $part: ${PART_HALVES[$part]// /+}"
   done
+  echo "halves:${halves_line#,}" >&2
   exit 0
 fi
 if [ $SETUP_ONLY = 1 ]; then
@@ -402,24 +477,21 @@ if [ $SETUP_ONLY = 1 ]; then
   exit 0
 fi
 
-RESULTS="$CACHE/results"
+RESULTS="${CONFORMANCE_RESULTS:-$CACHE/results}"
 rm -rf "$RESULTS"
 mkdir -p "$RESULTS/logs"
 GW_TMP="$RESULTS/gateway-tmp"
-declare -A PART_HALVES=() PART_LIMIT=() PART_SPEC=() PART_TIMEOUT=() PART_RUNNING=()
-case "$MODE" in
-  direct) halves="direct" ;;
-  gateway) halves="gateway" ;;
-  both) halves="direct gateway" ;;
-esac
-PART_HALVES[2025-11-25]="$halves"
-PART_HALVES[2026-07-28]="$halves"
-PART_HALVES[tasks]="gateway"
-# 2025-11-25 one scenario at a time, as ever: its SSE polling and resumption scenarios are timed,
-# and without authentication the gateway keeps at most 16 sessions per client address.
-PART_LIMIT[2025-11-25]=1
-PART_LIMIT[2026-07-28]="$JOBS"
-PART_LIMIT[tasks]="${CONFORMANCE_TASKS_JOBS:-${#SEL_TASKS[@]}}"
+declare -A LANE_LIMIT=() PART_SPEC=() PART_TIMEOUT=() LANE_RUNNING=()
+# A lane is the runs that share a limit: a part's halves, except that 2025-11-25's member half
+# has a lane of its own. 2025-11-25 one scenario at a time, as ever: its SSE polling and
+# resumption scenarios are timed, and without authentication the gateway keeps at most 16
+# sessions per client address and route. Its direct and gateway halves take longest of all
+# parts, so its member half runs beside them; the other parts' member runs share their lane
+# (on 2 cores more at once only made every run slower, the first ones past their timeout).
+LANE_LIMIT[2025-11-25]=1
+LANE_LIMIT[2025-11-25/member]=1
+LANE_LIMIT[2026-07-28]="$JOBS"
+LANE_LIMIT[tasks]="${CONFORMANCE_TASKS_JOBS:-${#SEL_TASKS[@]}}"
 PART_SPEC[2025-11-25]="--spec-version 2025-11-25"
 PART_SPEC[2026-07-28]="--spec-version 2026-07-28 --force"
 PART_SPEC[tasks]=""
@@ -450,21 +522,29 @@ summarize() {
 }
 
 # ---------------------------------------------------------------- 5. the upstreams
-needs_gateway() { # needs_gateway PART: whether this run starts a gateway for PART's gateway half
+needs_gateway() { # needs_gateway PART HALF: whether this run starts a gateway for that half
   contains "$1" "${PARTS[@]}" || return 1
-  case "$1" in
-    tasks) [ -z "$TASKS_GATEWAY_URL" ] ;;
-    *) [ "$MODE" != direct ] && [ -z "$GATEWAY_URL" ] ;;
+  # shellcheck disable=SC2086
+  contains "$2" ${PART_HALVES[$1]} || return 1
+  case "$1/$2" in
+    tasks/gateway) [ -z "$TASKS_GATEWAY_URL" ] ;;
+    tasks/member) [ -z "$TASKS_MEMBER_GATEWAY_URL" ] ;;
+    */gateway) [ -z "$GATEWAY_URL" ] ;;
+    */member) [ -z "$MEMBER_GATEWAY_URL" ] ;;
+    *) return 1 ;;
   esac
 }
 need_everything=0
 for part in 2025-11-25 2026-07-28; do
   contains "$part" "${PARTS[@]}" || continue
-  [ "$MODE" != gateway ] && need_everything=1
-  needs_gateway "$part" && need_everything=1
+  # shellcheck disable=SC2086
+  contains direct ${PART_HALVES[$part]} && need_everything=1
+  needs_gateway "$part" gateway && need_everything=1
+  needs_gateway "$part" member && need_everything=1
 done
 need_fixture=0
-needs_gateway tasks && need_fixture=1
+needs_gateway tasks gateway && need_fixture=1
+needs_gateway tasks member && need_fixture=1
 
 t=$SECONDS
 EV_PID=""
@@ -511,8 +591,9 @@ fi
 timed "upstreams start" $t
 
 # ---------------------------------------------------------------- 6. the gateways
-# One for 2025-11-25 (route everything, as ever), one for 2026-07-28 (routes everything and
-# tasks), so that one generation's failures cannot disturb the other's run.
+# One for 2025-11-25 (routes everything, as ever, and everything-member), one for 2026-07-28
+# (routes everything, everything-member, tasks and tasks-member), so that one generation's
+# failures cannot disturb the other's run.
 declare -A GW_PID=() GW_PORT=() GW_UP=()
 start_gateway() { # start_gateway NAME PORT ROUTES_YAML: start it in the background
   local name="$1" port="$2"
@@ -536,57 +617,81 @@ everything_route() {
   printf '  - name: %s\n    upstream:\n      transport: streamable_http\n      url: %s\n' \
     "$ROUTE" "$EV_URL"
 }
-# gateway_ready NAME PARTS...: wait for it; on failure the parts' gateway halves are NOT RUN
+# member_route: the same server as the one member of a route (`upstreams:` with one entry), which
+# keeps the member's own names and must serve exactly what everything_route serves
+member_route() {
+  printf '  - name: %s\n    upstreams:\n      - name: %s\n        transport: streamable_http\n        url: %s\n' \
+    "$MEMBER_ROUTE" "$ROUTE" "$EV_URL"
+}
+# gateway_ready NAME PART/HALF...: wait for it; on failure those halves are NOT RUN
 gateway_ready() {
-  local name="$1" part
+  local name="$1" part_half
   shift
   if wait_port "${GW_PORT[$name]}" "${GW_PID[$name]}" 30; then
     log "$name (pid ${GW_PID[$name]}, $GATEWAY_PYTHON) at http://127.0.0.1:${GW_PORT[$name]}/"
     GW_UP[$name]=1
     return 0
   fi
-  for part in "$@"; do
+  for part_half in "$@"; do
     echo "the gateway did not accept connections on 127.0.0.1:${GW_PORT[$name]} (log: $RESULTS/logs/$name.log)" \
-      > "$RESULTS/$part/gateway/NOT_RUN"
+      > "$RESULTS/$part_half/NOT_RUN"
   done
   echo "!! $name did not accept connections on 127.0.0.1:${GW_PORT[$name]}; its last lines:" >&2
   tail -n 30 "$RESULTS/logs/$name.log" | sed 's/^/   | /' >&2 || true
   return 1
 }
 
+tasks_route() { # tasks_route NAME [MEMBER]: the route over the fixture (of one member MEMBER)
+  "$TOOL_PYTHON" "$HERE/tasks_fixture.py" --print-route --port "$FX_PORT" --route "$1" ${2:+--member "$2"}
+}
+# Each gateway's routes, as PART/HALF ROUTE lines for the halves it serves.
+declare -A PART_URL=() ROUTE_OF=(
+  [2025-11-25/gateway]="$ROUTE" [2025-11-25/member]="$MEMBER_ROUTE"
+  [2026-07-28/gateway]="$ROUTE" [2026-07-28/member]="$MEMBER_ROUTE"
+  [tasks/gateway]="$TASKS_ROUTE" [tasks/member]="$TASKS_MEMBER_ROUTE"
+)
 t=$SECONDS
-declare -A PART_URL=()
-if needs_gateway 2025-11-25; then
-  start_gateway gateway "${CONFORMANCE_GATEWAY_PORT:-$(free_port)}" "$(everything_route)"$'\n'
+gw25_halves=()
+gw25_routes=""
+if needs_gateway 2025-11-25 gateway; then gw25_halves+=(2025-11-25/gateway); gw25_routes+="$(everything_route)"$'\n'; fi
+if needs_gateway 2025-11-25 member; then gw25_halves+=(2025-11-25/member); gw25_routes+="$(member_route)"$'\n'; fi
+if [ -n "$gw25_routes" ]; then
+  start_gateway gateway "${CONFORMANCE_GATEWAY_PORT:-$(free_port)}" "$gw25_routes"
 fi
+gw26_halves=()
 gw26_routes=""
-needs_gateway 2026-07-28 && gw26_routes+="$(everything_route)"$'\n'
-needs_gateway tasks && gw26_routes+="$("$TOOL_PYTHON" "$HERE/tasks_fixture.py" --print-route --port "$FX_PORT" --route "$TASKS_ROUTE")"$'\n'
+if needs_gateway 2026-07-28 gateway; then gw26_halves+=(2026-07-28/gateway); gw26_routes+="$(everything_route)"$'\n'; fi
+if needs_gateway 2026-07-28 member; then gw26_halves+=(2026-07-28/member); gw26_routes+="$(member_route)"$'\n'; fi
+if needs_gateway tasks gateway; then gw26_halves+=(tasks/gateway); gw26_routes+="$(tasks_route "$TASKS_ROUTE")"$'\n'; fi
+if needs_gateway tasks member; then
+  gw26_halves+=(tasks/member)
+  gw26_routes+="$(tasks_route "$TASKS_MEMBER_ROUTE" "$TASKS_ROUTE")"$'\n'
+fi
 if [ -n "$gw26_routes" ]; then
   start_gateway gateway-2026 "${CONFORMANCE_GATEWAY_2026_PORT:-$(free_port)}" "$gw26_routes"
 fi
-if needs_gateway 2025-11-25 && gateway_ready gateway 2025-11-25; then
-  PART_URL[2025-11-25/gateway]="http://127.0.0.1:${GW_PORT[gateway]}/$ROUTE/mcp"
+if [ -n "$gw25_routes" ] && gateway_ready gateway "${gw25_halves[@]}"; then
+  for ph in "${gw25_halves[@]}"; do PART_URL[$ph]="http://127.0.0.1:${GW_PORT[gateway]}/${ROUTE_OF[$ph]}/mcp"; done
 fi
-if [ -n "$gw26_routes" ]; then
-  gw26_parts=()
-  needs_gateway 2026-07-28 && gw26_parts+=(2026-07-28)
-  needs_gateway tasks && gw26_parts+=(tasks)
-  if gateway_ready gateway-2026 "${gw26_parts[@]}"; then
-    needs_gateway 2026-07-28 && PART_URL[2026-07-28/gateway]="http://127.0.0.1:${GW_PORT[gateway-2026]}/$ROUTE/mcp"
-    needs_gateway tasks && PART_URL[tasks/gateway]="http://127.0.0.1:${GW_PORT[gateway-2026]}/$TASKS_ROUTE/mcp"
-  fi
+if [ -n "$gw26_routes" ] && gateway_ready gateway-2026 "${gw26_halves[@]}"; then
+  for ph in "${gw26_halves[@]}"; do PART_URL[$ph]="http://127.0.0.1:${GW_PORT[gateway-2026]}/${ROUTE_OF[$ph]}/mcp"; done
 fi
 [ -n "$GATEWAY_URL" ] && PART_URL[2025-11-25/gateway]="$GATEWAY_URL" && PART_URL[2026-07-28/gateway]="$GATEWAY_URL"
+[ -n "$MEMBER_GATEWAY_URL" ] && PART_URL[2025-11-25/member]="$MEMBER_GATEWAY_URL" && PART_URL[2026-07-28/member]="$MEMBER_GATEWAY_URL"
 [ -n "$TASKS_GATEWAY_URL" ] && PART_URL[tasks/gateway]="$TASKS_GATEWAY_URL"
+[ -n "$TASKS_MEMBER_GATEWAY_URL" ] && PART_URL[tasks/member]="$TASKS_MEMBER_GATEWAY_URL"
 PART_URL[2025-11-25/direct]="$EV_URL"
 PART_URL[2026-07-28/direct]="$EV_URL"
 timed "gateways start" $t
 
 # ---------------------------------------------------------------- 7. the scenarios
-# One queue of scenario runs (one Node process each), started as each part's limit allows.
-declare -a Q_PART=() Q_HALF=() Q_SCEN=() Q_STATE=()
+# One queue of scenario runs (one Node process each), started as each lane's limit allows.
+declare -a Q_PART=() Q_HALF=() Q_SCEN=() Q_STATE=() Q_LANE=()
 declare -A JOB_T0=()
+queue() { # queue PART HALF SCENARIO
+  Q_PART+=("$1"); Q_HALF+=("$2"); Q_SCEN+=("$3"); Q_STATE+=(queued)
+  if [ "$1/$2" = 2025-11-25/member ]; then Q_LANE+=("$1/member"); else Q_LANE+=("$1"); fi
+}
 for part in "${PARTS[@]}"; do
   url_halves=()
   for half in ${PART_HALVES[$part]}; do
@@ -598,11 +703,11 @@ for part in "${PARTS[@]}"; do
   mapfile -t scenarios < <(part_scenarios "$part")
   if [ "$part" = 2025-11-25 ]; then   # every direct run first, as before
     for half in "${url_halves[@]}"; do
-      for s in "${scenarios[@]}"; do Q_PART+=("$part"); Q_HALF+=("$half"); Q_SCEN+=("$s"); Q_STATE+=(queued); done
+      for s in "${scenarios[@]}"; do queue "$part" "$half" "$s"; done
     done
-  else                                # each scenario's direct and gateway runs side by side
+  else                                # each scenario's direct, gateway and member runs side by side
     for s in "${scenarios[@]}"; do
-      for half in "${url_halves[@]}"; do Q_PART+=("$part"); Q_HALF+=("$half"); Q_SCEN+=("$s"); Q_STATE+=(queued); done
+      for half in "${url_halves[@]}"; do queue "$part" "$half" "$s"; done
     done
   fi
 done
@@ -618,7 +723,7 @@ start_job() {
   pid=$!
   JOB_OF_PID[$pid]="$i"
   JOB_T0[$i]="$(date +%s.%N)"
-  PART_RUNNING[$part]=$(( ${PART_RUNNING[$part]:-0} + 1 ))
+  LANE_RUNNING[${Q_LANE[$1]}]=$(( ${LANE_RUNNING[${Q_LANE[$1]}]:-0} + 1 ))
   Q_STATE[i]=running
 }
 
@@ -632,17 +737,18 @@ finish_job() { # finish_job PID EXIT_STATUS
   if [ "$rc" != 0 ] && [ $VERBOSE = 1 ]; then
     sed 's/^/      | /' "$RESULTS/$part/$half/$s.log"
   fi
-  PART_RUNNING[$part]=$(( ${PART_RUNNING[$part]} - 1 ))
+  LANE_RUNNING[${Q_LANE[$i]}]=$(( ${LANE_RUNNING[${Q_LANE[$i]}]} - 1 ))
   Q_STATE[i]=finished
 }
 
 run_queue() {
-  local i part pid rc
+  local i part lane pid rc
   while :; do
     for ((i = 0; i < ${#Q_SCEN[@]}; i++)); do
       [ "${Q_STATE[$i]}" = queued ] || continue
       part="${Q_PART[$i]}"
-      [ "${PART_RUNNING[$part]:-0}" -lt "${PART_LIMIT[$part]}" ] || continue
+      lane="${Q_LANE[$i]}"
+      [ "${LANE_RUNNING[$lane]:-0}" -lt "${LANE_LIMIT[$lane]}" ] || continue
       if [ $((SECONDS - T_START)) -ge "$BUDGET_S" ]; then
         echo "time budget of ${BUDGET_S}s used up before this scenario" > "$RESULTS/$part/${Q_HALF[$i]}/NOT_RUN"
         printf '   %-10s %-7s %-48s NOT RUN (budget)\n' "$part" "${Q_HALF[$i]}" "${Q_SCEN[$i]}"
@@ -660,7 +766,7 @@ run_queue() {
 
 t=$SECONDS
 at_once=""
-for part in "${PARTS[@]}"; do at_once+=", $part ${PART_LIMIT[$part]}"; done
+for lane in $(printf '%s\n' "${Q_LANE[@]}" | awk '!seen[$0]++'); do at_once+=", $lane ${LANE_LIMIT[$lane]}"; done
 log "running ${#Q_SCEN[@]} scenario runs (at once:${at_once#,})"
 run_queue
 timed "scenario runs (${#Q_SCEN[@]})" $t
@@ -684,18 +790,19 @@ for part in "${PARTS[@]}"; do
   echo
   case "$part" in
     2025-11-25)
-      echo "== 2025-11-25: directly and through the gateway, both must pass"
+      echo "== 2025-11-25: directly and through the gateway (member: its one-member route), all must pass"
       # shellcheck disable=SC2086
       summarize --label "2025-11-25" final "$RESULTS/$part" ${PART_HALVES[$part]} || rc=1
       ;;
     2026-07-28)
-      echo "== 2026-07-28 (--requirements 2026-07-28 without tasks-*): what passes directly must pass through the gateway"
+      echo "== 2026-07-28 (--requirements 2026-07-28 without tasks-*): what passes directly must pass through the gateway (member: its one-member route)"
       # shellcheck disable=SC2086
       summarize --direct-baseline --label "2026-07-28 requirements" final "$RESULTS/$part" ${PART_HALVES[$part]} || rc=1
       ;;
     tasks)
-      echo "== 2026-07-28 tasks-* (SEP-2663) through the gateway in front of tests/conformance/tasks_fixture.py"
-      summarize --allow-skipped --label "2026-07-28 tasks-*" final "$RESULTS/$part" gateway || rc=1
+      echo "== 2026-07-28 tasks-* (SEP-2663) through the gateway in front of tests/conformance/tasks_fixture.py (member: its one-member route)"
+      # shellcheck disable=SC2086
+      summarize --allow-skipped --label "2026-07-28 tasks-*" final "$RESULTS/$part" ${PART_HALVES[$part]} || rc=1
       if [ -n "$check_rc" ]; then
         if [ "$check_rc" = 0 ]; then
           echo "tasks fixture self-check (directly, mcp 2.3 client): ok"

@@ -24,7 +24,12 @@ from pydantic import AnyUrl
 
 from gateway.app import create_app
 from gateway.config import ConfigError, parse_settings
+from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INVALID_PARAMS
+from gateway.upstream import upstreams_of
+from gateway.upstream.fanout import MemberSessions
+from gateway.upstream.generation import Bridged
+from gateway.upstream.members import MemberHealth
 
 from .conftest import ROOT, StartGateway, free_port, mcp_client, wait_for_port
 from .fakes import SEEN, recording_upstream
@@ -426,11 +431,87 @@ def test_careless_members_are_refused_naming_the_key() -> None:
             "upstreams": [{"name": f"m{i}", **http} for i in range(17)]
         },
         "upstreams: Tuple should have at least 1 item": {"upstreams": []},
-        "a route of several members serves 2026-07-28 callers": {
-            "upstreams": [{"name": "a", "modern": "native", **http}]
+        "upstreams[1].modern: native is for a route with one upstream (or one member)": {
+            "upstreams": [{"name": "a", **http}, {"name": "b", "modern": "native", **http}]
         },
     }
     for expected, route in cases.items():
         with pytest.raises(ConfigError) as raised:
             parse(route)
         assert expected in str(raised.value), str(raised.value)
+
+
+def test_a_route_of_one_member_reaches_it_on_its_own_wire_as_a_plain_route_does() -> None:
+    # The 2026-07-28 wire of a route of one member is its member's (`modern`, `auto` by
+    # default: natively when the member speaks 2026-07-28, as a plain route's upstream): one
+    # always bridged failed every MRTR and subscriptions/listen conformance scenario the
+    # plain route passes. A route of several stays bridged.
+    http = {"transport": "streamable_http", "url": "http://127.0.0.1:1/mcp"}
+
+    def upstream(*members: dict[str, Any]) -> Any:
+        settings = parse_settings({"routes": [{"name": "r", "upstreams": list(members)}]}, "f")
+        return upstreams_of(settings.routes[0])
+
+    one = upstream({"name": "a", "modern": "native", **http})
+    assert one.single() is one.members["a"]
+    assert one.wire is one.members["a"].wire and one.wire.describe()[0] == "native"
+    assert upstream({"name": "a", **http}).wire.auto  # learned, as a plain route's
+    several = upstream({"name": "a", **http}, {"name": "b", **http})
+    assert isinstance(several.wire, Bridged)
+    with pytest.raises(RuntimeError):
+        several.single()
+
+
+class _Above:
+    """The session above a `MemberSessions`: what it is told, and about which request."""
+
+    busy = False
+    listening = False
+
+    def __init__(self) -> None:
+        self.streams: list[tuple[object, bool]] = []
+        self.related: list[object] = []
+
+    def on_server_message(self, message: object, related: object) -> None:
+        self.related.append(related)
+
+    def on_stream(self, related: object, interrupted: bool) -> None:
+        self.streams.append((related, interrupted))
+
+
+class _SseMember:
+    """A member that frames each answer as SSE and sends a progress notification first."""
+
+    busy = False
+    on_reestablished = None
+
+    def __init__(self, listener: Any) -> None:
+        self._listener = listener
+
+    async def call(self, request: Any, **_: Any) -> Any:
+        self._listener.on_stream(request.id, False)
+        note = {"progressToken": 1, "progress": 1}
+        self._listener.on_server_message(
+            jsonrpc.Notification(jsonrpc="2.0", method="notifications/progress", params=note),
+            request.id,
+        )
+        return jsonrpc.Response(jsonrpc="2.0", id=request.id, result={"tools": [{"name": "t"}]})
+
+
+@pytest.mark.parametrize("members", [["a"], ["a", "b"]])
+async def test_a_list_page_relates_each_members_stream_to_the_clients_request(
+    members: list[str],
+) -> None:
+    # A page asks each member under an id of its own; the member's SSE framing and
+    # notifications relate to that id, and must reach the client's request: through a route
+    # of one member, tools/list came back as JSON where the plain route relays the upstream's
+    # SSE (conformance server-sse-multiple-streams: SUCCESS directly, INFO through it).
+    above = _Above()
+    makers: dict[str, Any] = dict.fromkeys(members, _SseMember)  # (a client's calls only)
+    sessions = MemberSessions("r", makers, above, MemberHealth("r"))
+    request = jsonrpc.Request(jsonrpc="2.0", id="c-7", method="tools/list", params={})
+    answer = await sessions.call(request)
+    assert isinstance(answer, jsonrpc.Response) and answer.id == "c-7"
+    assert len(answer.result["tools"]) == len(members)
+    assert above.streams == [("c-7", False)] * len(members)
+    assert above.related == ["c-7"] * len(members)

@@ -156,6 +156,23 @@ class RouteConfig(Section):
         return self
 
     @model_validator(mode="after")
+    def _bridged_members(self) -> RouteConfig:
+        # A client of a route of several members talks to the gateway's merged server, which
+        # only a session the gateway holds for each member can make; no member's own
+        # 2026-07-28 wire can answer for the others. A route of one member has no others: it
+        # reaches its member as a route of one upstream does.
+        members = self.upstreams or ()
+        for i, member in enumerate(members):
+            if len(members) > 1 and member.modern == "native":
+                raise refusal(
+                    f"upstreams[{i}].modern",
+                    "native is for a route with one upstream (or one member): a route of "
+                    "several members serves 2026-07-28 callers over sessions it holds with "
+                    "each (bridge)",
+                )
+        return self
+
+    @model_validator(mode="after")
     def _repeats_without_credentials(self) -> RouteConfig:
         # The client's token is never stored, so a re-run after a restart would call the
         # upstream without it: refused here rather than failing at the worst moment.

@@ -154,16 +154,3 @@ class MemberConfig(UpstreamConfig):
     """One of the upstreams of a route that has several (`routes[].upstreams`)."""
 
     name: MemberName
-
-    @model_validator(mode="after")
-    def _bridged(self) -> MemberConfig:
-        # A client of a route of several members talks to the gateway's merged server, which
-        # only a session the gateway holds for each member can make; no member's own
-        # 2026-07-28 wire can answer for the others.
-        if self.modern == "native":
-            raise refusal(
-                "modern",
-                "native is for a route with one upstream: a route of several members serves "
-                "2026-07-28 callers over sessions it holds with each (bridge)",
-            )
-        return self

@@ -22,8 +22,6 @@ from gateway.protocol import jsonrpc
 from gateway.protocol import members as names
 from gateway.protocol.errors import (
     UpstreamError,
-    UpstreamRefused,
-    UpstreamUnavailable,
 )
 from gateway.protocol.jsonrpc import Answer
 from gateway.upstream.answers import CallLimit
@@ -57,6 +55,9 @@ class MemberSessions:
         self._ids = itertools.count(1)
         #: Our requests in flight -> the member they went to (for a cancellation).
         self._calls: dict[jsonrpc.RequestId, str] = {}
+        #: A list page's request to one member (an id of its own) -> the request of the
+        #: session's it is part of: what the member's stream and notifications relate to.
+        self._part_of: dict[jsonrpc.RequestId, jsonrpc.RequestId] = {}
         self._asks = Asks()
         self._handshake: tuple[jsonrpc.Request, jsonrpc.Notification | None] | None = None
         #: What each member offered at initialize (none known after a restart).
@@ -209,10 +210,19 @@ class MemberSessions:
         """A request to the member it belongs to (`routing`)."""
         return self.routing.call(request, Send(ready, bounded, limit))
 
-    async def forward(self, member: str, request: jsonrpc.Request, send: Send) -> Answer:
-        """`request` to `member`. Raises UpstreamError naming the member."""
+    async def forward(
+        self,
+        member: str,
+        request: jsonrpc.Request,
+        send: Send,
+        part_of: jsonrpc.RequestId | None = None,
+    ) -> Answer:
+        """`request` to `member` (under an id of its own when it is `part_of` a request of the
+        session's, a list's page). Raises UpstreamError naming the member."""
         client = self._clients[member]
         self._calls[request.id] = member
+        if part_of is not None:
+            self._part_of[request.id] = part_of
         try:
             answer = await client.call(
                 request, ready=send.ready, bounded=send.bounded, limit=send.limit
@@ -222,6 +232,7 @@ class MemberSessions:
             raise type(exc)(f"member {member}: {exc.message}") from None
         finally:
             self._calls.pop(request.id, None)
+            self._part_of.pop(request.id, None)
         self._up.add(member)
         self._health.answered(member)
         return answer
@@ -268,6 +279,12 @@ class MemberSessions:
 
     # -- from the members
 
+    def related(self, related: jsonrpc.RequestId) -> jsonrpc.RequestId:
+        """The session's request a member's message or stream relates to: `related`, or the
+        request its list page is part of (so that a member's SSE framing of its page makes
+        the client's answer SSE, as a route of one upstream does)."""
+        return self._part_of.get(related, related)
+
     def from_member(
         self, member: str, message: jsonrpc.Message, related: jsonrpc.RequestId | None
     ) -> None:
@@ -281,16 +298,15 @@ class MemberSessions:
             if withdrawn is None:
                 return  # cancels nothing the session was told of
             message = withdrawn
-        self._listener.on_server_message(message, related)
+        self._listener.on_server_message(
+            message, None if related is None else self.related(related)
+        )
 
     def _failed(self, member: str, failure: UpstreamError | jsonrpc.ErrorResponse) -> None:
         """`member` failed a call: its health is told, unless these sessions were closed
         under it (a call that gave up while its session opened) or it is still there."""
-        if not self._closed and _gone(failure):
-            reason = (
-                failure.message if isinstance(failure, UpstreamError) else failure.error.message
-            )
-            self._health.failed(member, reason)
+        if not self._closed:
+            self._health.failed_by(member, failure)
 
     def changed(self) -> None:
         """A member went down or came back: the route's lists changed."""
@@ -300,11 +316,3 @@ class MemberSessions:
                 self._listener.on_server_message(
                     jsonrpc.Notification(jsonrpc="2.0", method=method), None
                 )
-
-
-def _gone(failure: UpstreamError | jsonrpc.ErrorResponse) -> bool:
-    """Whether a failure says the member is not there (a refusal, a timeout or an answer too
-    large says it is)."""
-    if isinstance(failure, jsonrpc.ErrorResponse):
-        return True  # (a refused handshake: it serves no one)
-    return isinstance(failure, UpstreamUnavailable) and not isinstance(failure, UpstreamRefused)

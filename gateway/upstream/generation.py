@@ -38,7 +38,7 @@ _CLIENT_INFO = {"name": "mcp-task-gateway", "version": __version__}
 
 
 class Bridged:
-    """The wire of a route of several members: always bridged (`MemberConfig` refuses native)."""
+    """The wire of a route of several members: always bridged (`RouteConfig` refuses native)."""
 
     auto = False
     why = "a route of several members"

@@ -83,7 +83,7 @@ class ListMerge:
             outgoing = jsonrpc.with_param(outgoing, "cursor", member_cursor)
         outgoing = jsonrpc.with_id(outgoing, self._sessions.next_id())
         try:
-            answer = await self._sessions.forward(member, outgoing, send)
+            answer = await self._sessions.forward(member, outgoing, send, part_of=request.id)
         except UpstreamError:
             return None  # left out; its health logged why
         return answer.result if isinstance(answer, jsonrpc.Response) else None

@@ -19,11 +19,12 @@ from typing import TYPE_CHECKING
 from gateway.config import SEPARATOR, RouteConfig
 from gateway.observability.logs import printable
 from gateway.protocol import jsonrpc
+from gateway.protocol.errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
 from gateway.protocol.members import read_sessions
 from gateway.upstream.base import Listener
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.fanout import MemberSessions
-from gateway.upstream.generation import Bridged
+from gateway.upstream.generation import Bridged, ModernWire
 
 if TYPE_CHECKING:
     from gateway.observability.traces import Tracing
@@ -82,6 +83,14 @@ class MemberHealth:
         )
         self._changed(member, up=False)
 
+    def failed_by(self, member: str, failure: UpstreamError | jsonrpc.ErrorResponse) -> None:
+        """`member` failed a call: counted down if the failure says it is not there (a
+        refused handshake, no connection), not for a refusal, a timeout or a large answer."""
+        if isinstance(failure, jsonrpc.ErrorResponse):
+            self.failed(member, failure.error.message)
+        elif isinstance(failure, UpstreamUnavailable) and not isinstance(failure, UpstreamRefused):
+            self.failed(member, failure.message)
+
     def answered(self, member: str) -> None:
         if self._down.pop(member, None) is None:
             return
@@ -119,8 +128,11 @@ class MemberRoutes:
         stdio = frozenset(m.name for m in route.upstreams if m.transport == "stdio")
         self.health = MemberHealth(route.name, on_change, own_children=stdio)
         self.identity = _Identities(self.members)
-        #: 2026-07-28 callers are served over sessions held with each member.
-        self.wire = Bridged()
+        #: A route of one member is what a route of one upstream is to 2026-07-28 callers: its
+        #: member's wire (`modern`, so natively when `auto` finds it speaks 2026-07-28). A route
+        #: of several serves them over sessions held with each member.
+        self._only = next(iter(self.members.values())) if len(self.members) == 1 else None
+        self.wire: ModernWire | Bridged = Bridged() if self._only is None else self._only.wire
 
     def client(
         self, listener: Listener, forwarded: Callable[[], Mapping[str, str]], principal: str | None
@@ -163,7 +175,10 @@ class MemberRoutes:
             member.on_child_exit(callback)
 
     def single(self) -> UpstreamRoute:
-        raise RuntimeError(f"route {self.name} has several members")  # (its wire is Bridged)
+        """The one member of a route of one (on the 2026-07-28 wire, as a route's one upstream)."""
+        if self._only is None:
+            raise RuntimeError(f"route {self.name} has several members")  # (its wire is Bridged)
+        return self._only
 
     async def tell_session(
         self, session_id: str, note: jsonrpc.Notification, principal: str | None

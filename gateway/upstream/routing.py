@@ -190,7 +190,7 @@ class MemberListener:
         self._sessions.from_member(self._name, message, related)
 
     def on_stream(self, related: jsonrpc.RequestId, interrupted: bool) -> None:
-        self._listener.on_stream(related, interrupted)
+        self._listener.on_stream(self._sessions.related(related), interrupted)
 
     @property
     def busy(self) -> bool:

@@ -10,10 +10,13 @@ Layout read (PART is one part of a run: .cache/conformance/results/<2025-11-25|2
     PART/<half>/<scenario>/*/checks.json      written by `conformance server -o`
     PART/<half>/NOT_RUN                       why scenarios without a run were not run
 
-A scenario passes in a half when its run exited 0 and its checks.json has at least one
-SUCCESS and no FAILURE or WARNING. Through the gateway it must also succeed at every check
-that succeeded directly in the same run ("passes exactly as it passes directly"): a SUCCESS
-that turns into INFO or SKIPPED (e.g. an SSE test that got a JSON answer) is a failure.
+A half is `direct` (the server itself), `gateway` (the gateway's plain route in front of it) or
+`member` (the gateway's route of one member in front of it, which must serve what the plain
+route serves). A scenario passes in a half when its run exited 0 and its checks.json has at
+least one SUCCESS and no FAILURE or WARNING. Through the gateway (either route) it must also
+succeed at every check that succeeded directly in the same run ("passes exactly as it passes
+directly"): a SUCCESS that turns into INFO or SKIPPED (e.g. an SSE test that got a JSON
+answer) is a failure. When both routes ran, the scenarios that fail through one only are named.
 `--lenient` keeps only the suite's own verdict: no FAILURE and at least one SUCCESS.
 
 `--direct-baseline` (the 2026-07-28 requirements): what fails directly is listed but held
@@ -35,7 +38,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-HALVES = ("direct", "gateway")
+HALVES = ("direct", "gateway", "member")
+#: How a half's problems name it.
+THROUGH = {
+    "direct": "directly",
+    "gateway": "through the gateway",
+    "member": "through the one-member route",
+}
 
 
 @dataclass
@@ -109,7 +118,7 @@ def evaluate(
         for missing in sorted(direct_ok_ids - succeeded):
             statuses = sorted({str(c.get("status")) for c in checks if c.get("id") == missing})
             got = "/".join(statuses) or "absent"
-            problems.append(f"{missing}: SUCCESS directly, {got} through the gateway")
+            problems.append(f"{missing}: SUCCESS directly, {got} {THROUGH[half]}")
     if rc != 0 and not problems:
         problems.append(f"conformance exited {rc}")
     ok = not problems
@@ -161,10 +170,9 @@ def _outcomes(
                 row["direct"] = direct
             if direct.ok:
                 direct_ok = direct.succeeded
-        if "gateway" in halves:
-            row["gateway"] = evaluate(
-                results, "gateway", scenario, direct_ok, strict, allow_skipped
-            )
+        for half in halves:
+            if half != "direct":
+                row[half] = evaluate(results, half, scenario, direct_ok, strict, allow_skipped)
         table[scenario] = row
     return table
 
@@ -226,6 +234,16 @@ def print_problems(
     return failures
 
 
+def print_route_differences(table: dict[str, dict[str, Outcome]], halves: list[str]) -> None:
+    """Name the scenarios that pass through one of the gateway's routes, fail through the other."""
+    if "gateway" not in halves or "member" not in halves:
+        return
+    for bad, good in (("member", "gateway"), ("gateway", "member")):
+        names = [s for s, row in table.items() if row[good].ok and row[bad].ran and not row[bad].ok]
+        if names:
+            print(f"\nFailing {THROUGH[bad]} only ({len(names)}): {', '.join(names)}")
+
+
 def _print_outcome(name: str, outcome: Outcome) -> None:
     print(f"  {name}:")
     for problem in outcome.problems[:8]:
@@ -259,6 +277,7 @@ def main(argv: list[str]) -> int:
         return 1
     print_table(table, halves, _notes(results))
     failures = print_problems(table, halves, baseline)
+    print_route_differences(table, halves)
     for half in halves:
         passed = sum(1 for row in table.values() if row[half].ok)
         print(f"{half}: {passed} passed, {len(table) - passed} failed")
@@ -267,7 +286,8 @@ def main(argv: list[str]) -> int:
         if not failures:
             verdict = "all selected scenarios pass"
             if baseline and any(not row[h].ok for row in table.values() for h in halves):
-                verdict = "every scenario that passes directly passes through the gateway"
+                through = [THROUGH[h] for h in halves if h != "direct"]
+                verdict = f"every scenario that passes directly passes {' and '.join(through)}"
         else:
             counted = len(table) * len(halves)
             verdict = f"{failures}/{counted} failed"

@@ -31,8 +31,9 @@ Usage (mcp 2.3.0 is needed only to serve; .cache/conformance/everything-venv has
 
     python tasks_fixture.py [--port N] [--host 127.0.0.1]     serve /mcp (env TASKS_FIXTURE_PORT;
                                             TASKS_FIXTURE_LOG_LEVEL=INFO logs every request)
-    python tasks_fixture.py --print-route [--port N] [--route tasks]
-                                            print the gateway's route entry for it (YAML)
+    python tasks_fixture.py --print-route [--port N] [--route tasks] [--member NAME]
+                                            print the gateway's route entry for it (YAML);
+                                            --member: a route of that one member (upstreams:)
     python tasks_fixture.py --write-config FILE --gateway-port P [--port N] [--store DB]
                                             write a whole gateway config (one route, 127.0.0.1)
 """
@@ -70,19 +71,29 @@ WORK_BEFORE_ASKING_S = float(os.environ.get("TASKS_FIXTURE_WORK_BEFORE", "0"))
 WORK_AFTER_ANSWER_S = 1.5
 
 
-def route_yaml(port: int, route: str = ROUTE, indent: str = "  ") -> str:
-    """The gateway's `routes:` list entry for a fixture listening on 127.0.0.1:port."""
+def route_yaml(port: int, route: str = ROUTE, indent: str = "  ", member: str | None = None) -> str:
+    """The gateway's `routes:` list entry for a fixture listening on 127.0.0.1:port.
+
+    With `member`, a route of that one member (`upstreams:`), which keeps the tools' names.
+    """
     tools = ", ".join(f"{name}: {support}" for name, support in TASK_POLICY.items())
-    lines = [
-        f"- name: {route}",
-        "  upstream:",
-        "    transport: streamable_http",
-        f"    url: http://127.0.0.1:{port}/mcp",
+    upstream = [
+        "transport: streamable_http",
+        f"url: http://127.0.0.1:{port}/mcp",
         # Its tools ask mid-call (ctx.elicit, as a 2025-11-25 server does), which the
         # 2026-07-28 wire cannot carry, though its server/discover lists 2026-07-28 (mcp 2.3
         # speaks both): `auto` would choose native, so the route says bridge, as an operator
         # of such a server would.
-        "    modern: bridge",
+        "modern: bridge",
+    ]
+    if member is None:
+        upstream_lines = ["  upstream:"] + [f"    {line}" for line in upstream]
+    else:
+        upstream_lines = ["  upstreams:", f"    - name: {member}"]
+        upstream_lines += [f"      {line}" for line in upstream]
+    lines = [
+        f"- name: {route}",
+        *upstream_lines,
         "  tasks:",
         "    default: optional",
         f"    tools: {{{tools}}}",
@@ -213,6 +224,11 @@ def main(argv: list[str]) -> int:
     parser.add_argument(
         "--route", default=ROUTE, help=f"route name for --print-route (default {ROUTE})"
     )
+    parser.add_argument(
+        "--member",
+        metavar="NAME",
+        help="--print-route: a route of this one member (upstreams:) instead of upstream:",
+    )
     parser.add_argument("--write-config", metavar="FILE", help="write a gateway config and exit")
     parser.add_argument(
         "--gateway-port", type=int, default=8080, help="the gateway's port in --write-config"
@@ -224,7 +240,7 @@ def main(argv: list[str]) -> int:
     port = _port(args.port if args.port is not None else args.port_arg)
 
     if args.print_route:
-        sys.stdout.write(route_yaml(port, args.route))
+        sys.stdout.write(route_yaml(port, args.route, member=args.member))
         return 0
     if args.write_config:
         with open(args.write_config, "w", encoding="utf-8") as out:
