@@ -57,8 +57,12 @@ class Naming:
         self._only = members[0] if len(members) == 1 else None
         self._members = frozenset(members)
 
+    def prefix(self, member: str) -> str:
+        """What goes before `member`'s own names: MEMBER__, or nothing on a route of one."""
+        return "" if self._only is not None else f"{member}{SEPARATOR}"
+
     def client(self, member: str, name: str) -> str:
-        return name if self._only is not None else qualify(member, name)
+        return f"{self.prefix(member)}{name}"
 
     def member_of(self, name: str) -> tuple[str, str] | None:
         """(member, its own name) for a client's name; None for a name of no member."""

@@ -65,6 +65,7 @@ class MemberSessions:
         #: The members whose session is open (all, after a restart: each replays on use).
         self._up: set[str] = set()
         self._closed = False
+        self._on_reestablished: Callable[[], None] | None = None
         self.protocol_version: str | None = None
         self.routing = Routing(self)
         health.watch(self)
@@ -80,10 +81,11 @@ class MemberSessions:
 
     @property
     def on_reestablished(self) -> Callable[[], None] | None:
-        return None
+        return self._on_reestablished
 
     @on_reestablished.setter
     def on_reestablished(self, callback: Callable[[], None] | None) -> None:
+        self._on_reestablished = callback
         for client in self._clients.values():
             client.on_reestablished = callback
 

@@ -16,11 +16,11 @@ import weakref
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from gateway.config import SEPARATOR, RouteConfig
+from gateway.config import RouteConfig
 from gateway.observability.logs import printable
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import UpstreamError, UpstreamRefused, UpstreamUnavailable
-from gateway.protocol.members import read_sessions
+from gateway.protocol.members import Naming, read_sessions
 from gateway.upstream.base import Listener
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.fanout import MemberSessions
@@ -144,9 +144,9 @@ class MemberRoutes:
 
     def trace(self, tracing: Tracing) -> None:
         """Each member's calls traced under its name (`mcp.upstream`)."""
+        naming = Naming(list(self.members))
         for name, member in self.members.items():
-            prefix = "" if len(self.members) == 1 else f"{name}{SEPARATOR}"
-            member.spans = tracing.upstream(self.name, name, prefix)
+            member.spans = tracing.upstream(self.name, name, naming.prefix(name))
 
     @property
     def copied_headers(self) -> tuple[str, ...]:

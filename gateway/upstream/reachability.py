@@ -25,10 +25,11 @@ from functools import partial
 from aiohttp import web
 
 from gateway.aio import TaskSet
-from gateway.config import SEPARATOR, MemberConfig, RouteConfig, UpstreamConfig
+from gateway.config import MemberConfig, RouteConfig, UpstreamConfig
 from gateway.observability.logs import printable
 from gateway.protocol.curation import unmatched
 from gateway.protocol.errors import UpstreamError, UpstreamRefused
+from gateway.protocol.members import Naming
 from gateway.upstream.probe import Reached, probe
 
 log = logging.getLogger("gateway")
@@ -63,9 +64,10 @@ class ProbeResult:
         """The tools it listed, under the names the route's curation sees (a member's
         qualified, MEMBER__TOOL, on a route of several)."""
         listed = self.reached.names if self.reached is not None else ()
-        if self.member is None or len(self.route.members) == 1:
+        if self.member is None:
             return listed
-        return tuple(f"{self.member.name}{SEPARATOR}{name}" for name in listed)
+        naming = Naming([m.name for m in self.route.upstreams or ()])
+        return tuple(naming.client(self.member.name, name) for name in listed)
 
 
 async def check(

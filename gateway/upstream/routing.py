@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from gateway.protocol import jsonrpc
 from gateway.protocol import members as names
-from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND, UpstreamError
+from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 from gateway.protocol.jsonrpc import Answer
 from gateway.protocol.modern_results import LEGACY_RESOURCE_NOT_FOUND
 from gateway.upstream.answers import CallLimit
@@ -121,8 +121,6 @@ class Routing:
             if isinstance(answer, jsonrpc.Response):
                 return jsonrpc.Response(jsonrpc="2.0", id=request.id, result={})
         for answer in answers:
-            if isinstance(answer, UpstreamError):
-                raise answer
             if isinstance(answer, BaseException):
                 raise answer
         first = answers[0] if answers else None
