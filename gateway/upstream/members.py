@@ -128,6 +128,10 @@ class MemberRoutes:
         stdio = frozenset(m.name for m in route.upstreams if m.transport == "stdio")
         self.health = MemberHealth(route.name, on_change, own_children=stdio)
         self.identity = _Identities(self.members)
+        #: The client headers any member copies (read on every request: made once).
+        self.copied_headers = tuple(
+            dict.fromkeys(h for m in self.members.values() for h in m.copied_headers)
+        )
         #: A route of one member is what a route of one upstream is to 2026-07-28 callers: its
         #: member's wire (`modern`, so natively when `auto` finds it speaks 2026-07-28). A route
         #: of several serves them over sessions held with each member.
@@ -147,11 +151,6 @@ class MemberRoutes:
         naming = Naming(list(self.members))
         for name, member in self.members.items():
             member.spans = tracing.upstream(self.name, name, naming.prefix(name))
-
-    @property
-    def copied_headers(self) -> tuple[str, ...]:
-        seen = dict.fromkeys(h for m in self.members.values() for h in m.copied_headers)
-        return tuple(seen)
 
     @property
     def request_timeout_seconds(self) -> float | None:
