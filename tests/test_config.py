@@ -85,11 +85,11 @@ def test_env_references_are_resolved(tmp_path: Path) -> None:
 @pytest.mark.parametrize(
     ("data", "expected"),
     [
-        ({"listen": {"hots": "x"}}, "f.yaml: listen.hots: unknown key"),
+        ({"listen": {"hots": "x"}}, "f.yaml: listen.hots: unknown key (did you mean `host`?)"),
         ({"listen": {"port": "eighty"}}, "f.yaml: listen.port:"),
         (
             {"routes": [{"name": "a", "upstream": {"transport": "stdio"}}]},
-            "f.yaml: routes[0].upstream: transport stdio needs `command`",
+            "f.yaml: routes[0].upstream.command: required for transport stdio",
         ),
         (
             {"routes": [{"name": "a", "upstream": {"transport": "ftp", "url": "x"}}]},

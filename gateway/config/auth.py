@@ -91,8 +91,8 @@ class JwtConfig(Section):
         ]
         if "HS256" in self.algorithms:
             if self.secret_env is None:
-                raise ValueError(
-                    "HS256 needs `secret_env` (the variable holding the shared secret)"
+                raise refusal(
+                    "secret_env", "required for HS256: the variable holding the shared secret"
                 )
             if sources:
                 raise refusal(sources[0], "is for RS256/ES256; HS256 uses `secret_env`")

@@ -24,11 +24,14 @@ from gateway.config.base import ConfigError
 from gateway.config.routes import demo_route
 from gateway.config.sections import AdminConfig
 from gateway.config.settings import Settings
+from gateway.config.suggest import nearest_key
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 #: No configuration is this large; a bigger file (or /dev/zero) is refused before it is read.
 _MAX_FILE_BYTES = 16 * 1024 * 1024
+#: A key longer than this is shown cut (and never matched against the valid ones).
+_SHOWN_KEY_CHARS = 80
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
 
 
@@ -75,8 +78,19 @@ def _unset_secrets(value: Any, where: str, env: dict[str, str], unset: list[str]
 def _key_path(loc: tuple[int | str, ...]) -> str:
     out = ""
     for part in loc:
-        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+        out += (
+            f"[{part}]" if isinstance(part, int) else (f".{_shown(part)}" if out else _shown(part))
+        )
     return out or "(top level)"
+
+
+def _shown(key: str) -> str:
+    """A key as a terminal may print it: a mistyped one can hold anything, even NUL or an
+    escape sequence, and any length."""
+    if key.isprintable() and len(key) <= _SHOWN_KEY_CHARS:
+        return key
+    escaped = key[: _SHOWN_KEY_CHARS + 1].encode("unicode_escape").decode("ascii")
+    return escaped[:_SHOWN_KEY_CHARS] + ("..." if len(escaped) > _SHOWN_KEY_CHARS else "")
 
 
 def parse_settings(data: Any, source: str, env: dict[str, str] | None = None) -> Settings:
@@ -109,22 +123,27 @@ def _refused(source: str, errors: list[ErrorDetails], within: tuple[str, ...] = 
     """One line per error: the file, the key path (inside the section `within`), the message."""
     return ConfigError(
         "\n".join(
-            f"{source}: {_key_path((*within, *loc))}: {msg}" for loc, msg in map(_explained, errors)
+            f"{source}: {_key_path(loc)}: {msg}"
+            for loc, msg in (_explained(err, within) for err in errors)
         )
     )
 
 
-def _explained(err: ErrorDetails) -> tuple[tuple[int | str, ...], str]:
-    """The key path and message of one validation error, in the terms of the YAML file."""
-    loc, kind = err["loc"], err["type"]
+def _explained(err: ErrorDetails, within: tuple[str, ...]) -> tuple[tuple[int | str, ...], str]:
+    """The key path (from the top of the file) and message of one validation error, in the
+    terms of the YAML file."""
+    loc, kind = (*within, *err["loc"]), err["type"]
     # Model-level validators report at the model's path with a "Value error, " prefix.
     msg = err["msg"].removeprefix("Value error, ")
     if kind == "config_key":  # see refusal
         loc = (*loc, str(err.get("ctx", {})["key"]))
     elif kind == "extra_forbidden":
-        msg = "unknown key"
-    elif kind == "missing" and loc == ("routes",):
+        meant = nearest_key(Settings, loc)
+        msg = "unknown key" + (f" (did you mean `{meant}`?)" if meant else "")
+    elif loc == ("routes",) and kind in ("missing", "too_short"):
         msg = "required: list at least one route (the demo runs only when no --config is given)"
+    elif kind == "missing":
+        msg = "required"
     elif kind in ("tuple_type", "list_type"):
         # Never the value itself: after ${VAR} substitution it may hold a secret.
         msg = "a list is expected"

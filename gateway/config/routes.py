@@ -84,7 +84,7 @@ class TaskPolicy(Section):
     @model_validator(mode="after")
     def _ttl_order(self) -> TaskPolicy:
         if self.default_ttl_ms > self.max_ttl_ms:
-            raise ValueError("default_ttl_ms must not exceed max_ttl_ms")
+            raise refusal("default_ttl_ms", f"must not exceed max_ttl_ms ({self.max_ttl_ms})")
         return self
 
 
@@ -146,7 +146,11 @@ class RouteConfig(Section):
 
     @model_validator(mode="after")
     def _one_upstream_key(self) -> RouteConfig:
-        if (self.upstream is None) == (self.upstreams is None):
+        if self.upstream is None and self.upstreams is None:
+            raise refusal(
+                "upstream", "required: the server this route fronts (or `upstreams`, its members)"
+            )
+        if self.upstream is not None and self.upstreams is not None:
             raise ValueError("a route has `upstream` (one) or `upstreams` (members), not both")
         seen: set[str] = set()
         for member in self.upstreams or ():

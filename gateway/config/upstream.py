@@ -64,14 +64,14 @@ class UpstreamConfig(Section):
     def _transport_fields(self) -> UpstreamConfig:
         if self.transport == "stdio":
             if not self.command:
-                raise ValueError("transport stdio needs `command` (a list: program and args)")
+                raise refusal("command", "required for transport stdio: a list, program and args")
             if self.url is not None:
-                raise ValueError("`url` is for streamable_http and sse, not stdio")
+                raise refusal("url", "is for streamable_http and sse, not stdio")
             if self.identity.mode != "static":
                 raise refusal("identity", "is for HTTP upstreams; a stdio child takes `env`")
         else:
             if not self.url:
-                raise ValueError(f"transport {self.transport} needs `url`")
+                raise refusal("url", f"required for transport {self.transport}")
             _check_url(self.url)
             ident = self.identity
             if ident.mode not in ("static", "passthrough") and any(
@@ -79,7 +79,7 @@ class UpstreamConfig(Section):
             ):
                 raise refusal("identity", f"sends {ident.header}, and so does `headers`")
             if self.command is not None:
-                raise ValueError("`command` is for stdio only")
+                raise refusal("command", "is for stdio only")
         if self.modern == "native" and self.transport != "streamable_http":
             raise refusal("modern", "native is for streamable_http: 2026-07-28 has no other")
         return self
