@@ -30,7 +30,7 @@ from gateway.upstream.answers import CallLimit
 from gateway.upstream.base import Listener, Transport, UpstreamSession
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.generation import ModernWire
-from gateway.upstream.http1_pool import Http1Pool
+from gateway.upstream.http1_pool import KEEPALIVE_SECONDS, Http1Pool
 from gateway.upstream.identity import identity_for
 from gateway.upstream.legacy_sse import SseTransport
 from gateway.upstream.members import MemberRoutes
@@ -130,7 +130,7 @@ class UpstreamRoute:
             self._http = aiohttp.ClientSession(
                 timeout=timeout,
                 cookie_jar=aiohttp.DummyCookieJar(),
-                connector=aiohttp.TCPConnector(limit=0),
+                connector=aiohttp.TCPConnector(limit=0, keepalive_timeout=KEEPALIVE_SECONDS),
             )
         return self._http
 

@@ -10,8 +10,11 @@ from yarl import URL
 
 from gateway.upstream.http1 import Connection, Http1Error, Http1Response
 
-#: An idle connection is closed after this long (aiohttp's default keep-alive time).
-KEEPALIVE_SECONDS = 15.0
+#: An idle connection is closed after this long: less than the 5 s after which uvicorn (the
+#: Python SDK's server) and Node's http server (the TypeScript SDK's) close theirs. Longer,
+#: and a POST sent as the upstream closes the connection fails its call, since a POST is
+#: never sent twice; seen under load with the Python SDK's server as a member.
+KEEPALIVE_SECONDS = 4.0
 _KEPT_IDLE = 64
 
 
