@@ -15,7 +15,8 @@ from pathlib import Path
 import pytest
 
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import HISTORY_KEPT, StatusChange, Task, TaskHistory, TaskStatus
+from gateway.tasks.history import HISTORY_KEPT, StatusChange, TaskHistory
+from gateway.tasks.models import Task, TaskStatus
 from gateway.tasks.store import TaskStore
 
 from .test_store import BACKENDS, Backend, Commits

@@ -18,7 +18,8 @@ from pathlib import Path
 import pytest
 
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import SessionRecord, StatusChange, Task, TaskHistory, TaskStatus
+from gateway.tasks.history import StatusChange, TaskHistory
+from gateway.tasks.models import SessionRecord, Task, TaskStatus
 from gateway.tasks.store import TaskStore, open_store
 from gateway.tasks.store.sqlite.schema import MIGRATIONS
 

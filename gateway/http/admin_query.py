@@ -20,14 +20,13 @@ from multidict import MultiMapping
 from gateway.observability.logs import printable
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.history import StatusChange, TaskHistory
 from gateway.tasks.models import (
     TERMINAL,
     InputRequest,
     SessionRecord,
-    StatusChange,
     Task,
     TaskFilter,
-    TaskHistory,
     TaskStatus,
     iso,
     principal_of,

@@ -12,13 +12,13 @@ from typing import Protocol
 
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.history import TaskHistory
 from gateway.tasks.models import (
     AttemptCall,
     InputRequest,
     SessionRecord,
     Task,
     TaskFilter,
-    TaskHistory,
     TaskStatus,
 )
 

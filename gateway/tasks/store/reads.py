@@ -15,13 +15,13 @@ from typing import Any, ClassVar
 
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.history import TaskHistory
 from gateway.tasks.models import (
     AttemptCall,
     InputRequest,
     SessionRecord,
     Task,
     TaskFilter,
-    TaskHistory,
     epoch_us,
 )
 from gateway.tasks.store.filters import select_sessions, select_tasks

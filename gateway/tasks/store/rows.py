@@ -13,13 +13,12 @@ from typing import Any, Protocol
 
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.history import StatusChange, TaskHistory
 from gateway.tasks.models import (
     AttemptCall,
     InputRequest,
     SessionRecord,
-    StatusChange,
     Task,
-    TaskHistory,
     TaskStatus,
     from_epoch_us,
 )

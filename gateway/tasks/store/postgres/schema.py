@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from asyncpg import Record
 
-from gateway.tasks.models import HISTORY_KEPT
+from gateway.tasks.history import HISTORY_KEPT
 from gateway.tasks.store.sql import Statements, dollar
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import aiosqlite
 
-from gateway.tasks.models import HISTORY_KEPT
+from gateway.tasks.history import HISTORY_KEPT
 from gateway.tasks.store.sql import Statements, qmark
 
 #: Applied in order once each; PRAGMA user_version counts those applied. Append, never edit.
