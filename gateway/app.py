@@ -217,7 +217,8 @@ async def _components(
     metrics_site = await _metrics_listener(settings, metrics)
     admin_site = None
     if settings.admin is not None:
-        api = AdminApi(store, runner, app[SESSIONS], clock)
+        shows = settings.admin.console_shows_results
+        api = AdminApi(store, runner, app[SESSIONS], clock, shows)
         admin_site = await admin.serve(api, settings.admin.token, admin_sockets, settings.http)
     try:
         yield

@@ -9,7 +9,8 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-from collections.abc import AsyncIterator
+import re
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,7 +24,18 @@ from gateway.config import AdminConfig, ConfigError, load_settings, parse_settin
 from gateway.http import admin
 
 from .conftest import DEMO, ROOT, StartGateway, free_port
-from .helpers import audit_events, get_task, open_session, rpc, start_task
+from .helpers import (
+    WITH_ELICITATION,
+    WITH_TASKS,
+    audit_events,
+    get_task,
+    modern_inputs,
+    modern_rpc,
+    open_session,
+    rpc,
+    start_task,
+    task_terminal,
+)
 
 TOKEN = "admin-token-0123456789abcdef"
 KEYS = {"alice": "alice-key-0123456789", "bob": "bob-key-0123456789"}
@@ -51,18 +63,29 @@ class Gateway:
             return resp.status, await resp.json()
 
 
-@pytest.fixture
-async def gateway(
-    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
-) -> AsyncIterator[Gateway]:
+async def start_admin(
+    start_gateway: StartGateway,
+    monkeypatch: pytest.MonkeyPatch,
+    http: aiohttp.ClientSession,
+    routes: list[dict[str, Any]] = ROUTES,
+    **options: Any,
+) -> Gateway:
+    """A gateway with the admin API (and `options` in its section) on a port of its own."""
     monkeypatch.setenv("ADMIN_TOKEN", TOKEN)
     for who, key in KEYS.items():
         monkeypatch.setenv(f"{who.upper()}_KEY", key)
     port = free_port()
-    admin = {"listen": {"host": "127.0.0.1", "port": port}}
-    base = await start_gateway(ROUTES, auth=AUTH, admin=admin)
+    admin = {"listen": {"host": "127.0.0.1", "port": port}, **options}
+    base = await start_gateway(routes, auth=AUTH, admin=admin)
+    return Gateway(f"{base}/demo/mcp", base, f"http://127.0.0.1:{port}", http)
+
+
+@pytest.fixture
+async def gateway(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Gateway]:
     async with aiohttp.ClientSession() as http:
-        yield Gateway(f"{base}/demo/mcp", base, f"http://127.0.0.1:{port}", http)
+        yield await start_admin(start_gateway, monkeypatch, http)
 
 
 async def test_only_the_admin_token_opens_it_and_the_gateways_port_has_none_of_it(
@@ -225,6 +248,147 @@ async def test_an_operator_sees_every_principal_and_cancels_as_the_owner_would(
     assert cancel["task_id"] == slow
     listed = [e for e in events if e["event"] == "admin_tasks_listed"]
     assert listed[1] == {**listed[1], "actor": "operator", "principal": "bob", "count": 1}
+
+
+#: The keys `GET /admin/tasks/{id}` answered with before the task page's: scripts read them
+#: (DESIGN.md, "The operators' console (names to keep)").
+DETAIL_KEYS = {
+    *("taskId", "route", "principal", "status", "tool", "createdAt", "lastUpdatedAt"),
+    *("statusMessage", "ttl", "expiresAt", "generation", "attempt"),
+}
+
+
+#: What the demo's slow tool reports, as the task's progress keeps it.
+PROGRESS = r"([0-9]+)/600: step \1/600"
+
+
+async def shown_when(gateway: Gateway, task_id: str, ready: Callable[[Any], bool]) -> Any:
+    """The task's detail once `ready` holds for it (progress is written a moment later)."""
+    async with asyncio.timeout(10):
+        while True:
+            status, shown = await gateway.ask("GET", f"/admin/tasks/{task_id}")
+            assert status == 200, shown
+            if ready(shown):
+                return shown
+            await asyncio.sleep(0.05)
+
+
+async def show_command(
+    gateway: Gateway, tmp_path: Path, capsys: pytest.CaptureFixture[str], task_id: str
+) -> str:
+    """What `mcp-task-gateway tasks show` prints of the task (its code, on a thread)."""
+    port = gateway.admin.rsplit(":", 1)[1]
+    config = tmp_path / "admin.yaml"
+    config.write_text(f"admin: {{listen: {{host: 127.0.0.1, port: {port}}}}}\n")
+    code = await asyncio.to_thread(
+        admin_cli.main, ["tasks", "show", task_id, "--config", str(config)]
+    )
+    out, err = capsys.readouterr()
+    assert (code, err) == (0, "")
+    return out
+
+
+async def test_a_tasks_detail_has_its_history_progress_questions_and_outcome_but_no_content(
+    start_gateway: StartGateway,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """DESIGN.md: a task's page shows "its status history with times, latest progress, pending
+    questions, attempts, outcome kind and size, never the result's content unless
+    `admin.console_shows_results: true`". A question shows its method and when it was asked,
+    never what it asks (a caller's data, as the result is)."""
+    routes = [{"name": "demo", "upstream": DEMO, "tasks": {"tools": {"ask": "required"}}}]
+    async with (
+        aiohttp.ClientSession() as http,
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['alice']}"}) as alice,
+    ):
+        gateway = await start_admin(start_gateway, monkeypatch, http, routes)
+        session = await open_session(alice, gateway.mcp)
+        slow = await start_task(alice, gateway.mcp, session, "slow", {"seconds": 60, "steps": 600})
+        tasks = {}
+        for tool in ("echo", "fail", "error"):
+            arguments = {"text": "secret"} if tool == "echo" else {}
+            tasks[tool] = await start_task(alice, gateway.mcp, session, tool, arguments)
+            await task_terminal(alice, gateway.mcp, session, tasks[tool])
+        both = {**WITH_TASKS, **WITH_ELICITATION}
+        params = {"name": "ask", "arguments": {"question": "your secret?"}}
+        _, created = await modern_rpc(alice, gateway.mcp, "tools/call", params, both)
+        asking = created["result"]["taskId"]
+        await modern_inputs(alice, gateway.mcp, asking, 1)
+
+        running = await shown_when(gateway, slow, lambda shown: shown["progress"] is not None)
+        waiting = await shown_when(gateway, asking, lambda shown: shown["questions"] != [])
+        printed_running = await show_command(gateway, tmp_path, capsys, slow)
+        printed_waiting = await show_command(gateway, tmp_path, capsys, asking)
+        finished = {
+            tool: (await gateway.ask("GET", f"/admin/tasks/{t}"))[1] for tool, t in tasks.items()
+        }
+        await gateway.ask("POST", f"/admin/tasks/{slow}/cancel")
+        _, cancelled = await gateway.ask("GET", f"/admin/tasks/{slow}")
+
+    assert DETAIL_KEYS <= set(running) and running["status"] == "working"
+    assert running["history"] == [{"status": "working", "at": running["createdAt"]}]
+    assert running["historyDropped"] == 0
+    assert re.fullmatch(PROGRESS, running["progress"]["message"])
+    assert running["questions"] == [] and running["outcome"] == {"kind": "none", "bytes": 0}
+    (question,) = waiting["questions"]
+    assert question["method"] == "elicitation/create" and set(question) == {
+        "key",
+        "method",
+        "askedAt",
+    }
+    assert [change["status"] for change in waiting["history"]] == ["working", "input_required"]
+    assert waiting["generation"] == "2026-07-28"
+    echo = finished["echo"]
+    assert [change["status"] for change in echo["history"]] == ["working", "completed"]
+    assert echo["outcome"]["kind"] == "result" and echo["outcome"]["bytes"] > 0
+    assert finished["fail"]["outcome"]["kind"] == "tool_error"
+    assert finished["fail"]["history"][-1]["status"] == "failed"
+    assert finished["error"]["outcome"]["kind"] == "error"
+    for shown in (running, waiting, *finished.values()):
+        assert "content" not in shown["outcome"]
+        assert "secret" not in json.dumps(shown)
+    assert cancelled["history"][-1] == {
+        "status": "cancelled",
+        "at": cancelled["lastUpdatedAt"],
+        "message": "The task was cancelled by request.",
+    }
+    lines = [line.split() for line in printed_running.splitlines()]
+    assert ["outcome", "none,", "0", "bytes"] in lines
+    (progress,) = [line for line in lines if line[:1] == ["progress"]]
+    assert " ".join(progress[1:]).startswith(running["progress"]["message"])
+    printed = printed_waiting.split("\nPENDING QUESTIONS\n", 1)[1].splitlines()
+    assert printed[0].split() == ["KEY", "METHOD", "ASKED"]
+    assert printed[1].split() == [question["key"], "elicitation/create", question["askedAt"]]
+    assert "secret" not in printed_waiting
+    # The progress outlives the statusMessage the terminal write replaced.
+    assert re.fullmatch(PROGRESS, cancelled["progress"]["message"])
+
+
+async def test_the_results_content_is_shown_only_where_the_operator_turned_it_on(
+    start_gateway: StartGateway,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    async with (
+        aiohttp.ClientSession() as http,
+        aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS['alice']}"}) as alice,
+    ):
+        gateway = await start_admin(start_gateway, monkeypatch, http, console_shows_results=True)
+        session = await open_session(alice, gateway.mcp)
+        echo = await start_task(alice, gateway.mcp, session, "echo", {"text": "shown"})
+        done = await task_terminal(alice, gateway.mcp, session, echo)
+        result = await rpc(alice, gateway.mcp, session, "tasks/result", {"taskId": echo})
+        _, shown = await gateway.ask("GET", f"/admin/tasks/{echo}")
+        printed = await show_command(gateway, tmp_path, capsys, echo)
+
+    assert done["status"] == "completed"
+    content = shown["outcome"]["content"]
+    assert content["content"] == result["result"]["content"]
+    assert shown["outcome"]["bytes"] == len(json.dumps(content).encode())
+    assert json.loads(printed.split("\nOUTCOME\n", 1)[1]) == content
 
 
 async def test_a_purge_removes_finished_tasks_and_an_ended_session_answers_404(

@@ -184,9 +184,21 @@ async def test_tasks_list_show_cancel_and_purge_every_principals_tasks(
     assert all(set(row) == ROW_KEYS for row in working)
     assert json.loads(young) == [] and json.loads(elsewhere) == []
     assert len(json.loads(first)) == 1 and "more tasks match" in more
-    assert shown.splitlines()[0].split() == ["FIELD", "VALUE"]
-    assert ["principal", "bob"] in [line.split() for line in shown.splitlines()]
-    assert json.loads(detail)["status"] == "completed" and json.loads(detail)["taskId"] == bobs
+    shown_lines = [line.split() for line in shown.splitlines()]
+    assert shown_lines[0] == ["FIELD", "VALUE"]
+    assert ["principal", "bob"] in shown_lines
+    bobs_task = json.loads(detail)
+    assert bobs_task["status"] == "completed" and bobs_task["taskId"] == bobs
+    # The task's history, and its outcome by kind and size (not its content), both ways.
+    assert [change["status"] for change in bobs_task["history"]] == ["working", "completed"]
+    assert bobs_task["outcome"] == {"kind": "result", "bytes": bobs_task["outcome"]["bytes"]}
+    assert ["outcome", "result,", str(bobs_task["outcome"]["bytes"]), "bytes"] in shown_lines
+    history = shown_lines[shown_lines.index(["HISTORY"]) + 1 :]
+    assert history[0] == ["AT", "STATUS", "ATTEMPT", "MESSAGE"]
+    assert [row[:3] for row in history[1:]] == [
+        [change["at"], change["status"], "-"] for change in bobs_task["history"]
+    ]
+    assert "PENDING QUESTIONS" not in shown and "OUTCOME" not in shown
     assert (
         cancel_code == 0
         and cancelled.strip() == f"cancelled task {hung} (route h, principal alice)"

@@ -1,8 +1,8 @@
 """Stores written by earlier gateways, opened by this one: everything they hold reads back.
 
 Each fixture in tests/fixtures/stores was written by the code of the commit its maker names
-(`make_schemaN.py`), not by this code: the first SQLite store (schema 1), and the last schema
-before the current one's newest migration (schema 5). Every schema change ships a migration and
+(`make_schemaN.py`), not by this code: the first SQLite store (schema 1), and the schemas
+before the two newest migrations (schemas 5 and 6). Every schema change ships a migration and
 a fixture of the schema before it, so that an upgrade with tasks running, sessions open and
 questions pending is tested, not hoped for.
 """
@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.history import StatusChange, TaskHistory
 from gateway.tasks.models import SessionRecord, Task, TaskStatus
 from gateway.tasks.store import TaskStore, open_store
 from gateway.tasks.store.sqlite.schema import MIGRATIONS
@@ -97,6 +98,29 @@ async def test_the_schema_5_store_reads_back_whole_with_the_current_code(tmp_pat
     await writes_and_reopens(store, tmp_path)
 
 
+async def test_the_schema_6_store_reads_back_whole_and_its_tasks_gain_histories(
+    tmp_path: Path,
+) -> None:
+    store = await opened(tmp_path, 6)
+    for task_id in ("working", "input-required", "completed", "failed", "cancelled"):
+        task = await store.get_task(task_id)
+        assert task is not None and task.status is STATUSES[task_id], task_id
+    session = await store.get_session("session-1")
+    assert session is not None and session.upstream_protocol_version == "2025-06-18"
+    # A task made before histories were kept has none, and says its earlier changes are
+    # unknown rather than that there were none; its progress was not kept apart either.
+    assert await store.get_history("working") == TaskHistory(dropped=None)
+    later = datetime(2026, 11, 23, 12, 30, tzinfo=UTC)
+    moved = await store.update_task("working", TaskStatus.INPUT_REQUIRED, "asked", later)
+    assert moved is not None
+    history = await store.get_history("working")
+    assert history is not None and history.dropped is None
+    assert history.changes == (
+        StatusChange(status=TaskStatus.INPUT_REQUIRED, at=later, message="asked"),
+    )
+    await writes_and_reopens(store, tmp_path)
+
+
 async def writes_and_reopens(store: TaskStore, tmp_path: Path) -> None:
     """The upgraded store takes new tasks and sessions, and opens again unchanged."""
     now = datetime(2026, 11, 23, 13, 0, tzinfo=UTC)
@@ -127,6 +151,12 @@ async def writes_and_reopens(store: TaskStore, tmp_path: Path) -> None:
         "after-upgrade", TaskStatus.COMPLETED, None, Outcome(kind="result", body={}), later
     )
     assert finished is not None
+    history = await store.get_history("after-upgrade")
+    assert history is not None and history.dropped == 0
+    assert [change.status for change in history.changes] == [
+        TaskStatus.WORKING,
+        TaskStatus.COMPLETED,
+    ]
     await store.close()
     again = await open_store(tmp_path / "gateway.db")
     done = await again.get_task("after-upgrade")
@@ -135,7 +165,7 @@ async def writes_and_reopens(store: TaskStore, tmp_path: Path) -> None:
     await again.close()
 
 
-@pytest.mark.parametrize("schema", [1, 5])
+@pytest.mark.parametrize("schema", [1, 5, 6])
 def test_a_fixture_is_never_changed_by_a_test(schema: int) -> None:
     # Each test migrates a copy: the fixture keeps the old schema for the next run.
     # immutable: reading it leaves no -wal or -shm file beside it.

@@ -153,7 +153,7 @@ def _run(args: argparse.Namespace, admin: AdminConfig) -> None:
         if args.json:
             _print_json(task)
         elif args.command == "show":
-            _print_table(["FIELD", "VALUE"], [[key, value] for key, value in task.items()])
+            _print_task(task)
         else:
             print(f"cancelled task {_cell(task['taskId'])} ({_whose(task)})")
     elif command == "tasks purge":
@@ -245,6 +245,46 @@ def _print_table(header: list[str], rows: list[list[Any]]) -> None:
         print(
             "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
         )
+
+
+#: What `tasks show` prints apart from its FIELD VALUE table, each in a table of its own.
+_TASK_PARTS = ("history", "historyDropped", "progress", "questions", "outcome")
+
+
+def _print_task(task: dict[str, Any]) -> None:
+    """A task's fields, then its status history and pending questions, each as a table
+    (a gateway that shows none of them, an older one, prints its fields alone)."""
+    fields = [[key, value] for key, value in task.items() if key not in _TASK_PARTS]
+    progress, outcome = task.get("progress"), task.get("outcome")
+    if isinstance(progress, dict):
+        fields.append(["progress", f"{progress.get('message')} (at {progress.get('at')})"])
+    if isinstance(outcome, dict):
+        fields.append(["outcome", f"{outcome.get('kind')}, {outcome.get('bytes')} bytes"])
+    _print_table(["FIELD", "VALUE"], fields)
+    history = task.get("history")
+    if isinstance(history, list):
+        print(f"\nHISTORY{_earlier(task.get('historyDropped'))}")
+        _print_table(
+            ["AT", "STATUS", "ATTEMPT", "MESSAGE"],
+            [[c.get("at"), c.get("status"), c.get("attempt"), c.get("message")] for c in history],
+        )
+    questions = task.get("questions")
+    if questions:
+        print("\nPENDING QUESTIONS")
+        _print_table(
+            ["KEY", "METHOD", "ASKED"],
+            [[q.get("key"), q.get("method"), q.get("askedAt")] for q in questions],
+        )
+    if isinstance(outcome, dict) and "content" in outcome:
+        print("\nOUTCOME")
+        _print_json(outcome["content"])
+
+
+def _earlier(dropped: object) -> str:
+    """What the history's header says of the changes it no longer shows."""
+    if dropped is None:
+        return " (earlier changes unknown: the task was made before histories were kept)"
+    return f" ({dropped} earlier changes not kept)" if dropped else ""
 
 
 def _print_json(value: Any) -> None:

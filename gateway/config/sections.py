@@ -245,6 +245,9 @@ class AdminConfig(Section):
     #: network) is allowed, and the start-up log warns, as the token alone guards it there.
     listen: ListenConfig = ListenConfig(port=8081)
     token_env: str = Field("ADMIN_TOKEN", pattern=r"^[A-Za-z_][A-Za-z0-9_]*$")
+    #: Whether a task's detail (`tasks show`, the console) carries its result's content: a
+    #: caller's data, which an operator otherwise sees only by kind and size.
+    console_shows_results: bool = False
     _token: str = PrivateAttr("")
 
     @property

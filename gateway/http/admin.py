@@ -2,7 +2,8 @@
 
     GET     /admin/tasks?route=R&principal=P&status=S&older_than=7d&limit=N
                                         {"tasks": [row, ...], "more": bool}, oldest first
-    GET     /admin/tasks/{id}           the task's row and the rest (statusMessage, ttl, ...)
+    GET     /admin/tasks/{id}           the task's row and the rest (statusMessage, ttl, history,
+                                        progress, questions, outcome: `task_detail`)
     POST    /admin/tasks/{id}/cancel    as the owner's tasks/cancel; 409 for a finished task
     POST    /admin/tasks/purge?route=R&principal=P&status=S&older_than=7d
                                         {"purged": N}: finished tasks only, however chosen
@@ -37,6 +38,7 @@ from gateway.config import HttpConfig
 from gateway.http.admin_query import (
     BadQuery,
     checked_text,
+    read_facts,
     session_filter,
     session_row,
     task_detail,
@@ -128,11 +130,14 @@ class AdminApi:
         runner: TaskRunner,
         sessions: SessionRegistry,
         clock: Callable[[], datetime],
+        show_results: bool = False,
     ) -> None:
         self._store = store
         self._runner = runner
         self._sessions = sessions
         self._clock = clock
+        #: `admin.console_shows_results`: a task's detail carries its result's content.
+        self._show_results = show_results
 
     def app(self, token: str) -> web.Application:
         app = web.Application(middlewares=[_guard(token)], client_max_size=1024)
@@ -162,7 +167,8 @@ class AdminApi:
             task_id=task.task_id,
             principal=principal_of(task),
         )
-        return web.json_response(task_detail(task))
+        facts = await read_facts(self._store, task)
+        return web.json_response(task_detail(task, facts, self._show_results))
 
     async def cancel(self, request: web.Request) -> web.Response:
         task = await self._task(request)

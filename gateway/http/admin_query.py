@@ -1,4 +1,5 @@
-"""What the admin API reads from a request (filters, ages, ids) and the rows it answers with.
+"""What the admin API reads from a request (filters, ages, ids) and the rows it answers with,
+a task's detail among them (`task_detail`, over what `read_facts` reads of it).
 
 Everything an operator sends is checked here before it reaches the store: unknown or repeated
 parameters, a status that is none of the five, an age that is not `30s`, `15m`, `2h` or `7d`
@@ -8,16 +9,21 @@ surrogates) are each a `BadQuery`, which the API answers with 400 and its messag
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from multidict import MultiMapping
 
 from gateway.observability.logs import printable
 from gateway.protocol.jsonrpc import JsonObject
+from gateway.protocol.outcome import Outcome
+from gateway.tasks.history import StatusChange, TaskHistory
 from gateway.tasks.models import (
     TERMINAL,
+    InputRequest,
     SessionRecord,
     Task,
     TaskFilter,
@@ -25,6 +31,7 @@ from gateway.tasks.models import (
     iso,
     principal_of,
 )
+from gateway.tasks.store import TaskStore
 
 #: Rows a list answers with unless `limit` says otherwise, and the most it may ask for.
 DEFAULT_LIMIT = 1000
@@ -150,9 +157,34 @@ def task_row(task: Task) -> JsonObject:
     }
 
 
-def task_detail(task: Task) -> JsonObject:
-    """A task as `tasks show` shows it: its row, and the rest an operator may want."""
+@dataclass(frozen=True)
+class TaskFacts:
+    """What the store holds of a task beside its row, for its detail."""
+
+    history: TaskHistory
+    #: Its unanswered questions: those the store keeps (see docs/operations.md).
+    questions: list[InputRequest]
+    outcome: Outcome | None
+
+
+async def read_facts(store: TaskStore, task: Task) -> TaskFacts:
+    """The facts of `task` as the store holds them now, on any replica: a task deleted
+    meanwhile reads as one without history."""
+    history = await store.get_history(task.task_id)
+    finished = task.status.terminal
+    return TaskFacts(
+        history=TaskHistory(dropped=None) if history is None else history,
+        questions=[] if finished else await store.pending_inputs(task.task_id),
+        outcome=await store.get_outcome(task.task_id) if finished else None,
+    )
+
+
+def task_detail(task: Task, facts: TaskFacts, show_results: bool = False) -> JsonObject:
+    """A task as `tasks show` and the console show it: its row, and the rest an operator may
+    want. Its questions and outcome without their content (a caller's data), but for the
+    outcome's with `show_results` (`admin.console_shows_results`)."""
     expires = task.expires_at
+    history = facts.history
     return {
         **task_row(task),
         "statusMessage": task.status_message,
@@ -160,7 +192,40 @@ def task_detail(task: Task) -> JsonObject:
         "expiresAt": None if expires is None else iso(expires),
         "generation": task.generation,
         "attempt": task.attempt,
+        "history": [_change(change) for change in history.changes],
+        "historyDropped": history.dropped,
+        "progress": None
+        if history.progress is None or history.progress_at is None
+        else {"message": history.progress, "at": iso(history.progress_at)},
+        "questions": [
+            {"key": q.key, "method": q.method, "askedAt": iso(q.created_at)}
+            for q in facts.questions
+        ],
+        "outcome": _outcome(facts.outcome, show_results),
     }
+
+
+def _change(change: StatusChange) -> JsonObject:
+    row: JsonObject = {"status": change.status.value, "at": iso(change.at)}
+    if change.message is not None:
+        row["message"] = change.message
+    if change.attempt is not None:
+        row["attempt"] = change.attempt
+    return row
+
+
+def _outcome(outcome: Outcome | None, show_results: bool) -> JsonObject:
+    """Its kind (a tool's `isError` result is a `tool_error`) and its size as stored."""
+    if outcome is None:
+        return {"kind": "none", "bytes": 0}
+    tool_error = outcome.kind == "result" and outcome.body.get("isError") is True
+    shown: JsonObject = {
+        "kind": "tool_error" if tool_error else outcome.kind,
+        "bytes": len(json.dumps(outcome.body).encode()),
+    }
+    if show_results:
+        shown["content"] = outcome.body
+    return shown
 
 
 def session_row(record: SessionRecord) -> JsonObject:

@@ -12,6 +12,7 @@ from typing import Protocol
 
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.history import TaskHistory
 from gateway.tasks.models import (
     AttemptCall,
     InputRequest,
@@ -82,7 +83,8 @@ class TaskStore(Protocol):
     async def note_task(self, task_id: str, status_message: str, now: datetime) -> Task | None:
         """Set a running task's statusMessage, leaving its status as it is; None if terminal.
 
-        Progress uses this: a message must never move a task back from input_required.
+        Progress uses this: a message must never move a task back from input_required. The
+        message is kept as the task's latest progress too (`get_history`).
         """
 
     async def finish_task(
@@ -101,6 +103,11 @@ class TaskStore(Protocol):
         """
 
     async def get_outcome(self, task_id: str) -> Outcome | None: ...
+
+    async def get_history(self, task_id: str) -> TaskHistory | None:
+        """What an operator reads of a task beyond its row (any owner's; None if unknown):
+        every status move and re-run appends a change in the very statement that makes it,
+        the latest `HISTORY_KEPT` kept; `note_task` keeps its message as the progress."""
 
     async def erase_principal(self, principal: str) -> tuple[int, int]:
         """Delete every task of `principal` on any route (their results, questions and kept

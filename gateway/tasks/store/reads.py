@@ -15,6 +15,7 @@ from typing import Any, ClassVar
 
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.history import TaskHistory
 from gateway.tasks.models import (
     AttemptCall,
     InputRequest,
@@ -27,6 +28,7 @@ from gateway.tasks.store.filters import select_sessions, select_tasks
 from gateway.tasks.store.rows import (
     Row,
     answer_from_row,
+    history_from_row,
     input_from_row,
     outcome_from_row,
     request_from_row,
@@ -67,6 +69,9 @@ class SharedReads(ABC):
     async def query_tasks(self, choice: TaskFilter) -> list[Task]:
         sql, params = select_tasks(choice, self._sql.mark)
         return [task_from_row(row) for row in await self._read(sql, *params)]
+
+    async def get_history(self, task_id: str) -> TaskHistory | None:
+        return next(map(history_from_row, await self._read(self._sql.history, task_id)), None)
 
     async def get_outcome(self, task_id: str) -> Outcome | None:
         return next(map(outcome_from_row, await self._read(self._sql.outcome, task_id)), None)

@@ -13,6 +13,7 @@ from typing import Any, Protocol
 
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.history import StatusChange, TaskHistory
 from gateway.tasks.models import (
     AttemptCall,
     InputRequest,
@@ -27,6 +28,9 @@ TASK_COLUMNS = (
     "task_id, owner, route, tool, status, status_message, created_at, updated_at, ttl_ms,"
     " poll_interval_ms, progress_token, generation, repeatable, attempt"
 )
+
+#: What `history_from_row` reads: kept apart from `TASK_COLUMNS`, which every poll reads.
+HISTORY_COLUMNS = "history, history_dropped, progress, progress_at"
 
 #: What `input_from_row` reads. `upstream_id` is JSON text, so 1 and "1" stay apart.
 INPUT_COLUMNS = "task_id, key, method, params, upstream_id, created_at"
@@ -63,6 +67,25 @@ def task_from_row(row: Row) -> Task:
         generation=row["generation"],
         repeatable=bool(row["repeatable"]),
         attempt=row["attempt"],
+    )
+
+
+def history_from_row(row: Row) -> TaskHistory:
+    """The entries are those `writes.change` made, in the order appended."""
+    progress_at = row["progress_at"]
+    return TaskHistory(
+        changes=tuple(
+            StatusChange(
+                status=TaskStatus(entry["status"]),
+                at=from_epoch_us(entry["at"]),
+                message=entry.get("message"),
+                attempt=entry.get("attempt"),
+            )
+            for entry in json.loads(row["history"])
+        ),
+        dropped=row["history_dropped"],
+        progress=row["progress"],
+        progress_at=None if progress_at is None else from_epoch_us(progress_at),
     )
 
 

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from gateway.tasks.store.rows import INPUT_COLUMNS, TASK_COLUMNS
+from gateway.tasks.store.rows import HISTORY_COLUMNS, INPUT_COLUMNS, TASK_COLUMNS
 
 #: A placeholder for the parameter of the given number (from 1).
 Mark = Callable[[int], str]
@@ -52,6 +52,7 @@ class Statements:
             f" AND (expires_at IS NULL OR expires_at > {m(4)})"
             f" ORDER BY created_at, task_id LIMIT {m(5)}"
         )
+        self.history = f"SELECT {HISTORY_COLUMNS} FROM tasks WHERE task_id = {m(1)}"
         self.count_live = f"SELECT count(*) FROM tasks WHERE owner = {m(1)} AND {LIVE_SQL}"
         self.outcome = f"SELECT kind, body FROM outcomes WHERE task_id = {m(1)}"
         self.insert_outcome = f"INSERT INTO outcomes VALUES ({m(1)}, {m(2)}, {m(3)})"

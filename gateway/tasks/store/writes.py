@@ -1,5 +1,5 @@
 """What both backends' writes share: the checks of their arguments, the statuses each move
-may start from, and the outcome of a task failed while it ran.
+may start from, the history entry it appends, and the outcome of a task failed while it ran.
 
 A backend checks before it writes, so a refused argument writes nothing; then its move is
 conditional on the task's status being one of those given here, in the statement's WHERE,
@@ -8,10 +8,30 @@ so that check and write are one statement and a terminal task never moves again.
 
 from __future__ import annotations
 
+import json
+from datetime import datetime
+
 from gateway.protocol.errors import INTERNAL_ERROR
 from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.models import Task, TaskStatus, sources_of
+from gateway.tasks.models import Task, TaskStatus, epoch_us, sources_of
+
+#: The characters of a statusMessage a history entry keeps: an upstream's error message may
+#: be long, and the row keeps it whole already.
+_MESSAGE_KEPT = 500
+
+
+def change(
+    status: TaskStatus, now: datetime, message: str | None, attempt: int | None = None
+) -> str:
+    """A history entry as each backend's write appends it to the task's row (JSON text, as
+    `rows.history_from_row` reads it back)."""
+    entry: JsonObject = {"status": status.value, "at": epoch_us(now)}
+    if message is not None:
+        entry["message"] = message[:_MESSAGE_KEPT]
+    if attempt is not None:
+        entry["attempt"] = attempt
+    return json.dumps(entry)
 
 
 def check_request(task: Task, request: JsonObject | None) -> None:

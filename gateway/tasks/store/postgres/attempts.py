@@ -18,9 +18,10 @@ from datetime import datetime
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.tasks.models import Task, TaskStatus, epoch_us
 from gateway.tasks.store.postgres import inputs
-from gateway.tasks.store.postgres.schema import SQL, Connection
+from gateway.tasks.store.postgres.schema import SQL, Connection, appending
 from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
 from gateway.tasks.store.sql import LIVE_SQL
+from gateway.tasks.store.writes import change
 
 #: How long a dead replica's row is kept once its tasks are settled, for operators to see.
 _FORGET_REPLICAS_AFTER = "1 hour"
@@ -46,9 +47,11 @@ _NOTE = (
 )
 
 # The attempt check sits in the WHERE: a replica that finds the attempt already begun (by
-# itself, or by another) moves nothing.
+# itself, or by another) moves nothing. A run begun again is in the history always, whatever
+# status the task had.
 _BEGIN = (
-    "UPDATE tasks SET status = $2, status_message = $3, attempt = $4, updated_at = $5"
+    "UPDATE tasks SET status = $2, status_message = $3, attempt = $4, updated_at = $5,"
+    f" {appending('TRUE', '$7')}"
     f" WHERE task_id = $1 AND {LIVE_SQL} AND attempt < $4 AND runner = $6"
     f" RETURNING {TASK_COLUMNS}"
 )
@@ -98,7 +101,9 @@ async def begin(
 ) -> Task | None:
     """Moves a live task of `replica`'s below `attempt` to it, working with `message`, and
     withdraws its pending input requests; None (and nothing written) for any other task."""
-    params = (task_id, TaskStatus.WORKING.value, message, attempt, epoch_us(now), replica)
+    working = TaskStatus.WORKING
+    entry = change(working, now, message, attempt)
+    params = (task_id, working.value, message, attempt, epoch_us(now), replica, entry)
     row = await db.fetchrow(_BEGIN, *params)
     if row is None:
         return None

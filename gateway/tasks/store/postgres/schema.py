@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, TypeAlias
 
 from asyncpg import Record
 
+from gateway.tasks.history import HISTORY_KEPT
 from gateway.tasks.store.sql import Statements, dollar
 
 if TYPE_CHECKING:
@@ -132,10 +133,31 @@ MIGRATIONS = [
     """
     CREATE INDEX sessions_by_caller ON sessions (route, principal, last_seen);
     """,
+    # Tasks keep their latest status changes and progress for operators (`appending`). A task
+    # made before kept none: its count of earlier changes is unknown (NULL), and stays so.
+    """
+    ALTER TABLE tasks ADD COLUMN history TEXT NOT NULL DEFAULT '[]',
+        ADD COLUMN history_dropped INTEGER,
+        ADD COLUMN progress TEXT,
+        ADD COLUMN progress_at BIGINT;
+    """,
 ]
 
 #: The statements both backends share, in PostgreSQL's placeholders.
 SQL = Statements(dollar)
+
+
+def appending(moved: str, entry: str) -> str:
+    """The SET clause of a write that appends a history entry (`writes.change`, in parameter
+    `entry`) to each row where the condition `moved` holds, in the same statement as the move:
+    the oldest entry is dropped, and counted, beyond `HISTORY_KEPT`. (SET reads the row as it
+    was before the statement.)"""
+    full = f"jsonb_array_length(history::jsonb) >= {HISTORY_KEPT}"
+    kept = f"CASE WHEN {full} THEN history::jsonb - 0 ELSE history::jsonb END"
+    return (
+        f"history = CASE WHEN {moved} THEN ({kept} || {entry}::jsonb)::text ELSE history END,"
+        f" history_dropped = history_dropped + ({moved} AND {full})::int"
+    )
 
 
 async def migrate(db: Connection) -> None:

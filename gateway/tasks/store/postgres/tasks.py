@@ -18,20 +18,23 @@ from gateway.protocol.jsonrpc import JsonObject
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import Task, TaskStatus, epoch_us
 from gateway.tasks.store.postgres import attempts, inputs
-from gateway.tasks.store.postgres.schema import LOCKS, OWNER_LOCK, SQL, Connection
+from gateway.tasks.store.postgres.schema import LOCKS, OWNER_LOCK, SQL, Connection, appending
 from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
 from gateway.tasks.store.sql import LIVE_SQL
+from gateway.tasks.store.writes import change
 
 #: A write of one or more task rows, returning the tasks it moved.
 Move = Callable[[Connection], Awaitable[list[Task]]]
 
 _INSERT = (
-    f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at, runner)"
-    f" VALUES ({', '.join(f'${n}' for n in range(1, 17))})"
+    f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at, runner, history, history_dropped)"
+    f" VALUES ({', '.join(f'${n}' for n in range(1, 18))}, 0)"
 )
 
+# The message is the task's progress too: a status move replaces the statusMessage, and an
+# operator still reads the latest progress.
 _NOTE = (
-    "UPDATE tasks SET status_message = $2, updated_at = $3"
+    "UPDATE tasks SET status_message = $2, updated_at = $3, progress = $2, progress_at = $3"
     f" WHERE task_id = $1 AND {LIVE_SQL} AND runner = $4 RETURNING {TASK_COLUMNS}"
 )
 
@@ -59,6 +62,7 @@ async def create(
         *(task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
         *(task.generation, task.repeatable, task.attempt),
         *(None if expires is None else epoch_us(expires), replica),
+        f"[{change(task.status, task.created_at, task.status_message)}]",
     )
     if request is not None:
         await attempts.save_request(db, task.task_id, request)
@@ -82,16 +86,18 @@ def transition(
     runner: str | None,
 ) -> Move:
     """Moves the task `which` names (or those it lists) whose status is in `sources`, and with
-    `runner` only those that replica runs."""
+    `runner` only those that replica runs; each one whose status changes gains a history
+    entry."""
     params: list[Any] = [status.value, message, epoch_us(now), [s.value for s in sources], which]
+    params.append(change(status, now, message))
     named = "task_id = $5" if isinstance(which, str) else "task_id = ANY($5::text[])"
     where = ["status = ANY($4::text[])", named]
     if runner is not None:
         params.append(runner)
         where.append(f"runner = ${len(params)}")
     sql = (
-        "UPDATE tasks SET status = $1, status_message = $2, updated_at = $3"
-        f" WHERE {' AND '.join(where)} RETURNING {TASK_COLUMNS}"
+        "UPDATE tasks SET status = $1, status_message = $2, updated_at = $3,"
+        f" {appending('status <> $1', '$6')} WHERE {' AND '.join(where)} RETURNING {TASK_COLUMNS}"
     )
 
     async def move(db: Connection) -> list[Task]:

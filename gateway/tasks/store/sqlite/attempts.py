@@ -19,7 +19,8 @@ from gateway.tasks.models import Task, TaskStatus, epoch_us
 from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
 from gateway.tasks.store.sql import LIVE_SQL
 from gateway.tasks.store.sqlite import inputs
-from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, SQL
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, SQL, appending
+from gateway.tasks.store.writes import change
 
 LIVE_TASKS = f"SELECT {TASK_COLUMNS} FROM tasks WHERE {LIVE_SQL} ORDER BY created_at, task_id"
 
@@ -32,9 +33,11 @@ _NOTE = (
 )
 
 # The attempt check sits in the WHERE: a process that finds the attempt already begun (by
-# itself, or by another replica) moves nothing.
+# itself, or by another replica) moves nothing. A run begun again is in the history always,
+# whatever status the task had.
 _BEGIN = (
-    "UPDATE tasks SET status = ?, status_message = ?, attempt = ?, updated_at = ?"
+    "UPDATE tasks SET status = ?, status_message = ?, attempt = ?, updated_at = ?,"
+    f" {appending('1')}"
     f" WHERE task_id = ? AND {LIVE_SQL} AND attempt < ? RETURNING {TASK_COLUMNS}"
 )
 
@@ -58,7 +61,9 @@ def begin(
 ) -> Task | None:
     """Moves a live task below `attempt` to it, working with `message`, and withdraws its
     pending input requests; None (and nothing written) for any other task."""
-    params = (TaskStatus.WORKING.value, message, attempt, epoch_us(now), task_id, attempt)
+    working = TaskStatus.WORKING
+    entry = change(working, now, message, attempt)
+    params = (working.value, message, attempt, epoch_us(now), entry, task_id, attempt)
     rows = db.execute(_BEGIN, params).fetchall()
     task = next((task_from_row(row) for row in rows), None)
     if task is not None:

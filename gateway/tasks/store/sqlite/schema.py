@@ -20,6 +20,7 @@ from pathlib import Path
 
 import aiosqlite
 
+from gateway.tasks.history import HISTORY_KEPT
 from gateway.tasks.store.sql import Statements, qmark
 
 #: Applied in order once each; PRAGMA user_version counts those applied. Append, never edit.
@@ -105,6 +106,14 @@ MIGRATIONS = [
     """
     ALTER TABLE sessions ADD COLUMN upstream_protocol_version TEXT;
     """,
+    # Tasks keep their latest status changes and progress for operators (`appending`). A task
+    # made before kept none: its count of earlier changes is unknown (NULL), and stays so.
+    """
+    ALTER TABLE tasks ADD COLUMN history TEXT NOT NULL DEFAULT '[]';
+    ALTER TABLE tasks ADD COLUMN history_dropped INTEGER;
+    ALTER TABLE tasks ADD COLUMN progress TEXT;
+    ALTER TABLE tasks ADD COLUMN progress_at INTEGER;
+    """,
 ]
 
 # The sqlite3 module binds an exact str, int, float or bytearray as it is and looks anything
@@ -119,6 +128,20 @@ SQL = Statements(qmark)
 
 #: `IN` over any number of values through one JSON array parameter (SQLite caps parameters).
 IN_JSON_ARRAY = "IN (SELECT value FROM json_each(?))"
+
+
+def appending(moved: str) -> str:
+    """The SET clause of a write that appends a history entry (`writes.change`, its one
+    parameter) to each row where the condition `moved` holds, in the same statement as the
+    move: the oldest entry is dropped, and counted, beyond `HISTORY_KEPT`. (SET reads the row
+    as it was before the statement.)"""
+    full = f"json_array_length(history) >= {HISTORY_KEPT}"
+    kept = f"CASE WHEN {full} THEN json_remove(history, '$[0]') ELSE history END"
+    return (
+        f"history = CASE WHEN {moved} THEN json_insert({kept}, '$[#]', json(?))"
+        f" ELSE history END, history_dropped = history_dropped + ({moved} AND {full})"
+    )
+
 
 _PRAGMAS = "PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
 

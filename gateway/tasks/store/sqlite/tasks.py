@@ -18,7 +18,8 @@ from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import Task, TaskStatus, epoch_us
 from gateway.tasks.store.rows import TASK_COLUMNS, json_text, task_from_row
 from gateway.tasks.store.sqlite import attempts, inputs
-from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, SQL
+from gateway.tasks.store.sqlite.schema import IN_JSON_ARRAY, SQL, appending
+from gateway.tasks.store.writes import change
 
 
 def _marks(values: Collection[Any]) -> str:
@@ -31,11 +32,14 @@ def _marks(values: Collection[Any]) -> str:
 _LIVE = tuple(s.value for s in TaskStatus if not s.terminal)
 
 _CREATE = (
-    f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at) VALUES ({_marks(TASK_COLUMNS.split(','))}, ?)"
+    f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at, history, history_dropped)"
+    f" VALUES ({_marks(TASK_COLUMNS.split(','))}, ?, ?, 0)"
 )
 
+# The message is the task's progress too: a status move replaces the statusMessage, and an
+# operator still reads the latest progress.
 _NOTE = (
-    "UPDATE tasks SET status_message = ?, updated_at = ?"
+    "UPDATE tasks SET status_message = ?, updated_at = ?, progress = ?, progress_at = ?"
     f" WHERE task_id = ? AND status IN ({_marks(_LIVE)}) RETURNING {TASK_COLUMNS}"
 )
 
@@ -56,6 +60,7 @@ def create(
         *(task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
         *(task.generation, int(task.repeatable), task.attempt),
         None if expires is None else epoch_us(expires),
+        f"[{change(task.status, task.created_at, task.status_message)}]",
     )
     db.execute(_CREATE, row)
     if request is not None:
@@ -65,7 +70,8 @@ def create(
 
 def note(db: sqlite3.Connection, task_id: str, message: str, now: datetime) -> Task | None:
     """Sets the statusMessage of a live task; None for any other task."""
-    rows = db.execute(_NOTE, (message, epoch_us(now), task_id, *_LIVE)).fetchall()
+    at = epoch_us(now)
+    rows = db.execute(_NOTE, (message, at, message, at, task_id, *_LIVE)).fetchall()
     return next(map(task_from_row, rows), None)
 
 
@@ -77,16 +83,20 @@ def transition(
     message: str | None,
     now: datetime,
 ) -> list[Task]:
-    """Moves the task `which` names (or those it lists) whose status is in `sources`."""
+    """Moves the task `which` names (or those it lists) whose status is in `sources`; each
+    one whose status changes gains a history entry."""
     if isinstance(which, str):
         named, key = "task_id = ?", which
     else:
         named, key = f"task_id {IN_JSON_ARRAY}", json.dumps(list(which))
+    # The status is an enum's value, never a caller's text: written into the SQL as it is.
+    moved = appending(f"status <> '{status.value}'")
     sql = (
-        "UPDATE tasks SET status = ?, status_message = ?, updated_at = ?"
+        f"UPDATE tasks SET status = ?, status_message = ?, updated_at = ?, {moved}"
         f" WHERE {named} AND status IN ({_marks(sources)}) RETURNING {TASK_COLUMNS}"
     )
-    params = (status.value, message, epoch_us(now), key, *(source.value for source in sources))
+    entry = change(status, now, message)
+    params = (status.value, message, epoch_us(now), entry, key, *(s.value for s in sources))
     return [task_from_row(row) for row in db.execute(sql, params).fetchall()]
 
 
