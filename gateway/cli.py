@@ -1,4 +1,5 @@
-"""The `mcp-task-gateway` command."""
+"""The `mcp-task-gateway` command: with options only, the gateway serves; with a command first
+(`COMMANDS`: config check, tasks, sessions, store), that command runs instead."""
 
 from __future__ import annotations
 
@@ -57,9 +58,8 @@ COMMANDS: dict[str, tuple[str, str, Callable[[list[str]], int]]] = {
     ),
 }
 
-_USAGE = """%(prog)s [-h] [--version] [--config CONFIG] [--host HOST] [--port PORT]
-                        [--log-level LOG_LEVEL] [--debug-libraries]
-       %(prog)s {config,tasks,sessions,store} ..."""
+_USAGE = f"""%(prog)s [options]
+       %(prog)s {{{",".join(COMMANDS)}}} ..."""
 
 
 def _commands_help() -> str:
