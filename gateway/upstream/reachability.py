@@ -5,7 +5,9 @@ serves, so that a wrong URL or command shows in the log before the first client 
 gateway's own transport, a stdio child started and stopped again) and says what came of it.
 A route that sends the caller's identity upstream (`signed_assertion`, `token_exchange`,
 `passthrough`, forwarded client headers) has no caller to send during a check: an upstream
-that answers it with a refusal is there, and counted as answering.
+that answers it with a refusal is there, and counted as answering. A stdio child that exits
+during the check fails it with the last lines it wrote to stderr (`ProbeResult.stderr`), which
+`config check` and the WARNING below show: usually the reason, a bad argument or module.
 
 `at_start_up` probes every route in the background once the port serves, each with a short
 child of its own rather than one a session will use (none runs before a client comes, and a

@@ -1,7 +1,8 @@
 """stdio upstream: one child process per downstream session.
 
 A stdio server is a single MCP session, so children are never shared between clients. The
-child's stderr goes to the gateway log; its exit fails whatever was in flight. A child that
+child's stderr goes to the gateway log, its last lines kept (`last_stderr`: what a reachability
+probe shows of a child that exited at once); its exit fails whatever was in flight. A child that
 nothing waits on is stopped after `upstream.child_idle_seconds`, or at once when the route's
 cap is reached and another session needs a child; the session stays, and its next message
 starts a new child with the handshake replayed (`UpstreamClient`).
