@@ -1,4 +1,5 @@
-"""The `mcp-task-gateway` command."""
+"""The `mcp-task-gateway` command: with options only, the gateway serves; with a command first
+(`COMMANDS`: config check, tasks, sessions, store), that command runs instead."""
 
 from __future__ import annotations
 
@@ -7,24 +8,22 @@ import ipaddress
 import logging
 import socket
 import sys
+from collections.abc import Callable
 from functools import partial
 
 from gateway import __version__
 from gateway.app import create_app, drain
 from gateway.commands import admin as admin_command
 from gateway.commands import config_check, store
-from gateway.config import ConfigError, RouteConfig, load_settings, route_auth
-from gateway.http import listen
+from gateway.config import ConfigError, load_settings, route_auth
+from gateway.http import announce, listen
 from gateway.http.keys import RELOADS
 from gateway.http.reload import on_sighup
 from gateway.observability import audit, logs
+from gateway.observability.logs import printable
 from gateway.tasks.store import StoreInUse
 from gateway.tasks.store.opening import StoreUnavailable
 from gateway.upstream import reachability
-
-
-def _url_host(host: str) -> str:
-    return f"[{host}]" if ":" in host else host
 
 
 def _resolve(host: str) -> str:
@@ -34,18 +33,63 @@ def _resolve(host: str) -> str:
         return "0.0.0.0"
 
 
+#: The commands beside serving, by their first word: what `--help` calls each, its one line, and
+#: what runs it (each parses its own arguments, `COMMAND --help`, and returns an exit code).
+COMMANDS: dict[str, tuple[str, str, Callable[[list[str]], int]]] = {
+    "config": (
+        "config check",
+        "validate a configuration and its files, and reach every upstream once",
+        lambda argv: config_check.main(argv[1:]),
+    ),
+    "tasks": (
+        "tasks",
+        "list, show, cancel or purge tasks of every principal (through the admin API)",
+        admin_command.main,
+    ),
+    "sessions": (
+        "sessions",
+        "list or end sessions of every principal (through the admin API)",
+        admin_command.main,
+    ),
+    "store": (
+        "store",
+        "back up the SQLite store, or erase a principal's tasks and sessions",
+        lambda argv: store.main(argv[1:]),
+    ),
+}
+
+_USAGE = f"""%(prog)s [options]
+       %(prog)s {{{",".join(COMMANDS)}}} ..."""
+
+
+def _commands_help() -> str:
+    width = max(len(shown) for shown, _, _ in COMMANDS.values())
+    return "\n".join(
+        [
+            "commands (without one, the gateway serves):",
+            *(f"  {shown.ljust(width)}  {said}" for shown, said, _ in COMMANDS.values()),
+            "",
+            "`mcp-task-gateway COMMAND --help` tells what each takes.",
+        ]
+    )
+
+
 def main(argv: list[str] | None = None) -> None:
     argv = sys.argv[1:] if argv is None else argv
-    if argv[:1] == ["store"]:
-        raise SystemExit(store.main(argv[1:]))
-    if argv[:1] == ["config"]:
-        raise SystemExit(config_check.main(argv[1:]))
-    if argv[:1] in (["tasks"], ["sessions"]):
-        raise SystemExit(admin_command.main(argv))
+    if argv[:1] and argv[0] in COMMANDS:
+        raise SystemExit(COMMANDS[argv[0]][2](argv))
     parser = argparse.ArgumentParser(
         prog="mcp-task-gateway",
+        usage=_USAGE,
         description="Adds MCP Tasks to MCP servers that lack them.",
+        epilog=_commands_help(),
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
+    if argv[:1] and not argv[0].startswith("-"):
+        parser.error(
+            f"unknown command '{printable(argv[0], 40)}': the commands are "
+            f"{', '.join(shown for shown, _, _ in COMMANDS.values())} (or none, to serve)"
+        )
     parser.add_argument(
         "--config",
         help="YAML settings (default: the built-in demo settings, the same as config/gateway.yaml)",
@@ -104,24 +148,19 @@ def main(argv: list[str] | None = None) -> None:
 
     def started() -> None:
         """Where everything is, once the port is bound: full URLs an operator can copy."""
-        base = f"http://{_url_host(settings.listen.host)}:{settings.listen.port}"
+        base = announce.base_url(settings.listen)
         log.info("listening on %s", base)
         for route in settings.routes:
-            log.info("route %s: %s%s -> %s", route.name, base, route.http_path, _upstreams(route))
+            log.info("%s", announce.route_line(route, base))
         log.info("health: %s/healthz (and /livez, /readyz)", base)
         if settings.metrics.enabled:
             where = settings.metrics.listen
-            metrics = base if where is None else f"http://{_url_host(where.host)}:{where.port}"
+            metrics = base if where is None else announce.base_url(where)
             log.info("metrics: %s/metrics", metrics)
         log.info("audit log: %s (JSON lines)", audit.where(settings.audit))
         if admin is not None:
-            where = admin.listen
-            log.info(
-                "admin API: http://%s:%d/admin/ (its token in %s)",
-                _url_host(where.host),
-                where.port,
-                admin.token_env,
-            )
+            address = announce.base_url(admin.listen)
+            log.info("admin API: %s/admin/ (its token in %s)", address, admin.token_env)
         check_upstreams()  # in the background: a WARNING for each upstream that does not answer
 
     try:
@@ -133,10 +172,3 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit(2) from None
     finally:
         audit.stop()  # every event of the run is written before the process ends
-
-
-def _upstreams(route: RouteConfig) -> str:
-    """Where a route's calls go: `stdio python`, or each member's, `search=streamable_http ...`."""
-    if route.upstreams is None:
-        return f"{route.single.transport} {route.single.location}"
-    return ", ".join(f"{m.name}={m.transport} {m.location}" for m in route.upstreams)

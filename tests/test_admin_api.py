@@ -164,6 +164,9 @@ async def test_refused_tokens_are_rate_limited_per_address_and_the_right_one_sti
         ("GET", "/admin/sessions", {"limit": "many"}, "limit: a whole number"),
         ("POST", "/admin/tasks/purge", {"status": "working"}, "finished tasks only"),
         ("POST", "/admin/tasks/purge", {"limit": "5"}, "unknown parameter 'limit'"),
+        ("POST", "/admin/tasks/purge", {"dry_run": "yes"}, "dry_run: 1, given once"),
+        ("POST", "/admin/tasks/purge", {"dry_run": "1", "route": "a\x00b"}, "without NUL"),
+        ("POST", "/admin/tasks/purge", {"dry_run": "1", "status": "working"}, "finished tasks"),
     ],
 )
 async def test_what_a_caller_makes_up_is_a_400_that_says_why(
@@ -517,7 +520,7 @@ async def test_the_commands_in_process_print_tables_json_and_one_line_failures(
         shown = await run("tasks", "show", slow, *c)
         cancelled = await run("tasks", "cancel", *c, slow)
         again = await run("tasks", "cancel", slow, *c, "--json")
-        purged = await run("tasks", "purge", *c, "--json")
+        purged = await run("tasks", "purge", *c, "--all", "--json")
         sessions = await run("sessions", "list", *c, "--principal", "alice")
         ended = await run("sessions", "end", session, *c, "--json")
         unknown = await run("sessions", "end", "-nope", *c)

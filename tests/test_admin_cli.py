@@ -162,10 +162,14 @@ async def test_tasks_list_show_cancel_and_purge_every_principals_tasks(
         unknown_code, _, unknown = await command("tasks", "cancel", "nope", *c)
         # One id in 64 begins with '-': taken for the id, not for an unknown option.
         dashed_code, _, dashed = await command("tasks", "show", "-nope", *c)
+        _, would, _ = await command("tasks", "purge", *c, "--all", "--dry-run")
+        _, would_json, _ = await command(
+            "tasks", "purge", *c, "--principal", "bob", "--dry-run", "--json"
+        )
         _, purged_completed, _ = await command(
             "tasks", "purge", *c, "--status", "completed", "--json"
         )
-        _, purged_rest, _ = await command("tasks", "purge", *c)
+        _, purged_rest, _ = await command("tasks", "purge", *c, "--all")
         _, left, _ = await command("tasks", "list", *c, "--json")
         wrong_code, _, wrong = await command(
             "tasks", "list", *c, env=operator_env(ADMIN_TOKEN="x" * 32)
@@ -211,6 +215,14 @@ async def test_tasks_list_show_cancel_and_purge_every_principals_tasks(
     )
     assert unknown_code == 2 and unknown.strip() == "mcp-task-gateway: no task nope"
     assert dashed_code == 2 and dashed.strip() == "mcp-task-gateway: no task -nope"
+    # A dry run deletes nothing: it counts, and lists as `tasks list` does.
+    said = would.splitlines()
+    assert said[0] == "would purge 3 finished task(s)" and said[1].split() == TASK_HEADER
+    assert {line.split()[0] for line in said[2:5]} == {hung, echoed, bobs}
+    assert said[5:] == ["nothing was deleted (--dry-run)"]
+    preview = json.loads(would_json)
+    assert preview["wouldPurge"] == 1 and preview["more"] is False
+    assert [row["taskId"] for row in preview["tasks"]] == [bobs]
     assert json.loads(purged_completed) == {"purged": 2}
     assert purged_rest.strip() == "purged 1 finished task(s)"  # the cancelled one
     assert [row["taskId"] for row in json.loads(left)] == [still]
@@ -276,6 +288,9 @@ async def test_each_failure_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
         "not running": await command("sessions", "list", *c),
         "bad age": await command("tasks", "list", *c, "--older-than", "3w"),
         "bad status": await command("tasks", "purge", *c, "--status", "working"),
+        "purge without a filter": await command("tasks", "purge", *c),
+        "dry run without a filter": await command("tasks", "purge", *c, "--dry-run"),
+        "purge all and a filter": await command("tasks", "purge", *c, "--all", "--route", "h"),
         "no config": await command("tasks", "list"),
         "no file": await command("tasks", "show", "x", "--config", str(tmp_path / "none.yaml")),
     }
@@ -303,6 +318,16 @@ async def test_each_failure_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     assert "--older-than: invalid _age value" not in said["bad age"]
     assert "'3w' is not an age such as 30s, 15m, 2h or 7d" in said["bad age"]
     assert "invalid choice: 'working'" in said["bad status"]
+    # A purge of everything is asked for by name, also to preview it.
+    for name in ("purge without a filter", "dry run without a filter"):
+        assert said[name] == (
+            "mcp-task-gateway: tasks purge: pass a filter (--route, --principal, --status, "
+            "--older-than) or --all\n"
+        )
+    assert said["purge all and a filter"] == (
+        "mcp-task-gateway: tasks purge: --all is every finished task: give it or filters, "
+        "not both\n"
+    )
     assert "the following arguments are required: --config" in said["no config"]
     assert "cannot read the configuration" in said["no file"]
     assert all(TOKEN not in err for err in said.values())

@@ -6,6 +6,7 @@ credentials. The audit lines are on a stream of their own."""
 from __future__ import annotations
 
 import json
+import signal
 import subprocess
 import sys
 import time
@@ -139,3 +140,78 @@ async def test_audit_lines_go_to_stdout_apart_from_the_log_unless_stderr_is_aske
     else:
         assert stdout == ""
         assert [e["event"] for e in _json_lines(stderr)] == ["session_created"]
+
+
+async def test_a_route_a_reload_adds_gets_the_line_start_up_gives_each_route(
+    tmp_path: Path,
+) -> None:
+    # Issue 38: "the start-up line per route and the line a reload prints for an added route
+    # name its URL and upstream the same way".
+    port = free_port()
+    secret_url = json.dumps("http://user:s3cret@127.0.0.1:9/mcp?token=s3cret")
+    # The demo with a secret among its arguments, which it never sees (see the first test).
+    run_demo = "import sys; sys.argv[1:] = []; from gateway.demo.stdio import main; main()"
+    command = json.dumps(["python", "-c", run_demo, "--key", "s3cret"])
+    members = (
+        f"[{{name: s, transport: streamable_http, url: {secret_url}}}, "
+        f"{{name: f, transport: stdio, command: {command}}}]"
+    )
+    first = f"routes:\n  - {{name: work, upstreams: {members}}}\n"
+    config = write_config(tmp_path, port, routes=first)
+    log = tmp_path / "gateway.log"
+    proc = start_process(config, port, log=log)
+    try:
+        base = f"http://127.0.0.1:{port}"
+        upstreams = f"s=streamable_http http://127.0.0.1:9/mcp, f=stdio {sys.executable}"
+        _log_until(log, f"route work: {base}/work/mcp -> {upstreams}\n")
+        added = (
+            f"{first}  - {{name: again, upstreams: {members}}}\n"
+            f"  - {{name: plain, upstream: {{transport: streamable_http, url: {secret_url}}}}}\n"
+        )
+        write_config(tmp_path, port, routes=added)
+        proc.send_signal(signal.SIGHUP)
+        said = _log_until(
+            log,
+            "routes added: again, plain",
+            f"INFO gateway.reload: route again: {base}/again/mcp -> {upstreams}\n",
+            f"INFO gateway.reload: route plain: {base}/plain/mcp -> streamable_http "
+            "http://127.0.0.1:9/mcp\n",
+        )
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
+    assert said.index("routes added") < said.index("route plain: ")
+    assert "s3cret" not in log.read_text()
+
+
+async def test_a_stdio_child_that_exits_at_once_shows_its_last_stderr_lines_in_the_warning(
+    tmp_path: Path,
+) -> None:
+    # Issue 38: "a stdio child that exits at once shows the last lines of its stderr in
+    # `config check` and the start-up warning"; megabytes of it are cut to the last lines.
+    port = free_port()
+    spew = (
+        "import sys; sys.stderr.write('noise ' * 1000 + '\\n') ; "
+        "[sys.stderr.write(f'line {n}\\n') for n in range(20000)]; "
+        "sys.stderr.buffer.write(b'\\xff\\xfe\\x1b[2J binary\\n'); "
+        "sys.stderr.write('early: error: unrecognized arguments: --bad\\n'); sys.exit(2)"
+    )
+    command = json.dumps(["python", "-c", spew, "--bad"])
+    routes = f"routes:\n  - {{name: early, upstream: {{transport: stdio, command: {command}}}}}\n"
+    log = tmp_path / "gateway.log"
+    proc = start_process(write_config(tmp_path, port, routes=routes), port, log=log)
+    try:
+        said = _log_until(log, "WARNING gateway: route early: upstream stdio")
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
+    (warning,) = [line for line in said.splitlines() if "WARNING gateway: route early" in line]
+    tail = " | ".join(f"line {n}" for n in range(19992, 20000))
+    # Bytes that are not UTF-8 read as U+FFFD; a terminal escape is written out, not obeyed.
+    assert warning.endswith(
+        "failed its check (initialize, tools/list): the stdio upstream process exited with "
+        f"code 2; its stderr ended: {tail} | \ufffd\ufffd\\x1b[2J binary | early: error: "
+        "unrecognized arguments: --bad; the gateway serves, and this route's calls fail until "
+        "its upstream answers"
+    )
+    assert len(warning) < 2000 and "Traceback" not in said

@@ -4,9 +4,11 @@ commands, answered by a running gateway's admin API (`gateway.http.admin`).
 Each reads the admin section of `--config` alone (where the API listens, which variable holds
 its token; the clients' secrets the rest of the file names are not needed), asks over HTTP,
 and prints a table (a header row, whole ids, aligned columns) or, with `--json`, JSON: a list
-of rows for the list commands. Every failure is one line on stderr and exit code 2: no admin
+of rows for the list commands. `tasks purge` deletes nothing unless told which finished tasks:
+a filter, or `--all` for every one; `--dry-run` says how many it would delete and lists the
+first of them, deleting none. Every failure is one line on stderr and exit code 2: no admin
 section, the token variable unset, the gateway unreachable, a refused token, an unknown id, a
-cancel of a finished task, a filter the API refuses.
+cancel of a finished task, a filter the API refuses, a purge with neither filter nor `--all`.
 """
 
 from __future__ import annotations
@@ -43,6 +45,10 @@ _SESSION_COLUMNS = {
 }
 
 
+#: The options a purge narrows its choice by; without one it must say --all.
+_PURGE_FILTERS = ("route", "principal", "status", "older_than")
+
+
 class _Failed(Exception):
     """What went wrong, in one line for the operator."""
 
@@ -74,10 +80,18 @@ def _parser() -> argparse.ArgumentParser:
         description="Tasks and sessions of every principal, from a running gateway's admin API.",
     )
     groups = parser.add_subparsers(dest="group", required=True)
-    tasks = groups.add_parser("tasks", help="list, show, cancel or purge tasks")
+    tasks = groups.add_parser(
+        "tasks",
+        help="list, show, cancel or purge tasks",
+        description="Tasks of every principal, from a running gateway's admin API.",
+    )
     task_commands = tasks.add_subparsers(dest="command", required=True)
-    listing = task_commands.add_parser("list", parents=[common], help="oldest first")
-    purge = task_commands.add_parser("purge", parents=[common], help="delete finished tasks")
+    listing = task_commands.add_parser("list", parents=[common], help="tasks, oldest first")
+    purge = task_commands.add_parser(
+        "purge",
+        parents=[common],
+        help="delete finished tasks a filter picks (or --all); --dry-run shows them first",
+    )
     for command, statuses in ((listing, list(TaskStatus)), (purge, sorted(TERMINAL))):
         command.add_argument("--route", help="only this route's tasks")
         command.add_argument("--principal", help="only this principal's tasks")
@@ -86,11 +100,23 @@ def _parser() -> argparse.ArgumentParser:
             "--older-than", type=_age, metavar="AGE", help="created over AGE ago: 30s, 15m, 2h, 7d"
         )
     listing.add_argument("--limit", type=_limit, default=1000, help="at most this many (1000)")
+    purge.add_argument("--all", action="store_true", help="every finished task: no filter")
+    purge.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="say how many it would delete, and which; delete none",
+    )
     for name, what in (("show", "a task in detail"), ("cancel", "as its owner's tasks/cancel")):
         task_commands.add_parser(name, parents=[common], help=what).add_argument("id")
-    sessions = groups.add_parser("sessions", help="list or end sessions")
+    sessions = groups.add_parser(
+        "sessions",
+        help="list or end sessions",
+        description="Sessions of every principal, from a running gateway's admin API.",
+    )
     session_commands = sessions.add_subparsers(dest="command", required=True)
-    sessions_list = session_commands.add_parser("list", parents=[common], help="oldest first")
+    sessions_list = session_commands.add_parser(
+        "list", parents=[common], help="sessions, oldest first"
+    )
     sessions_list.add_argument("--route", help="only this route's sessions")
     sessions_list.add_argument("--principal", help="only this principal's sessions")
     sessions_list.add_argument("--limit", type=_limit, default=1000, help="at most this many")
@@ -119,6 +145,10 @@ def _dashed_ids(argv: list[str]) -> list[str]:
 
 def main(argv: list[str]) -> int:
     args = _parser().parse_args(_dashed_ids(argv))
+    refusal = _purge_refusal(args)
+    if refusal is not None:
+        print(f"mcp-task-gateway: tasks purge: {refusal}", file=sys.stderr)
+        return 2
     try:
         admin = load_admin(args.config)
         if admin is None:
@@ -139,6 +169,18 @@ def main(argv: list[str]) -> int:
     return 0
 
 
+def _purge_refusal(args: argparse.Namespace) -> str | None:
+    """Why a purge's options cannot stand: a purge of everything is asked for by name."""
+    if f"{args.group} {args.command}" != "tasks purge":
+        return None
+    filtered = any(getattr(args, key) is not None for key in _PURGE_FILTERS)
+    if not filtered and not args.all:
+        return "pass a filter (--route, --principal, --status, --older-than) or --all"
+    if filtered and args.all:
+        return "--all is every finished task: give it or filters, not both"
+    return None
+
+
 def _run(args: argparse.Namespace, admin: AdminConfig) -> None:
     query = {
         key: value
@@ -157,9 +199,13 @@ def _run(args: argparse.Namespace, admin: AdminConfig) -> None:
         else:
             print(f"cancelled task {_cell(task['taskId'])} ({_whose(task)})")
     elif command == "tasks purge":
+        if args.dry_run:
+            query["dry_run"] = 1
         answer = _ask(admin, args.config, "POST", "/admin/tasks/purge", query)
         if args.json:
             _print_json(answer)
+        elif args.dry_run:
+            _print_would_purge(answer)
         else:
             print(f"purged {answer['purged']} finished task(s)")
     elif command == "sessions end":
@@ -184,6 +230,18 @@ def _run(args: argparse.Namespace, admin: AdminConfig) -> None:
                 f"raise --limit up to {MAX_LIMIT})",
                 file=sys.stderr,
             )
+
+
+def _print_would_purge(answer: dict[str, Any]) -> None:
+    """A dry run's answer: how many, then the first of them as `tasks list` shows them."""
+    count, rows = answer["wouldPurge"], answer["tasks"]
+    print(f"would purge {'at least ' if answer['more'] else ''}{count} finished task(s)")
+    if rows:
+        columns = _TASK_COLUMNS
+        _print_table(list(columns), [[row[key] for key in columns.values()] for row in rows])
+    if count > len(rows):
+        print(f"and {count - len(rows)} more")
+    print("nothing was deleted (--dry-run)")
 
 
 def _ask(

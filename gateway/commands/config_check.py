@@ -1,27 +1,33 @@
-"""`mcp-task-gateway config check [--config FILE]`: can the gateway serve this configuration?
+"""`mcp-task-gateway config check [--config FILE] [--json]`: can the gateway serve this
+configuration?
 
 The file is loaded as the gateway loads it (an error names the file and the key path; every
 unset variable a `${VAR}` or a `*_env` key names is listed, never a value), the app is built
-as the gateway builds it (key files, signing keys), then every route's upstream is probed at
-once (`reachability.check`). The table goes to stdout, one row per route (per member of a
-route of several, `route/member`):
+as the gateway builds it (key files, signing keys), the files it would write are checked
+(`writable`: `store.path`, `audit.file`), then every route's upstream is probed at once
+(`reachability.check`). The table goes to stdout, one row per route (per member of a route of
+several, `route/member`):
 
     ROUTE  TRANSPORT  UPSTREAM  TOOLS  TASKS  MODERN
 
 (TOOLS: how many tools the upstream lists, or on a route with `tools:` curation how many of
 them a client sees, `3/8`; MODERN: how 2026-07-28 callers reach the upstream, `native` or
-`bridge`, `(auto)` when server/discover decided it), and what went wrong to stderr. Exit 0
-when every upstream answered, 2 otherwise.
+`bridge`, `(auto)` when server/discover decided it), or with `--json` one document in its
+place (`check_report`); what went wrong goes to stderr, with the last lines a stdio child that
+exited at once wrote to its stderr. Exit 0 when every file can be written and every upstream
+answered, 2 otherwise.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
+import json
 from collections.abc import Sequence
 
 from gateway.app import create_app
+from gateway.commands import writable
+from gateway.commands.check_report import Report
 from gateway.config import ConfigError, RouteConfig, TaskPolicy, load_settings
 from gateway.observability import logs
 from gateway.protocol.curation import Curation
@@ -38,7 +44,8 @@ def main(argv: list[str]) -> int:
     commands = parser.add_subparsers(dest="command", required=True)
     checking = commands.add_parser(
         "check",
-        help="validate the file, resolve its variables, and reach every upstream once",
+        help="validate the file, resolve its variables, check that the store and audit files "
+        "can be written, and reach every upstream once",
     )
     checking.add_argument("--config", help="YAML settings (default: the built-in demo settings)")
     checking.add_argument(
@@ -53,13 +60,17 @@ def main(argv: list[str]) -> int:
         help="the gateway's own log on stderr while it checks; INFO shows stdio children's "
         "stderr (WARNING)",
     )
+    checking.add_argument(
+        "--json",
+        action="store_true",
+        help="print a JSON document on stdout instead of the table: routes, problems, ok",
+    )
     args = parser.parse_args(argv)
-    source = args.config or "built-in settings"
+    report = Report(args.config or "built-in settings")
     try:
         settings = load_settings(args.config)
     except ConfigError as exc:
-        print(f"mcp-task-gateway: configuration error:\n{exc}", file=sys.stderr)
-        return 2
+        return report.refused(f"configuration error:\n{exc}", args.json)
     try:
         logs.configure(args.log_level)
     except ValueError as exc:
@@ -67,36 +78,21 @@ def main(argv: list[str]) -> int:
     try:
         create_app(settings)  # what else stops a gateway before it listens: key files, keys
     except ValueError as exc:
-        print(f"mcp-task-gateway: configuration error:\n{source}: {exc}", file=sys.stderr)
-        return 2
+        return report.refused(f"configuration error:\n{report.source}: {exc}", args.json)
+    for key, problem in writable.problems(settings):
+        report.problem(f"{key}: {problem}", key=key)
     by_route = asyncio.run(_check_all(settings.routes, args.timeout))
     outcomes = [outcome for results in by_route for outcome in results]
-    print(table(outcomes), flush=True)
     for results in by_route:
         for line in unmatched_by(results):
-            print(f"{source}: warning: {line}", file=sys.stderr)
-    failed = 0
+            report.warning(line)
     for outcome in outcomes:
-        name = outcome.where
-        if outcome.refused is not None:
-            print(
-                f"{source}: route {name}: its upstream answered, but refuses a request without "
-                f"a caller ({_shown(outcome.refused)}); the route sends the caller's identity, "
-                "so its tools are seen by callers only",
-                file=sys.stderr,
-            )
-        elif outcome.failure is not None:
-            failed += 1
-            print(
-                f"{source}: route {name}: upstream check (initialize, tools/list) failed: "
-                f"{_shown(outcome.failure)}",
-                file=sys.stderr,
-            )
-    if failed:
-        print(f"mcp-task-gateway: {failed} of {len(outcomes)} upstream(s) failed", file=sys.stderr)
-        return 2
-    print(f"{source}: valid, and every upstream answered", file=sys.stderr)
-    return 0
+        report.outcome(outcome)
+    if args.json:
+        print(json.dumps(report.document(outcomes, HEADER, _row), indent=2), flush=True)
+    else:
+        print(table(outcomes), flush=True)
+    return report.finish(len(outcomes))
 
 
 async def _check_all(routes: Sequence[RouteConfig], seconds: float) -> list[list[ProbeResult]]:

@@ -6,7 +6,9 @@
                                         progress, questions, outcome: `task_detail`)
     POST    /admin/tasks/{id}/cancel    as the owner's tasks/cancel; 409 for a finished task
     POST    /admin/tasks/purge?route=R&principal=P&status=S&older_than=7d
-                                        {"purged": N}: finished tasks only, however chosen
+                                        {"purged": N}: finished tasks only, however chosen;
+                                        with &dry_run=1 nothing is deleted: {"wouldPurge": N,
+                                        "more": bool, "tasks": [the first rows]}
     GET     /admin/sessions?route=R&principal=P&limit=N
                                         {"sessions": [row, ...], "more": bool}
     DELETE  /admin/sessions/{id}        as the client's DELETE: its next request gets 404
@@ -33,9 +35,11 @@ from datetime import datetime
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
+from multidict import MultiDict
 
 from gateway.config import HttpConfig
 from gateway.http.admin_query import (
+    MAX_LIMIT,
     BadQuery,
     checked_text,
     read_facts,
@@ -51,7 +55,7 @@ from gateway.observability.logs import printable
 from gateway.protocol.errors import GatewayError, LimitExceeded, TaskError
 from gateway.security.limits import RateLimiter
 from gateway.session.registry import SessionRegistry
-from gateway.tasks.models import Task, TaskFilter, principal_of
+from gateway.tasks.models import TERMINAL, Task, TaskFilter, principal_of
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 
@@ -63,6 +67,8 @@ OPERATOR = "operator"
 #: Tasks deleted per transaction by a purge: a large purge never holds the store's writer
 #: (and every client's write behind it) for long.
 PURGE_BATCH = 500
+#: Tasks a dry run of a purge lists (it counts them all).
+PREVIEW_ROWS = 20
 #: Failed authentications per client address: a burst, then this many a second.
 FAILURE_BURST = 10
 FAILURE_RATE = 0.2
@@ -188,7 +194,13 @@ class AdminApi:
         return web.json_response(task_row(done))
 
     async def purge(self, request: web.Request) -> web.Response:
-        choice = task_filter(request.query, self._clock(), purge=True)
+        query = MultiDict(request.query)
+        dry_run = query.popall("dry_run", [])
+        if dry_run not in ([], ["1"]):
+            raise BadQuery("dry_run: 1, given once, or left out")
+        choice = task_filter(query, self._clock(), purge=True)
+        if dry_run:
+            return await self._would_purge(request, choice)
         batch: TaskFilter = choice.model_copy(update={"limit": PURGE_BATCH})
         purged = 0
         while True:
@@ -198,6 +210,21 @@ class AdminApi:
                 break
         audit("tasks_purged", actor=OPERATOR, count=purged, **_filters(request))
         return web.json_response({"purged": purged})
+
+    async def _would_purge(self, request: web.Request, choice: TaskFilter) -> web.Response:
+        """What a purge by `choice` would delete, deleting nothing: a listing of the finished
+        tasks it picks (up to `MAX_LIMIT` of each status; `more` past that), audited as one."""
+        found: list[Task] = []
+        more = False
+        for status in [choice.status] if choice.status else sorted(TERMINAL):
+            picked = choice.model_copy(update={"status": status, "limit": MAX_LIMIT + 1})
+            rows = await self._store.query_tasks(picked)
+            more = more or len(rows) > MAX_LIMIT
+            found += rows[:MAX_LIMIT]
+        found.sort(key=lambda task: (task.created_at, task.task_id))
+        audit("admin_tasks_listed", actor=OPERATOR, count=len(found), **_filters(request))
+        shown = [task_row(task) for task in found[:PREVIEW_ROWS]]
+        return web.json_response({"wouldPurge": len(found), "more": more, "tasks": shown})
 
     async def list_sessions(self, request: web.Request) -> web.Response:
         route, principal, limit = session_filter(request.query)

@@ -34,10 +34,8 @@ import asyncio
 import logging
 import signal
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
-from typing import Literal
 
 from aiohttp import web
 from pydantic import BaseModel
@@ -45,7 +43,7 @@ from pydantic import BaseModel
 from gateway.aio import TaskSet
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.http.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, SHARE, TRACING
-from gateway.observability.audit import audit
+from gateway.http.reload_report import ReloadResult, report
 from gateway.route import Route, RouteInputs
 from gateway.upstream import MemberRoutes, UpstreamRoute
 from gateway.upstream.reachability import Probes
@@ -55,25 +53,6 @@ log = logging.getLogger("gateway.reload")
 
 #: The sections a reload applies; the others keep the values the gateway started with.
 RELOADABLE = frozenset({"auth", "limits", "routes"})
-
-
-@dataclass(frozen=True, slots=True)
-class ReloadResult:
-    """What a reload did: applied, and what changed, or refused, and why."""
-
-    outcome: Literal["applied", "refused"]
-    #: Why it was refused: what start-up would have printed (the file and the key path).
-    error: str = ""
-    added: tuple[str, ...] = ()
-    removed: tuple[str, ...] = ()
-    #: The routes rebuilt, each with the keys that differ: "demo (auth.api_keys, limits.burst)".
-    changed: tuple[str, ...] = ()
-    #: Gateway-wide sections that changed and apply through the routes: auth, limits.
-    sections: tuple[str, ...] = ()
-    #: Keys the file changes that only a restart applies; their running values stay.
-    needs_restart: tuple[str, ...] = ()
-    #: The routes added, and those changed in their own section (not only auth or limits).
-    probed: tuple[str, ...] = ()
 
 
 class Reloads:
@@ -118,7 +97,7 @@ async def reload(app: web.Application, path: str | Path) -> ReloadResult:
         else:
             result = _swap(app, settings, built, needs_restart)
         _gauge_children(app)
-    _report(app, str(path), result)
+    report(app, str(path), result)
     if result.outcome == "applied":
         # Never awaited: a slow or dead upstream delays no reload (see `reachability`).
         state.probes.stop(result.removed)
@@ -282,38 +261,3 @@ def _gauge_children(app: web.Application) -> None:
 
 def _children(upstreams: Sequence[UpstreamRoute | MemberRoutes]) -> int:
     return sum(upstream.children_running for upstream in upstreams)
-
-
-def _report(app: web.Application, path: str, result: ReloadResult) -> None:
-    app[METRICS].config_reloads.labels(result.outcome).inc()
-    if result.outcome == "refused":
-        log.error("configuration reload refused, the running configuration stays: %s", result.error)
-        audit("config_reload_failed", file=path, error=result.error)
-        return
-    if result.needs_restart:
-        log.warning(
-            "configuration reload: %s changed in %s but take effect only after a restart; "
-            "the running values stay",
-            ", ".join(result.needs_restart),
-            path,
-        )
-    parts = [
-        f"{what}: {', '.join(names)}"
-        for what, names in (
-            ("routes added", result.added),
-            ("routes removed", result.removed),
-            ("routes changed", result.changed),
-            ("sections changed", result.sections),
-        )
-        if names
-    ]
-    log.info("configuration reloaded from %s: %s", path, "; ".join(parts) or "nothing changed")
-    audit(
-        "config_reloaded",
-        file=path,
-        added=list(result.added),
-        removed=list(result.removed),
-        changed=list(result.changed),
-        sections=list(result.sections),
-        needs_restart=list(result.needs_restart),
-    )

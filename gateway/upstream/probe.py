@@ -21,15 +21,28 @@ from gateway.protocol.errors import (
     UpstreamProtocolError,
     UpstreamRefused,
     UpstreamTimeout,
+    UpstreamUnavailable,
 )
 from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
 from gateway.upstream import UpstreamRoute
 from gateway.upstream.base import Transport
 from gateway.upstream.client import UpstreamClient
+from gateway.upstream.stdio import StdioTransport
 
 CLIENT_INFO = {"name": "mcp-task-gateway reachability check", "version": __version__}
 #: tools/list pages followed; an upstream handing out cursors for ever is not listed further.
 _MAX_PAGES = 100
+#: Seconds a stdio child that failed the probe gets to finish writing its stderr.
+_LAST_WORDS = 1.0
+
+
+class ChildFailed(UpstreamUnavailable):
+    """A stdio child that exited (or stopped reading) during the probe; `stderr`: the last
+    lines it wrote there, fit to print, the route's secrets replaced by `***`."""
+
+    def __init__(self, message: str, stderr: tuple[str, ...]) -> None:
+        super().__init__(message)
+        self.stderr = stderr
 
 
 @dataclass(frozen=True)
@@ -79,9 +92,11 @@ async def probe(
     """
     config = config or route.single
     upstream = UpstreamRoute(route, config)
+    made: list[Transport] = []
 
     def transport(sink: UpstreamClient) -> Transport:
-        return upstream.transport(sink, dict, None)
+        made.append(upstream.transport(sink, dict, None))
+        return made[-1]
 
     client = UpstreamClient(transport, config, _NoCaller())
     step = "initialize"
@@ -101,7 +116,14 @@ async def probe(
         raise UpstreamTimeout(f"no answer to {step} within {seconds:g} s") from None
     except UpstreamError as exc:
         # The reasons quote what the HTTP client said, which may name the whole URL.
-        raise type(exc)(_without_secrets(exc.message, config)) from None
+        message = _without_secrets(exc.message, config)
+        child = made[-1] if made else None
+        if isinstance(child, StdioTransport) and type(exc) is UpstreamUnavailable:
+            said = await child.last_stderr(_LAST_WORDS)
+            if said:
+                lines = tuple(_without_secrets(line, config) for line in said)
+                raise ChildFailed(message, lines) from None
+        raise type(exc)(message) from None
     finally:
         await client.close()  # outside the timeout: a stdio child is always stopped
         await upstream.close()

@@ -5,7 +5,9 @@ serves, so that a wrong URL or command shows in the log before the first client 
 gateway's own transport, a stdio child started and stopped again) and says what came of it.
 A route that sends the caller's identity upstream (`signed_assertion`, `token_exchange`,
 `passthrough`, forwarded client headers) has no caller to send during a check: an upstream
-that answers it with a refusal is there, and counted as answering.
+that answers it with a refusal is there, and counted as answering. A stdio child that exits
+during the check fails it with the last lines it wrote to stderr (`ProbeResult.stderr`), which
+`config check` and the WARNING below show: usually the reason, a bad argument or module.
 
 `at_start_up` probes every route in the background once the port serves, each with a short
 child of its own rather than one a session will use (none runs before a client comes, and a
@@ -30,7 +32,7 @@ from gateway.observability.logs import printable
 from gateway.protocol.curation import unmatched
 from gateway.protocol.errors import UpstreamError, UpstreamRefused
 from gateway.protocol.members import Naming
-from gateway.upstream.probe import Reached, probe
+from gateway.upstream.probe import ChildFailed, Reached, probe
 
 log = logging.getLogger("gateway")
 
@@ -49,6 +51,8 @@ class ProbeResult:
     failure: str | None = None
     #: The member probed (a route of several); None for a route's one upstream.
     member: MemberConfig | None = None
+    #: With a `failure` of a stdio child that exited: the last lines of its stderr.
+    stderr: tuple[str, ...] = ()
 
     @property
     def upstream(self) -> UpstreamConfig:
@@ -81,6 +85,8 @@ async def check(
         if needs_caller(config):
             return ProbeResult(route, refused=exc.message, member=member)
         return ProbeResult(route, failure=exc.message, member=member)
+    except ChildFailed as exc:
+        return ProbeResult(route, failure=exc.message, member=member, stderr=exc.stderr)
     except UpstreamError as exc:
         return ProbeResult(route, failure=exc.message, member=member)
     except ValueError as exc:  # an unusable signing key, named by its key
@@ -210,10 +216,12 @@ def _report_one(outcome: ProbeResult) -> None:
             outcome.refused,
         )
     else:
+        said = f"; its stderr ended: {' | '.join(outcome.stderr)}" if outcome.stderr else ""
         log.warning(
-            "route %s: upstream %s failed its check (initialize, tools/list): %s; the gateway "
+            "route %s: upstream %s failed its check (initialize, tools/list): %s%s; the gateway "
             "serves, and this route's calls fail until its upstream answers",
             name,
             where,
             outcome.failure,
+            said,
         )

@@ -1,7 +1,8 @@
 """stdio upstream: one child process per downstream session.
 
 A stdio server is a single MCP session, so children are never shared between clients. The
-child's stderr goes to the gateway log; its exit fails whatever was in flight. A child that
+child's stderr goes to the gateway log, its last lines kept (`last_stderr`: what a reachability
+probe shows of a child that exited at once); its exit fails whatever was in flight. A child that
 nothing waits on is stopped after `upstream.child_idle_seconds`, or at once when the route's
 cap is reached and another session needs a child; the session stays, and its next message
 starts a new child with the handshake replayed (`UpstreamClient`).
@@ -13,7 +14,7 @@ import asyncio
 import contextlib
 import logging
 from asyncio.subprocess import PIPE, Process
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 from gateway.aio import TaskSet
@@ -21,43 +22,10 @@ from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import CapacityExceeded, UpstreamUnavailable
 from gateway.upstream.base import Sink, Transport
-from gateway.upstream.unreadable import Unreadable, unreadable
+from gateway.upstream.child_output import StderrTail, lines
+from gateway.upstream.unreadable import Unreadable
 
 log = logging.getLogger(__name__)
-
-
-async def _lines(stream: asyncio.StreamReader, limit: int) -> AsyncIterator[bytes | Unreadable]:
-    """The child's output, line by line; a line over the limit is skipped to its end.
-
-    Skipping keeps the child usable: the next line starts a new message, as stdio framing
-    promises, so one over-long answer fails one call rather than the whole session.
-    """
-    while True:
-        try:
-            line = await stream.readuntil(b"\n")
-        except asyncio.IncompleteReadError as exc:
-            if exc.partial:
-                yield exc.partial  # the output ended without a final newline
-            return
-        except asyncio.LimitOverrunError as exc:
-            head = await stream.readexactly(exc.consumed)
-            size = len(head) + await _skip_line(stream)
-            reason = f"a message larger than {limit} bytes (routes[].max_result_bytes)"
-            yield unreadable(head, reason, size, too_large=True)
-            continue
-        yield line
-
-
-async def _skip_line(stream: asyncio.StreamReader) -> int:
-    """Drops the rest of the current line, its newline included; returns how many bytes."""
-    skipped = 0
-    while True:
-        try:
-            return skipped + len(await stream.readuntil(b"\n"))
-        except asyncio.LimitOverrunError as exc:
-            skipped += len(await stream.readexactly(exc.consumed))
-        except asyncio.IncompleteReadError as exc:
-            return skipped + len(exc.partial)
 
 
 class ChildOwner(Sink, Protocol):
@@ -175,6 +143,8 @@ class StdioTransport(Transport):
         self._exiting: Process | None = None
         self._tasks = TaskSet(f"stdio[{slots.route}]")
         self.last_used = 0.0
+        #: The end of what the latest child wrote to stderr; None before the first starts.
+        self._stderr: StderrTail | None = None
 
     @property
     def idle(self) -> bool:
@@ -216,7 +186,8 @@ class StdioTransport(Transport):
         self._touch()
         log.info("route %s: started stdio child pid %d", self._slots.route, proc.pid)
         self._tasks.spawn(self._read_stdout(proc), name="stdio-stdout")
-        self._tasks.spawn(self._read_stderr(proc), name="stdio-stderr")
+        self._stderr = StderrTail()
+        self._tasks.spawn(self._read_stderr(proc, self._stderr), name="stdio-stderr")
         idle = self._config.child_idle_seconds
         if idle is not None:
             self._tasks.spawn(self._stop_when_idle(proc, idle), name="stdio-idle")
@@ -225,7 +196,7 @@ class StdioTransport(Transport):
         assert proc.stdout is not None
         source = f"route {self._slots.route}: the stdio child"
         try:
-            async for line in _lines(proc.stdout, self.max_message_bytes):
+            async for line in lines(proc.stdout, self.max_message_bytes):
                 if self._owner.busy:
                     # Answers and progress count as use; what a child says unasked while
                     # idle (logs, list changes) must not keep it from being stopped.
@@ -245,11 +216,21 @@ class StdioTransport(Transport):
                 self._slots.on_exit()
             self.sink.on_lost(f"the stdio upstream process exited with code {code}")
 
-    async def _read_stderr(self, proc: Process) -> None:
+    async def _read_stderr(self, proc: Process, tail: StderrTail) -> None:
         assert proc.stderr is not None
-        async for line in _lines(proc.stderr, self.max_message_bytes):
-            text = str(line) if isinstance(line, Unreadable) else line.decode(errors="replace")
-            log.info("route %s [pid %d] %s", self._slots.route, proc.pid, text.rstrip())
+        try:
+            async for line in lines(proc.stderr, self.max_message_bytes):
+                text = str(line) if isinstance(line, Unreadable) else line.decode(errors="replace")
+                log.info("route %s [pid %d] %s", self._slots.route, proc.pid, text.rstrip())
+                tail.add(text)
+        finally:
+            tail.end()
+
+    async def last_stderr(self, seconds: float) -> tuple[str, ...]:
+        """The last lines the latest child wrote to stderr, once it has closed it (waiting up
+        to `seconds` for that): what a child that exited at once said of why. Nothing while
+        it runs on."""
+        return () if self._stderr is None else await self._stderr.ended(seconds)
 
     async def _stop_when_idle(self, proc: Process, idle: float) -> None:
         loop = asyncio.get_running_loop()
