@@ -20,6 +20,16 @@ import sys
 from typing import Any
 from urllib.parse import quote, urlencode
 
+from gateway.commands.printing import (
+    SESSION_COLUMNS,
+    TASK_COLUMNS,
+    cell,
+    print_json,
+    print_table,
+    print_task,
+    print_would_purge,
+    whose,
+)
 from gateway.config import AdminConfig, ConfigError, load_admin
 from gateway.http.admin_query import MAX_LIMIT, BadQuery, parse_age
 from gateway.observability.logs import printable
@@ -27,22 +37,6 @@ from gateway.tasks.models import TERMINAL, TaskStatus
 
 #: Seconds to wait for an answer; a purge of many tasks is the slowest.
 TIMEOUT = 120.0
-
-_TASK_COLUMNS = {
-    "TASK": "taskId",
-    "ROUTE": "route",
-    "PRINCIPAL": "principal",
-    "STATUS": "status",
-    "TOOL": "tool",
-    "CREATED": "createdAt",
-    "UPDATED": "lastUpdatedAt",
-}
-_SESSION_COLUMNS = {
-    "SESSION": "sessionId",
-    "ROUTE": "route",
-    "PRINCIPAL": "principal",
-    "CREATED": "createdAt",
-}
 
 
 #: The options a purge narrows its choice by; without one it must say --all.
@@ -193,55 +187,43 @@ def _run(args: argparse.Namespace, admin: AdminConfig) -> None:
         suffix = "" if args.command == "show" else "/cancel"
         task = _ask(admin, args.config, method, f"/admin/tasks/{quote(args.id, safe='')}{suffix}")
         if args.json:
-            _print_json(task)
+            print_json(task)
         elif args.command == "show":
-            _print_task(task)
+            print_task(task)
         else:
-            print(f"cancelled task {_cell(task['taskId'])} ({_whose(task)})")
+            print(f"cancelled task {cell(task['taskId'])} ({whose(task)})")
     elif command == "tasks purge":
         if args.dry_run:
             query["dry_run"] = 1
         answer = _ask(admin, args.config, "POST", "/admin/tasks/purge", query)
         if args.json:
-            _print_json(answer)
+            print_json(answer)
         elif args.dry_run:
-            _print_would_purge(answer)
+            print_would_purge(answer)
         else:
             print(f"purged {answer['purged']} finished task(s)")
     elif command == "sessions end":
         ended = _ask(admin, args.config, "DELETE", f"/admin/sessions/{quote(args.id, safe='')}")
         if args.json:
-            _print_json(ended)
+            print_json(ended)
         else:
-            print(f"ended session {_cell(ended['sessionId'])} ({_whose(ended)})")
+            print(f"ended session {cell(ended['sessionId'])} ({whose(ended)})")
     else:
         what, columns = (
-            ("tasks", _TASK_COLUMNS) if args.group == "tasks" else ("sessions", _SESSION_COLUMNS)
+            ("tasks", TASK_COLUMNS) if args.group == "tasks" else ("sessions", SESSION_COLUMNS)
         )
         answer = _ask(admin, args.config, "GET", f"/admin/{what}", query)
         rows: list[dict[str, Any]] = answer[what]
         if args.json:
-            _print_json(rows)
+            print_json(rows)
         else:
-            _print_table(list(columns), [[row[key] for key in columns.values()] for row in rows])
+            print_table(list(columns), [[row[key] for key in columns.values()] for row in rows])
         if answer["more"]:
             print(
                 f"more {what} match: these are the first {len(rows)} (narrow the filters, or "
                 f"raise --limit up to {MAX_LIMIT})",
                 file=sys.stderr,
             )
-
-
-def _print_would_purge(answer: dict[str, Any]) -> None:
-    """A dry run's answer: how many, then the first of them as `tasks list` shows them."""
-    count, rows = answer["wouldPurge"], answer["tasks"]
-    print(f"would purge {'at least ' if answer['more'] else ''}{count} finished task(s)")
-    if rows:
-        columns = _TASK_COLUMNS
-        _print_table(list(columns), [[row[key] for key in columns.values()] for row in rows])
-    if count > len(rows):
-        print(f"and {count - len(rows)} more")
-    print("nothing was deleted (--dry-run)")
 
 
 def _ask(
@@ -286,64 +268,3 @@ def _ask(
     if response.status != 200:
         raise _Failed(printable(str(answer.get("error", f"HTTP {response.status}")), 500))
     return answer
-
-
-def _cell(value: object) -> str:
-    return "-" if value is None else printable(str(value), 200)
-
-
-def _whose(row: dict[str, Any]) -> str:
-    return f"route {_cell(row['route'])}, principal {_cell(row['principal'])}"
-
-
-def _print_table(header: list[str], rows: list[list[Any]]) -> None:
-    cells = [header, *([_cell(value) for value in row] for row in rows)]
-    widths = [max(len(line[i]) for line in cells) for i in range(len(header))]
-    for line in cells:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(line, widths, strict=True)).rstrip()
-        )
-
-
-#: What `tasks show` prints apart from its FIELD VALUE table, each in a table of its own.
-_TASK_PARTS = ("history", "historyDropped", "progress", "questions", "outcome")
-
-
-def _print_task(task: dict[str, Any]) -> None:
-    """A task's fields, then its status history and pending questions, each as a table
-    (a gateway that shows none of them, an older one, prints its fields alone)."""
-    fields = [[key, value] for key, value in task.items() if key not in _TASK_PARTS]
-    progress, outcome = task.get("progress"), task.get("outcome")
-    if isinstance(progress, dict):
-        fields.append(["progress", f"{progress.get('message')} (at {progress.get('at')})"])
-    if isinstance(outcome, dict):
-        fields.append(["outcome", f"{outcome.get('kind')}, {outcome.get('bytes')} bytes"])
-    _print_table(["FIELD", "VALUE"], fields)
-    history = task.get("history")
-    if isinstance(history, list):
-        print(f"\nHISTORY{_earlier(task.get('historyDropped'))}")
-        _print_table(
-            ["AT", "STATUS", "ATTEMPT", "MESSAGE"],
-            [[c.get("at"), c.get("status"), c.get("attempt"), c.get("message")] for c in history],
-        )
-    questions = task.get("questions")
-    if questions:
-        print("\nPENDING QUESTIONS")
-        _print_table(
-            ["KEY", "METHOD", "ASKED"],
-            [[q.get("key"), q.get("method"), q.get("askedAt")] for q in questions],
-        )
-    if isinstance(outcome, dict) and "content" in outcome:
-        print("\nOUTCOME")
-        _print_json(outcome["content"])
-
-
-def _earlier(dropped: object) -> str:
-    """What the history's header says of the changes it no longer shows."""
-    if dropped is None:
-        return " (earlier changes unknown: the task was made before histories were kept)"
-    return f" ({dropped} earlier changes not kept)" if dropped else ""
-
-
-def _print_json(value: Any) -> None:
-    print(json.dumps(value, indent=2))
