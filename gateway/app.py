@@ -218,7 +218,8 @@ async def _components(
     admin_site = None
     if settings.admin is not None:
         api = AdminApi(store, runner, app[SESSIONS], clock)
-        admin_site = await admin.serve(api, settings.admin.token, admin_sockets, settings.http)
+        admin_app = api.app(settings.admin.token)
+        admin_site = await admin.serve(admin_app, admin_sockets, settings.http)
     try:
         yield
     finally:

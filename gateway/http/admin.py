@@ -20,6 +20,10 @@ burst. The right token is never refused for others' failures. Answers are JSON, 
 `"actor": "operator"`. The parts it works through are the gateway's own (store, runner,
 session registry), so a cancel here is a client's tasks/cancel, on this replica or another,
 and an ended session a client's DELETE.
+
+The operators' console (`gateway.console`) is mounted under `CONSOLE_PATH` on the same
+listener: it signs operators in with the same token into a cookie session of its own, its
+refused sign-ins count against the same per-address limit, and its actions are these.
 """
 
 from __future__ import annotations
@@ -27,7 +31,7 @@ from __future__ import annotations
 import hmac
 import logging
 import socket
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from aiohttp import web
@@ -49,7 +53,7 @@ from gateway.observability.logs import printable
 from gateway.protocol.errors import GatewayError, LimitExceeded, TaskError
 from gateway.security.limits import RateLimiter
 from gateway.session.registry import SessionRegistry
-from gateway.tasks.models import Task, TaskFilter, principal_of
+from gateway.tasks.models import SessionRecord, Task, TaskFilter, principal_of
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 
@@ -61,12 +65,16 @@ OPERATOR = "operator"
 #: Tasks deleted per transaction by a purge: a large purge never holds the store's writer
 #: (and every client's write behind it) for long.
 PURGE_BATCH = 500
+#: Where the operators' console is mounted (`gateway.console`).
+CONSOLE_PATH = "/admin/console/"
+#: The largest request body taken: the API takes none, the console's forms are small.
+MAX_FORM_BYTES = 4096
 #: Failed authentications per client address: a burst, then this many a second.
 FAILURE_BURST = 10
 FAILURE_RATE = 0.2
 
 
-class _Unknown(Exception):
+class Unknown(Exception):
     """The id names no task or session (404); the message says which."""
 
 
@@ -74,19 +82,37 @@ def _error(status: int, message: str, headers: dict[str, str] | None = None) -> 
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
-def _guard(token: str) -> Middleware:
+class Refusals:
+    """Failed authentications per client address, the API's and the console's sign-in alike:
+    a burst, then one every `1 / FAILURE_RATE` seconds."""
+
+    def __init__(self) -> None:
+        self._limiter = RateLimiter(FAILURE_RATE, FAILURE_BURST)
+
+    def count(self, request: web.Request) -> None:
+        """One refusal of `request`, audited as `admin_auth_failed` while within the limit.
+
+        Raises:
+            LimitExceeded: past the burst; nothing is audited (its Retry-After says when).
+        """
+        self._limiter.check(str(request.remote))
+        audit("admin_auth_failed", remote=request.remote, path=printable(request.path, 200))
+
+
+def _guard(token: str, refusals: Refusals, console: web.Application | None) -> Middleware:
     expected = f"Bearer {token}".encode()
-    failures = RateLimiter(FAILURE_RATE, FAILURE_BURST)
 
     @web.middleware
     async def guard(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if console is not None and console in request.match_info.apps:
+            return await handler(request)  # its own sign-in and cookie (gateway.console)
         try:
             given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
         except UnicodeEncodeError:
             given = b""
         if not hmac.compare_digest(given, expected):
             try:
-                failures.check(str(request.remote))
+                refusals.count(request)
             except LimitExceeded as exc:
                 return _error(
                     429,
@@ -94,7 +120,6 @@ def _guard(token: str) -> Middleware:
                     f"{exc.headers['Retry-After']} s",
                     exc.headers,
                 )
-            audit("admin_auth_failed", remote=request.remote, path=printable(request.path, 200))
             return _error(
                 401,
                 "the admin API needs Authorization: Bearer <the token in admin.token_env>",
@@ -104,7 +129,7 @@ def _guard(token: str) -> Middleware:
             return await handler(request)
         except BadQuery as exc:
             return _error(400, str(exc))
-        except _Unknown as exc:
+        except Unknown as exc:
             return _error(404, str(exc))
         except web.HTTPException as exc:  # the router's 404 and 405
             return _error(
@@ -120,7 +145,8 @@ def _guard(token: str) -> Middleware:
 
 
 class AdminApi:
-    """The handlers, over the gateway's own store, runner and session registry."""
+    """The handlers, over the gateway's own store, runner and session registry; the console
+    acts through the same methods (`cancel_task`, `purge_tasks`, `end_session_as_operator`)."""
 
     def __init__(
         self,
@@ -133,28 +159,34 @@ class AdminApi:
         self._runner = runner
         self._sessions = sessions
         self._clock = clock
+        self.refusals = Refusals()
 
-    def app(self, token: str) -> web.Application:
-        app = web.Application(middlewares=[_guard(token)], client_max_size=1024)
+    def app(self, token: str, console: web.Application | None = None) -> web.Application:
+        """The API's application; `console`, when given, is mounted at `CONSOLE_PATH` and
+        signs its operators in itself."""
+        guard = _guard(token, self.refusals, console)
+        app = web.Application(middlewares=[guard], client_max_size=MAX_FORM_BYTES)
         app.router.add_get("/admin/tasks", self.list_tasks)
         app.router.add_post("/admin/tasks/purge", self.purge)
         app.router.add_get("/admin/tasks/{id}", self.show_task)
         app.router.add_post("/admin/tasks/{id}/cancel", self.cancel)
         app.router.add_get("/admin/sessions", self.list_sessions)
         app.router.add_delete("/admin/sessions/{id}", self.end_session)
+        if console is not None:
+            app.add_subapp(CONSOLE_PATH.rstrip("/"), console)
         return app
 
     async def list_tasks(self, request: web.Request) -> web.Response:
         choice = task_filter(request.query, self._clock())
         found = await self._store.query_tasks(choice.model_copy(update={"limit": choice.limit + 1}))
         page = found[: choice.limit]
-        audit("admin_tasks_listed", actor=OPERATOR, count=len(page), **_filters(request))
+        audit("admin_tasks_listed", actor=OPERATOR, count=len(page), **filters_of(request.query))
         return web.json_response(
             {"tasks": [task_row(t) for t in page], "more": len(found) > choice.limit}
         )
 
     async def show_task(self, request: web.Request) -> web.Response:
-        task = await self._task(request)
+        task = await self.find_task(request.match_info["id"])
         audit(
             "admin_task_shown",
             actor=OPERATOR,
@@ -165,24 +197,39 @@ class AdminApi:
         return web.json_response(task_detail(task))
 
     async def cancel(self, request: web.Request) -> web.Response:
-        task = await self._task(request)
+        task = await self.find_task(request.match_info["id"])
+        try:
+            done = await self.cancel_task(task)
+        except TaskError as exc:
+            return _error(409, str(exc))
+        return web.json_response(task_row(done))
+
+    async def cancel_task(self, task: Task) -> Task:
+        """Cancels `task` as its owner's tasks/cancel would, audited as the operator's.
+
+        Raises:
+            TaskError: it is finished already (the message says in which status).
+        """
         try:
             if task.status.terminal:
                 raise TaskError(f"already in terminal status '{task.status}'")
             # The owner's own path: the cancelled status committed, then the call stopped
             # and notifications/cancelled sent upstream, by whichever replica runs it.
-            done = await self._runner.cancel(task, actor=OPERATOR)
+            return await self._runner.cancel(task, actor=OPERATOR)
         except TaskError:
             latest = await self._store.get_task(task.task_id) or task
-            return _error(
-                409,
+            raise TaskError(
                 f"task {task.task_id} is {latest.status} already: only a working or "
-                "input_required task can be cancelled",
-            )
-        return web.json_response(task_row(done))
+                "input_required task can be cancelled"
+            ) from None
 
     async def purge(self, request: web.Request) -> web.Response:
         choice = task_filter(request.query, self._clock(), purge=True)
+        purged = await self.purge_tasks(choice, filters_of(request.query))
+        return web.json_response({"purged": purged})
+
+    async def purge_tasks(self, choice: TaskFilter, filters: dict[str, str]) -> int:
+        """Deletes the finished tasks `choice` picks, in batches; audited with `filters`."""
         batch: TaskFilter = choice.model_copy(update={"limit": PURGE_BATCH})
         purged = 0
         while True:
@@ -190,36 +237,50 @@ class AdminApi:
             purged += len(deleted)
             if len(deleted) < PURGE_BATCH:
                 break
-        audit("tasks_purged", actor=OPERATOR, count=purged, **_filters(request))
-        return web.json_response({"purged": purged})
+        audit("tasks_purged", actor=OPERATOR, count=purged, **filters)
+        return purged
 
     async def list_sessions(self, request: web.Request) -> web.Response:
         route, principal, limit = session_filter(request.query)
         found = await self._store.query_sessions(route, principal, limit + 1)
         page = found[:limit]
-        audit("admin_sessions_listed", actor=OPERATOR, count=len(page), **_filters(request))
+        audit("admin_sessions_listed", actor=OPERATOR, count=len(page), **filters_of(request.query))
         return web.json_response(
             {"sessions": [session_row(r) for r in page], "more": len(found) > limit}
         )
 
     async def end_session(self, request: web.Request) -> web.Response:
-        session_id = checked_text("session id", request.match_info["id"])
-        record = await self._sessions.end_recorded(session_id, OPERATOR)
-        if record is None:
-            raise _Unknown(f"no session {printable(session_id, 100)}")
+        record = await self.end_session_as_operator(request.match_info["id"])
         return web.json_response(session_row(record))
 
-    async def _task(self, request: web.Request) -> Task:
-        task_id = checked_text("task id", request.match_info["id"])
-        task = await self._store.get_task(task_id)
+    async def end_session_as_operator(self, session_id: str) -> SessionRecord:
+        """Ends the session as the client's DELETE would, audited as the operator's.
+
+        Raises:
+            BadQuery: the id is no text a store holds.
+            Unknown: no session has it.
+        """
+        record = await self._sessions.end_recorded(checked_text("session id", session_id), OPERATOR)
+        if record is None:
+            raise Unknown(f"no session {printable(session_id, 100)}")
+        return record
+
+    async def find_task(self, task_id: str) -> Task:
+        """The task of `task_id`, any principal's.
+
+        Raises:
+            BadQuery: the id is no text a store holds.
+            Unknown: no task has it.
+        """
+        task = await self._store.get_task(checked_text("task id", task_id))
         if task is None:
-            raise _Unknown(f"no task {printable(task_id, 100)}")
+            raise Unknown(f"no task {printable(task_id, 100)}")
         return task
 
 
-def _filters(request: web.Request) -> dict[str, str]:
+def filters_of(query: Mapping[str, str]) -> dict[str, str]:
     """The filters a request used, for its audit event (names and ages, never a secret)."""
-    return {key: printable(value, 200) for key, value in request.query.items()}
+    return {key: printable(value, 200) for key, value in query.items()}
 
 
 #: Connections the admin listener holds at once: a few operators and their scripts. At the cap
@@ -228,13 +289,13 @@ MAX_CONNECTIONS = 64
 
 
 async def serve(
-    api: AdminApi, token: str, sockets: list[socket.socket], http: HttpConfig
+    app: web.Application, sockets: list[socket.socket], http: HttpConfig
 ) -> web.AppRunner:
-    """Serves `api` on the bound `sockets`, on the guarded server the gateway's port runs
-    (a deadline per request head, caps per address and in all, bad requests answered without
-    a traceback: `http.server`); the caller cleans the runner up."""
+    """Serves `app` (`AdminApi.app`) on the bound `sockets`, on the guarded server the
+    gateway's port runs (a deadline per request head, caps per address and in all, bad
+    requests answered without a traceback: `http.server`); the caller cleans the runner up."""
     guard = ConnectionGuard(http, MAX_CONNECTIONS)
-    runner = GuardedRunner(api.app(token), guard, access_log=None)
+    runner = GuardedRunner(app, guard, access_log=None)
     await runner.setup()
     try:
         for sock in sockets:
