@@ -3,6 +3,7 @@ upstream, and an operator's browser-less session (aiohttp with its cookie jar)."
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -51,6 +52,17 @@ class Console:
         async with self.client(who) as http:
             session = await open_session(http, self.mcp)
             return await start_task(http, self.mcp, session, tool, arguments)
+
+    async def finished(self, task_id: str) -> str:
+        """Waits (at most 10 s) until the task has finished; its status."""
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        async with aiohttp.ClientSession(headers=bearer) as http, asyncio.timeout(10):
+            while True:
+                async with http.get(f"{self.admin}/admin/tasks/{task_id}") as resp:
+                    status = str((await resp.json())["status"])
+                if status in ("completed", "failed", "cancelled"):
+                    return status
+                await asyncio.sleep(0.05)
 
     async def signed_in(self, http: aiohttp.ClientSession) -> str:
         """Signs `http` in (its cookie jar keeps the session); the session's CSRF token."""

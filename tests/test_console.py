@@ -23,7 +23,7 @@ from gateway.http import admin
 
 from .conftest import StartGateway
 from .console import CONSOLE, TOKEN, Console, console_gateway, csrf_in
-from .helpers import audit_events
+from .helpers import audit_events, headers, open_session
 
 
 @pytest.fixture
@@ -164,6 +164,8 @@ async def test_a_post_without_its_csrf_token_or_from_another_site_is_403_and_doe
             ({"csrf": csrf + "x"}, {}),
             ({"csrf": csrf}, {"Origin": "https://evil.example"}),
             ({"csrf": csrf}, {"Origin": "null"}),
+            ({"csrf": csrf}, {"Sec-Fetch-Site": "cross-site"}),
+            ({"csrf": csrf}, {"Origin": "null", "Sec-Fetch-Site": "same-site"}),
         ]
         for form, extra in refusals:
             async with http.post(cancel, data=form, headers=extra) as refused:
@@ -174,8 +176,9 @@ async def test_a_post_without_its_csrf_token_or_from_another_site_is_403_and_doe
         async with http.get(cancel) as confirm:
             assert confirm.status == 200
             assert "Cancel task" in await confirm.text()
-        origin = {"Origin": console.admin}
-        async with http.post(cancel, data={"csrf": csrf}, headers=origin) as done:
+        # A browser's own form post under Referrer-Policy: no-referrer.
+        own = {"Origin": "null", "Sec-Fetch-Site": "same-origin"}
+        async with http.post(cancel, data={"csrf": csrf}, headers=own) as done:
             assert done.status == 200 and done.url.path == f"{CONSOLE}tasks/{slow}"
             assert "cancelled" in await done.text()
         async with http.post(cancel, data={"csrf": csrf}) as again:
@@ -253,3 +256,67 @@ def test_a_session_ends_when_idle_and_the_oldest_makes_room_at_the_cap() -> None
     assert sessions.find(cookies[0]) is None and sessions.find(cookies[-1]) is not None
     sessions.close(cookies[-1])
     assert sessions.find(cookies[-1]) is None
+
+
+async def test_an_operator_ends_a_session_after_a_confirmation_and_its_client_gets_404(
+    console: Console, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "gateway.audit")
+    async with console.client("alice") as alice, browser() as http:
+        session = await open_session(alice, console.mcp)
+        csrf = await console.signed_in(http)
+        async with http.get(f"{console.url}sessions", params={"principal": "alice"}) as page:
+            html = await page.text()
+            assert session in html and f"sessions/{session}/end" in html
+        async with http.get(f"{console.url}sessions/{session}/end") as confirm:
+            assert session in await confirm.text()
+        end = f"{console.url}sessions/{session}/end"
+        async with http.post(end, data={"csrf": csrf}, headers={"Origin": console.admin}) as done:
+            assert done.status == 200 and done.url.path == f"{CONSOLE}sessions"
+            assert session not in await done.text()
+        ping = {"jsonrpc": "2.0", "id": 5, "method": "ping"}
+        async with alice.post(console.mcp, json=ping, headers=headers(session)) as after:
+            assert after.status == 404
+        async with http.post(end, data={"csrf": csrf}) as again:
+            assert again.status == 404
+    (ended,) = audit_events(caplog, "session_ended")
+    assert ended["actor"] == "operator"
+
+
+async def test_the_routes_page_shows_each_upstream_its_running_tasks_and_policy(
+    console: Console,
+) -> None:
+    async with browser() as http:
+        await console.signed_in(http)
+        async with http.get(f"{console.url}routes") as before:
+            html = await before.text()
+        assert 'class="unknown">not called yet' in html
+        await console.task("alice", "slow", {"seconds": 60})
+        await console.task("bob", "slow", {"seconds": 60})
+        async with http.get(f"{console.url}routes") as after:
+            html = await after.text()
+    assert 'demo: <span class="up">up</span>' in html
+    assert '<td class="running">2</td>' in html
+    for key in ("sync_window_ms", "default_ttl_ms", "time_limit_seconds", "requests_per_second"):
+        assert f"<dt>{key}</dt>" in html
+
+
+async def test_a_purge_is_confirmed_with_the_count_its_filters_match(
+    console: Console, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, "gateway.audit")
+    for who in ("alice", "bob", "bob"):
+        await console.finished(await console.task(who, "echo", {"text": "hi"}))
+    await console.task("bob", "slow", {"seconds": 60})
+    async with browser() as http:
+        csrf = await console.signed_in(http)
+        async with http.get(f"{console.url}purge", params={"principal": "bob"}) as confirm:
+            html = await confirm.text()
+        assert "2 finished tasks match" in html and "principal bob" in html
+        form = {"csrf": csrf, "principal": "bob", "route": ""}
+        async with http.post(f"{console.url}purge", data=form) as done:
+            assert "2 finished tasks purged." in await done.text()
+        async with http.get(f"{console.url}purge") as left:
+            assert "1 finished task matches" in await left.text()
+    (purged,) = audit_events(caplog, "tasks_purged")
+    assert purged == {**purged, "actor": "operator", "count": 2, "principal": "bob"}

@@ -3,12 +3,12 @@ and the answer for whatever goes wrong.
 
 Every page but the sign-in form and the static files needs a live session: without one (no
 cookie, a forged one, one idle too long) a request is sent back to sign in, and nothing is
-done. Every POST but the sign-in's also carries the session's CSRF token in its form, and, when
-the browser sends `Origin`, comes from the console's own origin: a form replayed without the
-token, or posted from another site, is refused with 403. A refused sign-in counts against the
-admin API's limit per address (`admin.Refusals`), so the form is no faster way to guess the
-token than the API. Errors are pages with the status the API would answer: 400 for what a
-caller sends, 404, 409, 413, never a 500 for input.
+done. Every POST but the sign-in's also carries the session's CSRF token in its form, and comes
+from the console's own origin as far as the browser says (`Origin`, `Sec-Fetch-Site`): a form
+replayed without the token, or posted from another site, is refused with 403. A refused
+sign-in counts against the admin API's limit per address (`admin.Refusals`), so the form is
+no faster way to guess the token than the API. Errors are pages with the status the API would
+answer: 400 for what a caller sends, 404, 409, 413, never a 500 for input.
 """
 
 from __future__ import annotations
@@ -111,9 +111,15 @@ class Access:
             )
 
     def _same_origin(self, request: web.Request) -> bool:
-        """Whether the request's `Origin`, when the browser sends one, is the console's own."""
+        """Whether the browser says the request comes from the console's own origin (a
+        client that says nothing, a script, is judged by its token alone)."""
+        site = request.headers.get("Sec-Fetch-Site")
+        if site is not None and site != "same-origin":
+            return False
         origin = request.headers.get("Origin")
-        if origin is None:
+        # Under Referrer-Policy: no-referrer, browsers send `Origin: null` with the console's
+        # own form posts; Sec-Fetch-Site, which a page cannot forge, says where they came from.
+        if origin is None or (origin == "null" and site == "same-origin"):
             return True
         return origin == f"{request.scheme}://{request.host}"
 
