@@ -320,3 +320,24 @@ async def test_a_purge_is_confirmed_with_the_count_its_filters_match(
             assert "1 finished task matches" in await left.text()
     (purged,) = audit_events(caplog, "tasks_purged")
     assert purged == {**purged, "actor": "operator", "count": 2, "principal": "bob"}
+
+
+async def test_any_replicas_console_shows_and_cancels_every_replicas_tasks(
+    pg_url: str, start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DESIGN: "With replicas, any replica's console shows every replica's tasks (it reads
+    # the store)." The task runs on A; B's console lists it and cancels it.
+    store = {"backend": "postgres", "url": pg_url}
+    async with (
+        console_gateway(start_gateway, monkeypatch, store=store) as a,
+        console_gateway(start_gateway, monkeypatch, store=store) as b,
+        browser() as http,
+    ):
+        on_a = await a.task("alice", "slow", {"seconds": 60})
+        csrf = await b.signed_in(http)
+        async with http.get(f"{b.url}tasks") as listed:
+            assert on_a in await listed.text()
+        cancel = f"{b.url}tasks/{on_a}/cancel"
+        async with http.post(cancel, data={"csrf": csrf}) as done:
+            assert done.status == 200
+        assert await a.finished(on_a) == "cancelled"
