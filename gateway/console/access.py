@@ -142,6 +142,7 @@ class Access:
             return self._pages.render(
                 "sign_in.html", 401, title="Sign in", refused="That is not the admin token."
             )
+        self._sessions.close(request.cookies.get(COOKIE))  # a session signed in again is new
         cookie, _ = self._sessions.open()
         audit("console_signed_in", actor=OPERATOR, remote=request.remote)
         answer = web.Response(status=303, headers={"Location": f"{self._pages.base}tasks"})
