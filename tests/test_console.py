@@ -12,7 +12,9 @@ token; sign-out; the refusal rate limit of the admin API applies."
 from __future__ import annotations
 
 import logging
+import tomllib
 from collections.abc import AsyncIterator
+from fnmatch import fnmatch
 
 import aiohttp
 import pytest
@@ -21,7 +23,7 @@ from gateway.console.pages import HEADERS
 from gateway.console.signin import IDLE_SECONDS, MAX_SESSIONS, Sessions
 from gateway.http import admin
 
-from .conftest import StartGateway
+from .conftest import ROOT, StartGateway
 from .console import CONSOLE, TOKEN, Console, console_gateway, csrf_in
 from .helpers import audit_events, headers, open_session
 
@@ -238,6 +240,20 @@ async def test_huge_forms_long_ids_wrong_methods_and_markup_never_make_a_500(
         async with http.post(f"{console.url}purge", data={"csrf": csrf, "route": "a\x00"}) as nul:
             assert nul.status == 400
     assert "Traceback" not in caplog.text and "x" * 1000 not in caplog.text
+
+
+def test_every_template_and_static_file_ships_in_an_installed_package() -> None:
+    # The image and a pip install read the pages from the package, not from this checkout.
+    setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    patterns = setuptools["package-data"]["gateway.console"]
+    package = ROOT / "gateway" / "console"
+    files = [
+        path.relative_to(package).as_posix()
+        for path in package.rglob("*")
+        if path.is_file() and path.suffix not in (".py", ".pyc")
+    ]
+    assert len(files) > 10
+    assert [f for f in files if not any(fnmatch(f, pattern) for pattern in patterns)] == []
 
 
 def test_a_session_ends_when_idle_and_the_oldest_makes_room_at_the_cap() -> None:
