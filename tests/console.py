@@ -53,13 +53,18 @@ class Console:
             session = await open_session(http, self.mcp)
             return await start_task(http, self.mcp, session, tool, arguments)
 
+    async def status(self, task_id: str) -> str:
+        """The task's status, as the admin API says."""
+        bearer = {"Authorization": f"Bearer {TOKEN}"}
+        async with aiohttp.ClientSession(headers=bearer) as http:
+            async with http.get(f"{self.admin}/admin/tasks/{task_id}") as resp:
+                return str((await resp.json())["status"])
+
     async def finished(self, task_id: str) -> str:
         """Waits (at most 10 s) until the task has finished; its status."""
-        bearer = {"Authorization": f"Bearer {TOKEN}"}
-        async with aiohttp.ClientSession(headers=bearer) as http, asyncio.timeout(10):
+        async with asyncio.timeout(10):
             while True:
-                async with http.get(f"{self.admin}/admin/tasks/{task_id}") as resp:
-                    status = str((await resp.json())["status"])
+                status = await self.status(task_id)
                 if status in ("completed", "failed", "cancelled"):
                     return status
                 await asyncio.sleep(0.05)

@@ -19,8 +19,9 @@ from fnmatch import fnmatch
 import aiohttp
 import pytest
 
+from gateway.console import signin
 from gateway.console.pages import HEADERS
-from gateway.console.signin import IDLE_SECONDS, MAX_SESSIONS, Sessions
+from gateway.console.signin import COOKIE, IDLE_SECONDS, MAX_SESSIONS, Sessions
 from gateway.http import admin
 
 from .conftest import ROOT, StartGateway
@@ -357,3 +358,24 @@ async def test_any_replicas_console_shows_and_cancels_every_replicas_tasks(
         async with http.post(cancel, data={"csrf": csrf}) as done:
             assert done.status == 200
         assert await a.finished(on_a) == "cancelled"
+
+
+async def test_a_forged_or_expired_cookie_is_sent_back_to_sign_in_and_nothing_is_done(
+    console: Console, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    slow = await console.task("alice", "slow", {"seconds": 60})
+    forged = {"Cookie": f"{COOKIE}=" + "A" * 43}
+    async with aiohttp.ClientSession() as http:
+        for path in ("tasks", f"tasks/{slow}"):
+            async with http.get(f"{console.url}{path}", headers=forged) as resp:
+                assert resp.status == 200 and resp.url.path == f"{CONSOLE}sign-in"
+    async with browser() as http:
+        csrf = await console.signed_in(http)
+        monkeypatch.setattr(signin, "IDLE_SECONDS", -1)
+        cancel = f"{console.url}tasks/{slow}/cancel"
+        async with http.post(cancel, data={"csrf": csrf}, allow_redirects=False) as expired:
+            assert expired.status == 303 and expired.headers["Location"] == f"{CONSOLE}sign-in"
+        monkeypatch.undo()
+        async with http.get(f"{console.url}tasks", allow_redirects=False) as still:
+            assert still.status == 303  # an ended session stays ended
+    assert await console.status(slow) == "working"
