@@ -47,11 +47,14 @@ class Console:
     def client(self, who: str) -> aiohttp.ClientSession:
         return aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEYS[who]}"})
 
-    async def task(self, who: str, tool: str, arguments: dict[str, Any] | None = None) -> str:
-        """A task `who` starts on the demo route; its id."""
+    async def task(
+        self, who: str, tool: str, arguments: dict[str, Any] | None = None, route: str = "demo"
+    ) -> str:
+        """A task `who` starts on `route`; its id."""
+        mcp = f"{self.main}/{route}/mcp"
         async with self.client(who) as http:
-            session = await open_session(http, self.mcp)
-            return await start_task(http, self.mcp, session, tool, arguments)
+            session = await open_session(http, mcp)
+            return await start_task(http, mcp, session, tool, arguments)
 
     async def status(self, task_id: str) -> str:
         """The task's status, as the admin API says."""
@@ -81,12 +84,15 @@ class Console:
 
 @asynccontextmanager
 async def console_gateway(
-    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch, **sections: Any
+    start_gateway: StartGateway,
+    monkeypatch: pytest.MonkeyPatch,
+    routes: list[dict[str, Any]] = ROUTES,
+    **sections: Any,
 ) -> AsyncIterator[Console]:
     monkeypatch.setenv("ADMIN_TOKEN", TOKEN)
     for who, key in KEYS.items():
         monkeypatch.setenv(f"{who.upper()}_KEY", key)
     port = free_port()
     admin = {"listen": {"host": "127.0.0.1", "port": port}}
-    base = await start_gateway(ROUTES, auth=AUTH, admin=admin, **sections)
+    base = await start_gateway(routes, auth=AUTH, admin=admin, **sections)
     yield Console(f"{base}/demo/mcp", base, f"http://127.0.0.1:{port}")

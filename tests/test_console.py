@@ -24,7 +24,7 @@ from gateway.console.pages import HEADERS
 from gateway.console.signin import COOKIE, IDLE_SECONDS, MAX_SESSIONS, Sessions
 from gateway.http import admin
 
-from .conftest import ROOT, StartGateway
+from .conftest import DEMO, ROOT, StartGateway, free_port
 from .console import CONSOLE, TOKEN, Console, console_gateway, csrf_in
 from .helpers import audit_events, headers, open_session
 
@@ -379,3 +379,24 @@ async def test_a_forged_or_expired_cookie_is_sent_back_to_sign_in_and_nothing_is
         async with http.get(f"{console.url}tasks", allow_redirects=False) as still:
             assert still.status == 303  # an ended session stays ended
     assert await console.status(slow) == "working"
+
+
+async def test_a_route_of_members_shows_each_members_state_and_which_one_runs_a_task(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # DESIGN: tasks show their "member upstream"; routes, "each upstream's state from
+    # `upstream_up`". Member b listens nowhere: it is down once the route has tried it.
+    nowhere = {"transport": "streamable_http", "url": f"http://127.0.0.1:{free_port()}/mcp"}
+    work = {"name": "work", "upstreams": [{"name": "a", **DEMO}, {"name": "b", **nowhere}]}
+    async with console_gateway(start_gateway, monkeypatch, [work]) as console:
+        task = await console.task("alice", "a__slow", {"seconds": 60}, route="work")
+        async with browser() as http:
+            await console.signed_in(http)
+            async with http.get(f"{console.url}tasks") as page:
+                html = await page.text()
+            async with http.get(f"{console.url}routes") as routes:
+                shown = await routes.text()
+    row = html[html.index(task) :]
+    assert row.index("<td>a</td>") < row.index("<td>a__slow</td>")
+    assert 'a: <span class="up">up</span>' in shown
+    assert 'b: <span class="down">down</span>' in shown
