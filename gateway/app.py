@@ -41,6 +41,7 @@ from gateway.calls.held import HeldSessions
 from gateway.calls.parked import ParkedCalls
 from gateway.calls.task_api import ModernTaskApi
 from gateway.config import Settings
+from gateway.console.site import console_app
 from gateway.http import admin, cors, listen, middleware
 from gateway.http.admin import AdminApi
 from gateway.http.drain import Drain
@@ -219,7 +220,17 @@ async def _components(
     if settings.admin is not None:
         shows = settings.admin.console_shows_results
         api = AdminApi(store, runner, app[SESSIONS], clock, shows)
-        admin_site = await admin.serve(api, settings.admin.token, admin_sockets, settings.http)
+        console = console_app(
+            api,
+            store,
+            settings.admin.token,
+            routes=lambda: app[ROUTES],
+            metrics=metrics,
+            clock=clock,
+            proxies=settings.http.proxy_networks,
+        )
+        admin_app = api.app(settings.admin.token, console)
+        admin_site = await admin.serve(admin_app, admin_sockets, settings.http)
     try:
         yield
     finally:

@@ -21,7 +21,7 @@ import yaml
 
 from gateway.commands import admin as admin_cli
 from gateway.config import AdminConfig, ConfigError, load_settings, parse_settings
-from gateway.http import admin
+from gateway.http import admin_guard
 
 from .conftest import DEMO, ROOT, StartGateway, free_port
 from .helpers import (
@@ -126,17 +126,17 @@ async def test_refused_tokens_are_rate_limited_per_address_and_the_right_one_sti
     # locked out by someone else's guesses from the same (loopback) address.
     caplog.set_level(logging.INFO, "gateway.audit")
     statuses = []
-    for guess in range(admin.FAILURE_BURST + 5):
+    for guess in range(admin_guard.FAILURE_BURST + 5):
         status, body = await gateway.ask("GET", "/admin/tasks", token=f"guess-{guess}")
         statuses.append(status)
-    assert statuses == [401] * admin.FAILURE_BURST + [429] * 5
+    assert statuses == [401] * admin_guard.FAILURE_BURST + [429] * 5
     async with gateway.http.get(
         f"{gateway.admin}/admin/tasks", headers={"Authorization": "Bearer again"}
     ) as limited:
         assert limited.status == 429
         assert int(limited.headers["Retry-After"]) >= 1
         assert "too many refused requests" in (await limited.json())["error"]
-    assert len(audit_events(caplog, "admin_auth_failed")) == admin.FAILURE_BURST
+    assert len(audit_events(caplog, "admin_auth_failed")) == admin_guard.FAILURE_BURST
     status, body = await gateway.ask("GET", "/admin/tasks")
     assert status == 200 and body["tasks"] == []
 

@@ -269,6 +269,12 @@ class Metrics:
             self._up[(route, member)] = up
             self.child(self.upstream_up, route, member).set(up)
 
+    def upstream_state(self, route: str, upstream: str) -> bool | None:
+        """Whether `upstream` of `route` answered its latest call, as `upstream_up` says;
+        None before any call."""
+        up = self._up.get((route, upstream))
+        return None if up is None else up == 1
+
     def learn_members(self, route: str, members: list[str]) -> None:
         """A route of several `members`: each starts up, until its health says otherwise."""
         self._member_routes.add(route)

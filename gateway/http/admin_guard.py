@@ -1,0 +1,96 @@
+"""Who may use the admin listener: the Bearer token on the API, counted refusals per address.
+
+The console (`gateway.console`) signs its operators in itself; its refused sign-ins count
+against the same `Refusals`, so the form is no way around the limit. Errors of the API's
+handlers become its JSON answers here, in one place: never a 500 for what a caller sends.
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+
+from aiohttp import web
+from aiohttp.typedefs import Handler, Middleware
+
+from gateway.http.admin_query import BadQuery
+from gateway.observability.audit import audit
+from gateway.observability.logs import printable
+from gateway.protocol.errors import GatewayError, LimitExceeded
+from gateway.security.limits import RateLimiter
+
+log = logging.getLogger("gateway.http.admin")
+
+#: Failed authentications per client address: a burst, then this many a second.
+FAILURE_BURST = 10
+FAILURE_RATE = 0.2
+
+
+class Unknown(Exception):
+    """The id names no task or session (404); the message says which."""
+
+
+def error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+    return web.json_response({"error": message}, status=status, headers=headers)
+
+
+class Refusals:
+    """Failed authentications per client address, the API's and the console's sign-in alike:
+    a burst, then one every `1 / FAILURE_RATE` seconds."""
+
+    def __init__(self) -> None:
+        self._limiter = RateLimiter(FAILURE_RATE, FAILURE_BURST)
+
+    def count(self, request: web.Request) -> None:
+        """One refusal of `request`, audited as `admin_auth_failed` while within the limit.
+
+        Raises:
+            LimitExceeded: past the burst; nothing is audited (its Retry-After says when).
+        """
+        self._limiter.check(str(request.remote))
+        audit("admin_auth_failed", remote=request.remote, path=printable(request.path, 200))
+
+
+def guard(token: str, refusals: Refusals, console: web.Application | None) -> Middleware:
+    expected = f"Bearer {token}".encode()
+
+    @web.middleware
+    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
+        if console is not None and console in request.match_info.apps:
+            return await handler(request)  # its own sign-in and cookie (gateway.console)
+        try:
+            given = request.headers.get("Authorization", "").encode("utf-8", "surrogateescape")
+        except UnicodeEncodeError:
+            given = b""
+        if not hmac.compare_digest(given, expected):
+            try:
+                refusals.count(request)
+            except LimitExceeded as exc:
+                return error(
+                    429,
+                    "too many refused requests from this address; retry after "
+                    f"{exc.headers['Retry-After']} s",
+                    exc.headers,
+                )
+            return error(
+                401,
+                "the admin API needs Authorization: Bearer <the token in admin.token_env>",
+                {"WWW-Authenticate": "Bearer"},
+            )
+        try:
+            return await handler(request)
+        except BadQuery as exc:
+            return error(400, str(exc))
+        except Unknown as exc:
+            return error(404, str(exc))
+        except web.HTTPException as exc:  # the router's 404 and 405
+            return error(
+                exc.status, f"{exc.reason}: {request.method} {printable(request.path, 200)}"
+            )
+        except GatewayError as exc:  # the store is unreachable just now
+            return error(exc.http_status, exc.message, exc.headers)
+        except Exception:
+            log.exception("admin %s %s: internal error", request.method, printable(request.path))
+            return error(500, "internal error (the gateway's log has the details)")
+
+    return check
