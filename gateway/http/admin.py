@@ -249,6 +249,11 @@ def filters_of(query: Mapping[str, str]) -> dict[str, str]:
 #: Connections the admin listener holds at once: a few operators and their scripts. At the cap
 #: the oldest one idle or still sending its head makes room, so a flood cannot shut them out.
 MAX_CONNECTIONS = 64
+#: Connections accepted in one turn of the loop (and queued by the kernel): a few operators
+#: need few. asyncio accepts up to the backlog at once, before the cap above can close the
+#: oldest; with the gateway's 128, a flood here took the process to EMFILE under a low
+#: descriptor limit, and asyncio logged a traceback for it.
+BACKLOG = 16
 
 
 async def serve(
@@ -262,7 +267,7 @@ async def serve(
     await runner.setup()
     try:
         for sock in sockets:
-            await web.SockSite(runner, sock).start()
+            await web.SockSite(runner, sock, backlog=BACKLOG).start()
     except BaseException:
         await runner.cleanup()
         raise
