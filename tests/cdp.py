@@ -8,9 +8,12 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import itertools
 import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -32,7 +35,10 @@ def chromium_path() -> str | None:
 @contextmanager
 def launched(executable: str) -> Iterator[str]:
     """Runs headless chromium with a throwaway profile; yields its browser websocket URL."""
-    with tempfile.TemporaryDirectory(prefix="console-browser-") as profile:
+    # Chromium's helper processes may still write to the profile as it goes: a leftover file
+    # must not fail the test that used it.
+    scratch = tempfile.TemporaryDirectory(prefix="console-browser-", ignore_cleanup_errors=True)
+    with scratch as profile:
         proc = subprocess.Popen(
             [
                 executable,
@@ -49,6 +55,7 @@ def launched(executable: str) -> Iterator[str]:
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
+            start_new_session=True,  # its renderers and helpers in one group, stopped together
         )
         try:
             port_file = Path(profile) / "DevToolsActivePort"
@@ -60,7 +67,8 @@ def launched(executable: str) -> Iterator[str]:
             port, path = port_file.read_text().splitlines()[:2]
             yield f"ws://127.0.0.1:{port}{path}"
         finally:
-            proc.kill()
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
 

@@ -44,6 +44,7 @@ class Pages:
             trim_blocks=True,
             lstrip_blocks=True,
         )
+        self._env.filters["columns"] = columns
         files = resources.files("gateway.console") / "static"
         self._static = {name: (files / name).read_bytes() for name in _STATIC}
 
@@ -74,6 +75,14 @@ class Pages:
         if name not in self._static:
             raise web.HTTPNotFound()
         return web.Response(body=self._static[name], content_type=_STATIC[name])
+
+
+def columns(rows: Any) -> list[str] | None:
+    """The keys of `rows` in the order they first appear, when it is a list of mappings (a
+    task's history, its questions): shown as a table. None for anything else."""
+    if not isinstance(rows, list) or not rows or not all(isinstance(r, Mapping) for r in rows):
+        return None
+    return list(dict.fromkeys(key for row in rows for key in row))
 
 
 def secured(response: web.StreamResponse) -> web.StreamResponse:
