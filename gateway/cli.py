@@ -161,6 +161,7 @@ def main(argv: list[str] | None = None) -> None:
         if admin is not None:
             address = announce.base_url(admin.listen)
             log.info("admin API: %s/admin/ (its token in %s)", address, admin.token_env)
+            log.info("console: %s/admin/console/ (sign in with that token)", address)
         check_upstreams()  # in the background: a WARNING for each upstream that does not answer
 
     try:

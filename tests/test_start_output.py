@@ -215,3 +215,21 @@ async def test_a_stdio_child_that_exits_at_once_shows_its_last_stderr_lines_in_t
         "its upstream answers"
     )
     assert len(warning) < 2000 and "Traceback" not in said
+
+
+def test_with_an_admin_section_the_log_names_the_admin_api_and_the_console(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ADMIN_TOKEN", "a-token-for-the-start-up-line-test")
+    port, admin_port = free_port(), free_port()
+    admin = f"admin: {{listen: {{host: 127.0.0.1, port: {admin_port}}}, token_env: ADMIN_TOKEN}}"
+    config = write_config(tmp_path, port, extra=admin)
+    log = tmp_path / "gateway.log"
+    proc = start_process(config, port, log=log)
+    proc.terminate()
+    assert proc.wait(15) == 0
+    said = log.read_text()
+    admin_base = f"http://127.0.0.1:{admin_port}"
+    assert f"admin API: {admin_base}/admin/ (its token in ADMIN_TOKEN)" in said
+    assert f"console: {admin_base}/admin/console/ (sign in with that token)" in said
+    assert "a-token-for-the-start-up-line-test" not in said
