@@ -24,7 +24,7 @@ from gateway.http.admin_query import session_filter, session_row, task_filter, t
 from gateway.observability.audit import audit
 from gateway.observability.metrics import Metrics
 from gateway.protocol.members import Naming
-from gateway.tasks.models import TERMINAL, Task, TaskFilter, TaskStatus, principal_of
+from gateway.tasks.models import TERMINAL, Task, TaskFilter, TaskStatus
 from gateway.tasks.store import TaskStore
 
 if TYPE_CHECKING:
@@ -130,15 +130,7 @@ class Views:
 
     async def task(self, request: web.Request) -> web.Response:
         task = await self._api.find_task(request.match_info["id"])
-        if REFRESH not in request.headers:
-            audit(
-                "admin_task_shown",
-                actor=OPERATOR,
-                route=task.route,
-                task_id=task.task_id,
-                principal=principal_of(task),
-            )
-        detail = await self._api.detail(task)
+        detail = await self._api.detail(task, audited=REFRESH not in request.headers)
         now = self._clock()
         return self._render(
             request,

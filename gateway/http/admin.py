@@ -124,17 +124,19 @@ class AdminApi:
 
     async def show_task(self, request: web.Request) -> web.Response:
         task = await self.find_task(request.match_info["id"])
-        audit(
-            "admin_task_shown",
-            actor=OPERATOR,
-            route=task.route,
-            task_id=task.task_id,
-            principal=principal_of(task),
-        )
         return web.json_response(await self.detail(task))
 
-    async def detail(self, task: Task) -> JsonObject:
-        """What an operator reads of `task` (`task_detail`), as the store holds it now."""
+    async def detail(self, task: Task, audited: bool = True) -> JsonObject:
+        """What an operator reads of `task` (`task_detail`), as the store holds it now;
+        audited as `admin_task_shown` unless not `audited` (the console's live refresh)."""
+        if audited:
+            audit(
+                "admin_task_shown",
+                actor=OPERATOR,
+                route=task.route,
+                task_id=task.task_id,
+                principal=principal_of(task),
+            )
         facts = await read_facts(self._store, task)
         return task_detail(task, facts, self._show_results)
 
