@@ -238,6 +238,29 @@ def test_audit_log_is_json_lines_in_a_rotating_file(tmp_path: Path) -> None:
     assert records and all(r["event"] == "auth_failed" and r["time"].endswith("Z") for r in records)
 
 
+def test_an_audit_line_reads_as_the_standard_encoder_writes_it_whatever_its_fields_hold(
+    tmp_path: Path,
+) -> None:
+    """The lines are made by orjson where it writes what json would, else by json: hostile
+    values (a lone surrogate from a token's claims, NUL, non-ASCII, a huge integer) neither
+    fail the event nor change how the line reads."""
+    path = tmp_path / "audit.log"
+    audit.configure(AuditConfig(file=str(path)))
+    odd: list[object] = ["\udc80", "a\x00b", "ü ✓", 2**70, True, 1.877145, "x\n{", ["y"]]
+    odd.append(datetime(2026, 7, 28, tzinfo=UTC))
+    try:
+        for value in odd:
+            audit.audit("auth_failed", route="demo", principal=value)
+    finally:
+        forget_audit_handlers()
+    lines = path.read_text(encoding="utf-8").splitlines()
+    assert len(lines) == len(odd) and all(line.isascii() for line in lines)
+    made = [json.loads(line) for line in lines]
+    standard = json.JSONEncoder(separators=(",", ":"), default=str)
+    for line, record, value in zip(lines, made, odd, strict=True):
+        assert line == standard.encode({**record, "principal": value})
+
+
 def test_an_audit_lines_time_is_its_moment_in_utc_to_the_millisecond(tmp_path: Path) -> None:
     """Printed as task times are (`tasks.models.iso`), across a change of second too."""
     path = tmp_path / "audit.log"

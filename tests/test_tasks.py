@@ -15,6 +15,7 @@ from mcp import types
 from mcp.shared.exceptions import McpError
 
 from gateway.protocol.errors import INTERNAL_ERROR, INVALID_PARAMS, METHOD_NOT_FOUND
+from gateway.protocol.outcome import Outcome
 from gateway.session import task_api as api_2025
 from gateway.tasks.models import Task
 from gateway.tasks.notifier import Notifier
@@ -27,6 +28,7 @@ from .helpers import (
     FakeClock,
     headers,
     raw_session,
+    read_messages,
     result_request,
     route,
     rpc,
@@ -213,6 +215,40 @@ async def test_a_terminal_write_between_the_results_read_and_its_wait_answers_at
     assert '"text":"slept 0.3 s"' in body
 
 
+async def test_a_waiting_result_is_answered_from_the_terminal_write_without_reading_it_back(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The run that ends a task here hands its waiting tasks/result the outcome it wrote: the
+    answer needs no read of the store (a round trip to a shared PostgreSQL) and no turn of
+    the loop of its own. Audited as read all the same."""
+    url = f"{await start_gateway(route())}/t/mcp"
+    read_back: list[str] = []
+    get_task, get_outcome = SqliteTaskStore.get_task, SqliteTaskStore.get_outcome
+
+    async def reading_task(self: SqliteTaskStore, task_id: str) -> Task | None:
+        read_back.append("task")
+        return await get_task(self, task_id)
+
+    async def reading_outcome(self: SqliteTaskStore, task_id: str) -> Outcome | None:
+        read_back.append("outcome")
+        return await get_outcome(self, task_id)
+
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 0.3, "steps": 1})
+        monkeypatch.setattr(SqliteTaskStore, "get_task", reading_task)
+        monkeypatch.setattr(SqliteTaskStore, "get_outcome", reading_outcome)
+        message = result_request(task_id, 2)
+        async with http.post(url, json=message, headers=headers(session_id)) as resp:
+            if resp.content_type == "text/event-stream":  # (a slow machine: past the window)
+                answer = (await read_messages(resp, 1))[0]
+            else:
+                answer = await resp.json()
+    assert answer["result"]["content"][0]["text"] == "slept 0.3 s"
+    assert answer["result"]["_meta"][RELATED] == {"taskId": task_id}
+    assert read_back == []
+
+
 async def test_a_lost_wake_up_still_ends_the_wait_at_the_backstop_and_is_counted(
     start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -221,6 +257,7 @@ async def test_a_lost_wake_up_still_ends_the_wait_at_the_backstop_and_is_counted
     wake-up, brought the news."""
     monkeypatch.setattr(api_2025, "_BACKSTOP_SECONDS", 0.3)
     monkeypatch.setattr(Notifier, "task_changed", lambda self, task_id: None)
+    monkeypatch.setattr(Notifier, "task_ended", lambda self, task, outcome: None)
     base = await start_gateway(route())
     url = f"{base}/t/mcp"
     async with aiohttp.ClientSession() as http:

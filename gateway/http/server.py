@@ -160,14 +160,15 @@ class GuardedHandler(web_protocol.RequestHandler):
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         super().connection_made(transport)
-        assert isinstance(transport, asyncio.Transport)
-        self._lingering = _LingeringTransport(transport, self._loop)
+        # A stream transport, though uvloop's do not derive from asyncio.Transport.
+        stream = cast(asyncio.Transport, transport)
+        self._lingering = _LingeringTransport(stream, self._loop)
         self.transport = cast(asyncio.Transport, self._lingering)
-        peer = transport.get_extra_info("peername")
+        peer = stream.get_extra_info("peername")
         self._address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
         refusal = self._guard.admit(self, self._address)
         if refusal is not None:
-            transport.write(refusal)
+            stream.write(refusal)
             self.force_close()  # closes the transport once the refusal is flushed
             return
         self._counted = True

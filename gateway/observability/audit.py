@@ -23,6 +23,8 @@ import threading
 import time
 from typing import Any
 
+import orjson
+
 from gateway.config import AuditConfig
 
 log = logging.getLogger("gateway.audit")
@@ -35,6 +37,20 @@ _writer: _Writer | None = None
 _REST_SECONDS = 0.02
 
 _json = json.JSONEncoder(separators=(",", ":"), default=str)
+#: Datetimes and dataclasses to `default` as well, so that each is written as `_json` writes it.
+_ORJSON_OPTIONS = orjson.OPT_PASSTHROUGH_DATETIME | orjson.OPT_PASSTHROUGH_DATACLASS
+
+
+def _encode(record: dict[str, Any]) -> str:
+    """`_json.encode(record)`, made by orjson where that gives the same line: the standard
+    encoder took some 13,000 instructions an event (a float's digits above all), three
+    events a task. What orjson refuses (a lone surrogate, an integer beyond 64 bits) or
+    writes otherwise (non-ASCII, which the standard one escapes) goes the standard way."""
+    try:
+        line = orjson.dumps(record, default=str, option=_ORJSON_OPTIONS)
+    except orjson.JSONEncodeError:
+        return _json.encode(record)
+    return line.decode() if line.isascii() else _json.encode(record)
 
 
 def configure(config: AuditConfig) -> None:
@@ -136,7 +152,7 @@ def audit(event: str, **fields: Any) -> None:
         return
     record = {"time": _now(), "event": event}
     record.update({key: value for key, value in fields.items() if value is not None})
-    line = _json.encode(record)
+    line = _encode(record)
     if writer is not None:
         writer.lines.put(line)
         return

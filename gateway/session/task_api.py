@@ -25,9 +25,10 @@ from gateway.config import TaskPolicy
 from gateway.protocol import jsonrpc, rewrite
 from gateway.protocol.errors import INTERNAL_ERROR, TaskError
 from gateway.protocol.jsonrpc import Answer
+from gateway.protocol.outcome import Outcome
 from gateway.session.session import Session
 from gateway.session.streams import EventStream
-from gateway.tasks.api_common import NOT_FOUND, audit_miss, find, ok, read_outcome
+from gateway.tasks.api_common import NOT_FOUND, audit_miss, find, ok, read_outcome, retrieved
 from gateway.tasks.inputs import TaskInputs, parse_stored_id
 from gateway.tasks.models import Task, TaskStatus, epoch_us, from_epoch_us
 from gateway.tasks.notifier import Notifier, Watch
@@ -115,12 +116,34 @@ class TaskApi:
             if task.status.terminal:
                 return await self._final(request.id, task_id)
             stream = session.task_host.open_result_stream(task_id)
+            # The usual end: the run here writes the outcome, and this answers with it in
+            # the same turn of the loop. `_wait` serves every other end (a cancel from
+            # another replica, expiry, a lost process) and the questions meanwhile.
+            watch.on_end = lambda ended, outcome: self._deliver(
+                session, request.id, task_id, stream, retrieved(task_id, outcome)
+            )
             session.spawn(self._wait(session, request.id, task, stream, watch), "tasks/result wait")
             waiting = True
             return stream
         finally:
             if not waiting:
                 watch.close()
+
+    def _deliver(
+        self,
+        session: Session,
+        request_id: jsonrpc.RequestId,
+        task_id: str,
+        stream: EventStream,
+        outcome: Outcome | None,
+    ) -> None:
+        """The answer to a waiting tasks/result, which ends its stream (unless the session
+        ended it first)."""
+        if stream.closed:
+            return
+        session.task_host.forget_stored(task_id)
+        stream.push(jsonrpc.dump(_final_answer(request_id, task_id, outcome)))
+        session.task_host.close_result_stream(task_id, stream)
 
     async def _wait(
         self,
@@ -138,17 +161,24 @@ class TaskApi:
             while True:
                 if task.status is TaskStatus.INPUT_REQUIRED:
                     rows = await self._inputs.pending(task_id)
+                    if stream.closed:  # answered by `watch.on_end` meanwhile
+                        return
                     session.task_host.ask_stored(rows, stream, self._inputs.settle)
                 woken = await watch.wait(_BACKSTOP_SECONDS)
+                if stream.closed:
+                    return
                 found = await self._store.get_task(task_id)
+                if stream.closed:
+                    return
                 if not woken and (found is None or found.status is not task.status):
                     metrics.wakeups_lost.labels(route).inc()  # a wake-up was lost
                 if found is None:
                     stream.push(jsonrpc.dump(jsonrpc.error_response(request_id, -32602, NOT_FOUND)))
                     return
                 if found.status.terminal:
-                    session.task_host.forget_stored(task_id)
-                    stream.push(jsonrpc.dump(await self._final(request_id, task_id)))
+                    watch.on_end = None  # this wait answers: the outcome is read once
+                    outcome = await read_outcome(self._store, task_id)
+                    self._deliver(session, request_id, task_id, stream, outcome)
                     return
                 task = found
         finally:
@@ -157,12 +187,7 @@ class TaskApi:
             session.task_host.close_result_stream(task_id, stream)
 
     async def _final(self, request_id: jsonrpc.RequestId, task_id: str) -> Answer:
-        outcome = await read_outcome(self._store, task_id)
-        if outcome is None:
-            return jsonrpc.error_response(
-                request_id, INTERNAL_ERROR, "the task ended without a stored result"
-            )
-        return rewrite.task_result(request_id, task_id, outcome)
+        return _final_answer(request_id, task_id, await read_outcome(self._store, task_id))
 
     async def _list(self, session: Session, request: jsonrpc.Request, policy: TaskPolicy) -> Answer:
         cursor = jsonrpc.param(request, "cursor")
@@ -199,3 +224,11 @@ class TaskApi:
         if age > policy.cursor_max_age_seconds:
             raise TaskError("Invalid cursor: it has expired; list again from the start")
         return from_epoch_us(micros), task_id
+
+
+def _final_answer(request_id: jsonrpc.RequestId, task_id: str, outcome: Outcome | None) -> Answer:
+    if outcome is None:
+        return jsonrpc.error_response(
+            request_id, INTERNAL_ERROR, "the task ended without a stored result"
+        )
+    return rewrite.task_result(request_id, task_id, outcome)

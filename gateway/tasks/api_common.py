@@ -72,7 +72,11 @@ async def audit_miss(store: TaskStore, task_id: str, owner: str, principal: str 
 
 async def read_outcome(store: TaskStore, task_id: str) -> Outcome | None:
     """A finished task's outcome, as its reader gets it: every read is audited."""
-    outcome = await store.get_outcome(task_id)
+    return retrieved(task_id, await store.get_outcome(task_id))
+
+
+def retrieved(task_id: str, outcome: Outcome | None) -> Outcome | None:
+    """`outcome`, audited as read (the outcome a run here has just written, say)."""
     audit(
         "task_result_retrieved", task_id=task_id, kind=outcome.kind if outcome is not None else None
     )

@@ -33,7 +33,7 @@ class Landings:
         self._clock = clock
         #: Runs whose call has ended and whose terminal write is under way, with the reads
         #: waiting for that write.
-        self._finishing: dict[str, set[asyncio.Future[None]]] = {}
+        self._finishing: dict[str, set[asyncio.Future[Task | None]]] = {}
 
     async def land(
         self, task_id: str, status: TaskStatus, message: str | None, outcome: Outcome
@@ -42,13 +42,15 @@ class Landings:
         shared store is unreachable: the outcome is in hand and is the one thing not to lose.
         A shutdown meanwhile cancels this and leaves the task live, for the next process (or
         a surviving replica) to settle."""
-        with self.under_way(task_id):
+        with self.under_way(task_id) as landed:
             delay = 0.1
             while True:
                 try:
-                    return await self._store.finish_task(
+                    done = await self._store.finish_task(
                         task_id, status, message, outcome, self._clock()
                     )
+                    landed.append(done)
+                    return done
                 except StoreUnreachable:
                     log.warning(
                         "a task's outcome waits for the store; trying again in %.1f s", delay
@@ -57,19 +59,22 @@ class Landings:
                     delay = min(delay * 2, 5.0)
 
     @contextlib.contextmanager
-    def under_way(self, task_id: str) -> Iterator[None]:
-        """Around a task's terminal write: the reads that came meanwhile resume after it."""
-        readers: set[asyncio.Future[None]] = set()
+    def under_way(self, task_id: str) -> Iterator[list[Task | None]]:
+        """Around a task's terminal write: the reads that came meanwhile resume after it,
+        with the task as written when the block appended it (None: they read it again)."""
+        readers: set[asyncio.Future[Task | None]] = set()
         self._finishing[task_id] = readers
+        landed: list[Task | None] = []
         try:
-            yield
+            yield landed
         finally:
             del self._finishing[task_id]
+            written = landed[0] if landed else None
             for reader in readers:
                 if not reader.done():  # (a read cancelled meanwhile)
-                    reader.set_result(None)
+                    reader.set_result(written)
 
-    def landing(self, task_id: object) -> asyncio.Future[None] | None:
+    def landing(self, task_id: object) -> asyncio.Future[Task | None] | None:
         """Taken before a read of the task: when its call here has ended and its terminal
         write is under way, a future that resolves once the write has landed (else None).
 
@@ -82,25 +87,26 @@ class Landings:
         # A future of this read's own, resolved by the run itself: the read resumes on the
         # loop's next turn after the write, where waiting on a shared one (which a cancelled
         # read must not cancel, so behind a shield) took two more.
-        landed = asyncio.get_running_loop().create_future()
+        landed: asyncio.Future[Task | None] = asyncio.get_running_loop().create_future()
         readers.add(landed)
         return landed
 
-    async def current(self, task: Task, landing: asyncio.Future[None] | None) -> Task:
+    async def current(self, task: Task, landing: asyncio.Future[Task | None] | None) -> Task:
         """`task` as read after `landing(task.task_id)`, or, when that found a terminal write
         under way and the read came before it landed, the task once it has (a few
-        milliseconds, within `_FINISH_WAIT`)."""
+        milliseconds, within `_FINISH_WAIT`): as the write returned it, without a read (a
+        round trip to a shared PostgreSQL), unless it found the task ended already."""
         if landing is None:
             return task
         try:
             if task.status.terminal:
                 return task
             async with timers.deadline(_FINISH_WAIT):
-                await landing
+                written = await landing
         except TimeoutError:
             return task  # the store is slow or away: the status as last written
         finally:
             readers = self._finishing.get(task.task_id)
             if readers is not None:
                 readers.discard(landing)  # (a store away for long meets many reads)
-        return await self._store.get_task(task.task_id) or task
+        return written or await self._store.get_task(task.task_id) or task

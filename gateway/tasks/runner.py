@@ -78,6 +78,8 @@ class TaskRunner:
         #: At most one statusMessage write per task per `progress_interval` seconds.
         self._progress = ProgressNotes(store, notifier, clock, self._tasks, progress_interval)
         self._runs = Runs()
+        #: Tasks whose call waits on a question to the client (see `_on_input`).
+        self._asking: set[str] = set()
         self.idle = self._runs.idle  # (the drain before a stop waits here)
         self._landings = Landings(store, clock)
         #: Taken before a read of a task, then the task as read (see `Landings`).
@@ -228,16 +230,21 @@ class TaskRunner:
                     status, message = status_for(outcome)
                     done = await self._landings.land(task.task_id, status, message, outcome)
                     if done is not None:
-                        self._changed(done, host)
+                        # With a question open, a waiting tasks/result hears of the end once
+                        # `end_task_call` has withdrawn it on its stream, not from the write.
+                        asked = task.task_id in self._asking
+                        self._changed(done, host, None if asked else outcome)
             finally:
                 if self._tracing is not None:  # no terminal write here: it was stopped
                     self._tracing.task_ended(task.task_id, "stopped")
                 try:
                     await host.end_task_call(outgoing.id)
                 finally:
+                    self._asking.discard(task.task_id)
                     self._runs.ended(asyncio.current_task())
 
     def _on_input(self, task_id: str, waiting: bool, host: TaskHost) -> asyncio.Task[None]:
+        (self._asking.add if waiting else self._asking.discard)(task_id)
         return self._tasks.spawn(self._record_input(task_id, waiting, host), name="task input")
 
     async def _record_input(self, task_id: str, waiting: bool, host: TaskHost) -> None:
@@ -249,11 +256,15 @@ class TaskRunner:
         if updated is not None:
             self._changed(updated, host)
 
-    def _changed(self, task: Task, host: TaskHost | None) -> None:
+    def _changed(self, task: Task, host: TaskHost | None, outcome: Outcome | None = None) -> None:
+        """After a write of `task` (terminal with `outcome`, when one is given)."""
         self._telemetry.changed(task, host.principal if host else None)
         if self._tracing is not None and task.status.terminal:
             self._tracing.task_ended(task.task_id, task.status.value)
-        self._notifier.task_changed(task.task_id)
+        if outcome is None:
+            self._notifier.task_changed(task.task_id)
+        else:
+            self._notifier.task_ended(task, outcome)
         if host is not None:
             host.task_status(task)
 
@@ -276,6 +287,8 @@ class TaskRunner:
             raise TaskError(f"Cannot cancel task: already in terminal status '{status}'")
         running = self._runs.get(task.task_id)
         self._telemetry.cancelled(task, running.host.principal if running else None, actor)
+        # Without the outcome: a waiting tasks/result answers after `stop` has withdrawn the
+        # task's open questions on its stream, not before.
         self._changed(done, running.host if running else None)
         if running is not None:
             await running.stop("the task was cancelled")

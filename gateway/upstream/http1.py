@@ -24,7 +24,7 @@ import asyncio
 import collections
 from collections.abc import AsyncIterator
 from types import TracebackType
-from typing import Protocol
+from typing import Protocol, cast
 
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
@@ -151,8 +151,8 @@ class Connection(asyncio.Protocol):
         self.open = False
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self.transport = transport
+        # (A stream transport, though uvloop's do not derive from asyncio.Transport.)
+        self.transport = cast(asyncio.Transport, transport)
         self.open = True
 
     def send(self, data: bytes) -> asyncio.Future[Http1Response]:

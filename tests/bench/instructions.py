@@ -11,6 +11,8 @@ a request (its socket calls) is not in it. Needs valgrind (`apt-get install valg
 
     .venv/bin/python -m tests.bench.instructions                # relay and task requests
     .venv/bin/python -m tests.bench.instructions --kinds relay --calls 3200
+    .venv/bin/python -m tests.bench.instructions --kinds get --keep /tmp/counts
+    callgrind_annotate --inclusive=yes /tmp/counts/task-get.callgrind.*-01 | head -60
 
 Each server runs under callgrind with instrumentation off until it serves; the count covers
 `--calls` requests after a warm-up, from 16 concurrent clients, every thread of the server.
@@ -229,6 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--calls", type=int, default=1600, help="requests counted per target")
     p.add_argument("--kinds", default=",".join(KINDS), help=f"any of {', '.join(KINDS)}")
+    p.add_argument(
+        "--keep",
+        type=Path,
+        help="a directory to copy callgrind's files into, for callgrind_annotate (by C "
+        "function: which calls cost what a Python profile cannot show)",
+    )
     args = p.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = sorted(set(kinds) - set(KINDS))
@@ -250,6 +258,10 @@ def main(argv: list[str] | None = None) -> int:
             task_kinds = [k for k in kinds if k != "relay"]
             if task_kinds:
                 counts.extend(count_tasks(task_kinds, args.calls, logdir, upstream_url))
+        if args.keep is not None:
+            args.keep.mkdir(parents=True, exist_ok=True)
+            for path in logdir.glob("*.callgrind.*"):
+                shutil.copy(path, args.keep / path.name)
     print(f"instructions per request (callgrind, user space), {args.calls} requests each")
     print(f"{'kind':8s} {'target':8s} {'all threads':>12s} {'loop thread':>12s}")
     for c in counts:
