@@ -383,9 +383,9 @@ GOOD = {"issuer": "http://i", "jwks_url": "http://i/j", "public_url": "http://gw
 @pytest.mark.parametrize(
     ("oauth", "expected"),
     [
-        ({"issuer": None}, "auth.oauth.issuer: Field required"),
-        ({"jwks_url": None}, "auth.oauth.jwks_url: Field required"),
-        ({"public_url": None}, "auth.oauth.public_url: Field required"),
+        ({"issuer": None}, "auth.oauth.issuer: required"),
+        ({"jwks_url": None}, "auth.oauth.jwks_url: required"),
+        ({"public_url": None}, "auth.oauth.public_url: required"),
         ({"public_url": 8080}, "auth.oauth.public_url: Input should be a valid string"),
         (
             {"public_url": "localhost:8080"},

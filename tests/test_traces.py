@@ -471,7 +471,7 @@ def test_a_tracing_section_without_the_otel_extra_stops_start_up_naming_the_extr
 @pytest.mark.parametrize(
     ("tracing", "error"),
     [
-        ({}, "tracing.otlp_endpoint: Field required"),
+        ({}, "tracing.otlp_endpoint: required"),
         ({"otlp_endpoint": "collector:4318"}, "tracing.otlp_endpoint: must be an http://"),
         ({"otlp_endpoint": "ftp://h:4318"}, "tracing.otlp_endpoint: must be an http://"),
         ({"otlp_endpoint": "http://h:99999"}, "tracing.otlp_endpoint: must be an http://"),
