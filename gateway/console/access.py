@@ -14,7 +14,6 @@ answer: 400 for what a caller sends, 404, 409, 413, never a 500 for input.
 from __future__ import annotations
 
 import hmac
-import logging
 from collections.abc import Sequence
 
 from aiohttp import web
@@ -24,13 +23,10 @@ from gateway.console.pages import Pages, secured
 from gateway.console.signin import COOKIE, Session, Sessions
 from gateway.http import forwarded
 from gateway.http.admin import OPERATOR
-from gateway.http.admin_guard import Refusals, Unknown
-from gateway.http.admin_query import BadQuery
+from gateway.http.admin_guard import Refusals, failure
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
-from gateway.protocol.errors import GatewayError, LimitExceeded, TaskError
-
-log = logging.getLogger(__name__)
+from gateway.protocol.errors import LimitExceeded, TaskError
 
 #: Where the session of a signed-in request is kept on it.
 SESSION = web.RequestKey("console.session", Session)
@@ -84,20 +80,10 @@ class Access:
             return await handler(request)
         except web.HTTPSeeOther as exc:
             return web.Response(status=exc.status, headers={"Location": str(exc.location)})
-        except BadQuery as exc:
-            return pages.error(400, str(exc))
-        except Unknown as exc:
-            return pages.error(404, str(exc))
         except TaskError as exc:
             return pages.error(409, str(exc))
-        except web.HTTPException as exc:  # the router's 404 and 405, a form too large
-            path = printable(request.path, 200)
-            return pages.error(exc.status, f"{exc.reason}: {request.method} {path}")
-        except GatewayError as exc:  # the store is unreachable just now
-            return pages.error(exc.http_status, exc.message, exc.headers)
-        except Exception:
-            log.exception("console %s %s: internal error", request.method, printable(request.path))
-            return pages.error(500, "internal error (the gateway's log has the details)")
+        except Exception as exc:
+            return pages.error(*failure(exc, request, "console"))
 
     async def _check_form(self, request: web.Request, session: Session) -> None:
         form = await request.post()

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hmac
 import logging
+from collections.abc import Mapping
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
@@ -30,7 +31,7 @@ class Unknown(Exception):
     """The id names no task or session (404); the message says which."""
 
 
-def error(status: int, message: str, headers: dict[str, str] | None = None) -> web.Response:
+def error(status: int, message: str, headers: Mapping[str, str] | None = None) -> web.Response:
     return web.json_response({"error": message}, status=status, headers=headers)
 
 
@@ -79,18 +80,25 @@ def guard(token: str, refusals: Refusals, console: web.Application | None) -> Mi
             )
         try:
             return await handler(request)
-        except BadQuery as exc:
-            return error(400, str(exc))
-        except Unknown as exc:
-            return error(404, str(exc))
-        except web.HTTPException as exc:  # the router's 404 and 405
-            return error(
-                exc.status, f"{exc.reason}: {request.method} {printable(request.path, 200)}"
-            )
-        except GatewayError as exc:  # the store is unreachable just now
-            return error(exc.http_status, exc.message, exc.headers)
-        except Exception:
-            log.exception("admin %s %s: internal error", request.method, printable(request.path))
-            return error(500, "internal error (the gateway's log has the details)")
+        except Exception as exc:
+            return error(*failure(exc, request, "admin"))
 
     return check
+
+
+def failure(
+    exc: Exception, request: web.Request, where: str
+) -> tuple[int, str, Mapping[str, str] | None]:
+    """The status, message and headers an admin handler's `exc` is answered with, by the API
+    and the console alike (`where` names which in the log): never a 500 for what a caller
+    sends; anything else is logged with its traceback."""
+    if isinstance(exc, BadQuery):
+        return 400, str(exc), None
+    if isinstance(exc, Unknown):
+        return 404, str(exc), None
+    if isinstance(exc, web.HTTPException):  # the router's 404 and 405, a form too large
+        return exc.status, f"{exc.reason}: {request.method} {printable(request.path, 200)}", None
+    if isinstance(exc, GatewayError):  # the store is unreachable just now
+        return exc.http_status, exc.message, exc.headers
+    log.exception("%s %s %s: internal error", where, request.method, printable(request.path))
+    return 500, "internal error (the gateway's log has the details)", None
