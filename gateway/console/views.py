@@ -19,9 +19,8 @@ from multidict import MultiDict, MultiMapping
 
 from gateway.console.access import session_of
 from gateway.console.pages import Pages
-from gateway.http.admin import OPERATOR, AdminApi, filters_of
-from gateway.http.admin_query import session_filter, session_row, task_filter, task_row
-from gateway.observability.audit import audit
+from gateway.http.admin import AdminApi
+from gateway.http.admin_query import session_row, task_filter, task_row
 from gateway.observability.metrics import Metrics
 from gateway.protocol.members import Naming
 from gateway.tasks.models import TERMINAL, Task, TaskFilter, TaskStatus
@@ -90,10 +89,7 @@ class Views:
             query["limit"] = str(PAGE_ROWS)
         now = self._clock()
         choice = task_filter(query, now)
-        found = await self._store.query_tasks(choice.model_copy(update={"limit": choice.limit + 1}))
-        page = found[: choice.limit]
-        if REFRESH not in request.headers:
-            audit("admin_tasks_listed", actor=OPERATOR, count=len(page), **filters_of(filters))
+        page, more = await self._api.tasks_page(choice, filters, REFRESH not in request.headers)
         rows = [self._row(task, now) for task in page]
         purge = {key: value for key, value in filters.items() if key != "limit"}
         return self._render(
@@ -101,7 +97,7 @@ class Views:
             "tasks.html",
             title="Tasks",
             rows=rows,
-            more=len(found) > choice.limit,
+            more=more,
             filters=filters,
             statuses=[status.value for status in TaskStatus],
             purge_query=urlencode(purge),
@@ -151,10 +147,7 @@ class Views:
         filters = dict(query)
         if "limit" not in query:
             query["limit"] = str(PAGE_ROWS)
-        route, principal, limit = session_filter(query)
-        found = await self._store.query_sessions(route, principal, limit + 1)
-        page = found[:limit]
-        audit("admin_sessions_listed", actor=OPERATOR, count=len(page), **filters_of(filters))
+        page, more = await self._api.sessions_page(query, filters)
         now = self._clock()
         rows = [{**session_row(r), "age": age(now - r.created_at)} for r in page]
         return self._render(
@@ -162,7 +155,7 @@ class Views:
             "sessions.html",
             title="Sessions",
             rows=rows,
-            more=len(found) > limit,
+            more=more,
             filters=filters,
         )
 

@@ -37,7 +37,7 @@ from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from aiohttp import web
-from multidict import MultiDict
+from multidict import MultiDict, MultiMapping
 
 from gateway.config import HttpConfig
 from gateway.http.admin_guard import Refusals, Unknown, error, guard
@@ -115,12 +115,19 @@ class AdminApi:
 
     async def list_tasks(self, request: web.Request) -> web.Response:
         choice = task_filter(request.query, self._clock())
+        page, more = await self.tasks_page(choice, request.query)
+        return web.json_response({"tasks": [task_row(t) for t in page], "more": more})
+
+    async def tasks_page(
+        self, choice: TaskFilter, filters: Mapping[str, str], audited: bool = True
+    ) -> tuple[list[Task], bool]:
+        """The tasks `choice` picks, up to its limit, and whether more match; audited as
+        `admin_tasks_listed` with `filters` unless not `audited` (the console's refresh)."""
         found = await self._store.query_tasks(choice.model_copy(update={"limit": choice.limit + 1}))
         page = found[: choice.limit]
-        audit("admin_tasks_listed", actor=OPERATOR, count=len(page), **filters_of(request.query))
-        return web.json_response(
-            {"tasks": [task_row(t) for t in page], "more": len(found) > choice.limit}
-        )
+        if audited:
+            audit("admin_tasks_listed", actor=OPERATOR, count=len(page), **filters_of(filters))
+        return page, len(found) > choice.limit
 
     async def show_task(self, request: web.Request) -> web.Response:
         task = await self.find_task(request.match_info["id"])
@@ -206,13 +213,23 @@ class AdminApi:
         return web.json_response({"wouldPurge": len(found), "more": more, "tasks": shown})
 
     async def list_sessions(self, request: web.Request) -> web.Response:
-        route, principal, limit = session_filter(request.query)
+        page, more = await self.sessions_page(request.query, request.query)
+        return web.json_response({"sessions": [session_row(r) for r in page], "more": more})
+
+    async def sessions_page(
+        self, query: MultiMapping[str], filters: Mapping[str, str]
+    ) -> tuple[list[SessionRecord], bool]:
+        """The sessions `query` picks (`session_filter`), up to its limit, and whether more
+        match; audited as `admin_sessions_listed` with `filters`.
+
+        Raises:
+            BadQuery: see `admin_query`.
+        """
+        route, principal, limit = session_filter(query)
         found = await self._store.query_sessions(route, principal, limit + 1)
         page = found[:limit]
-        audit("admin_sessions_listed", actor=OPERATOR, count=len(page), **filters_of(request.query))
-        return web.json_response(
-            {"sessions": [session_row(r) for r in page], "more": len(found) > limit}
-        )
+        audit("admin_sessions_listed", actor=OPERATOR, count=len(page), **filters_of(filters))
+        return page, len(found) > limit
 
     async def end_session(self, request: web.Request) -> web.Response:
         record = await self.end_session_as_operator(request.match_info["id"])
