@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 
 #: Every wait on the browser is bounded by this.
 WAIT = 15.0
@@ -30,6 +31,17 @@ WAIT = 15.0
 
 def chromium_path() -> str | None:
     return shutil.which("chromium") or shutil.which("chromium-browser")
+
+
+def chromium() -> str:
+    """Debian's chromium, for a test that drives it: skipped locally without it, failed under
+    CI (which installs it)."""
+    found = chromium_path()
+    if found is None:
+        if os.environ.get("CI"):
+            pytest.fail("chromium is not installed; CI must run `bash .ci/chromium.sh` first")
+        pytest.skip("chromium is not installed (`bash .ci/chromium.sh` installs it)")
+    return found
 
 
 @contextmanager

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import shutil
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -22,6 +20,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from .cdp import chromium
 from .conftest import StartGateway, free_port
 
 #: The page: initialize, initialized, tools/call echo; what it saw is posted back to /report.
@@ -51,15 +50,6 @@ run().then(
 );
 </script></body></html>
 """
-
-
-def chromium() -> str:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed; CI must run `bash .ci/chromium.sh` first")
-        pytest.skip("chromium is not installed (`bash .ci/chromium.sh` installs it)")
-    return found
 
 
 @asynccontextmanager

@@ -11,13 +11,12 @@ Skipped locally without chromium, failed under CI.
 
 from __future__ import annotations
 
-import os
 from collections.abc import AsyncIterator, Iterator
 
 import aiohttp
 import pytest
 
-from .cdp import Page, chromium_path, launched, page
+from .cdp import Page, chromium, launched, page
 from .conftest import StartGateway
 from .console import CONSOLE, TOKEN, Console, console_gateway
 
@@ -26,12 +25,7 @@ pytestmark = pytest.mark.timeout(90)
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[str]:
-    executable = chromium_path()
-    if executable is None:
-        if os.environ.get("CI"):
-            pytest.fail("chromium is not installed; CI must run `bash .ci/chromium.sh` first")
-        pytest.skip("chromium is not installed (`bash .ci/chromium.sh` installs it)")
-    with launched(executable) as url:
+    with launched(chromium()) as url:
         yield url
 
 
