@@ -19,8 +19,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING
+from collections.abc import Callable, Coroutine, Iterable
+from typing import TYPE_CHECKING, Any
 
 from gateway.aio import TaskSet
 from gateway.protocol import jsonrpc
@@ -91,8 +91,8 @@ class SessionTaskHost:
         self._task_calls += 1
         return outgoing
 
-    async def run_task_call(self, request: jsonrpc.Request) -> Answer:
-        return await self._session.upstream.call(request, bounded=False)
+    def run_task_call(self, request: jsonrpc.Request) -> Coroutine[Any, Any, Answer]:
+        return self._session.upstream.call(request, bounded=False)
 
     async def stop_task_call(self, request_id: jsonrpc.RequestId, reason: str) -> None:
         try:

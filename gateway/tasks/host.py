@@ -11,8 +11,8 @@ and hears of every status change.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Coroutine
+from typing import Any, Protocol
 
 from gateway.protocol import jsonrpc
 from gateway.tasks.models import Task
@@ -41,9 +41,10 @@ class TaskHost(Protocol):
         on_input: Callable[[bool], asyncio.Task[None]],
     ) -> jsonrpc.Request: ...
 
-    async def run_task_call(self, request: jsonrpc.Request) -> Answer:
+    def run_task_call(self, request: jsonrpc.Request) -> Coroutine[Any, Any, Answer]:
         """The answer to the call `start_task_call` returned: the 2025-11-25 session sends it
-        now; a 2026-07-28 call was already running when it became a task.
+        now; a 2026-07-28 call was already running when it became a task. (A coroutine: the
+        host need not add a frame of its own to every run in flight.)
 
         Raises:
             GatewayError: no answer could be had.

@@ -190,16 +190,19 @@ class TaskRunner:
     ) -> None:
         outcome: Outcome | None = None
         started = time.perf_counter()
+        upstream_id = outgoing.id
         if self._tracing is not None:
             self._tracing.task_running(task.task_id)
         try:
             try:
                 if task.repeatable:
                     await self._store.note_upstream_call(
-                        task.task_id, host.upstream_session_id, outgoing.id
+                        task.task_id, host.upstream_session_id, upstream_id
                     )
                 async with timers.deadline(time_left):
-                    answer = await host.run_task_call(outgoing)
+                    call = host.run_task_call(outgoing)
+                    del outgoing  # the call drops it once sent: a run lasts as long as it
+                    answer = await call
             except (TimeoutError, GatewayError) as exc:
                 self._telemetry.upstream_call(task, None, exc, started)
                 raise
@@ -238,7 +241,7 @@ class TaskRunner:
                 if self._tracing is not None:  # no terminal write here: it was stopped
                     self._tracing.task_ended(task.task_id, "stopped")
                 try:
-                    await host.end_task_call(outgoing.id)
+                    await host.end_task_call(upstream_id)
                 finally:
                     self._asking.discard(task.task_id)
                     self._runs.ended(asyncio.current_task())

@@ -215,7 +215,8 @@ class UpstreamClient:
     ) -> Answer:
         if ready and not self._alive:
             await self._reconnect()
-        future = self._answers.expect(request.id)
+        request_id = request.id
+        future = self._answers.expect(request_id)
         try:
             async with timers.deadline(None if limit is None else limit.seconds):
                 try:
@@ -227,6 +228,9 @@ class UpstreamClient:
                     self._alive = False
                     await self._reconnect()
                     await self._transport.send(request)
+                # A task's call may wait hours for its answer, and a hundred thousand of them
+                # at once: what it sent is not kept meanwhile (a kilobyte and more each).
+                del request
                 if self._transport.answers_inline and not future.done():
                     raise UpstreamUnavailable(
                         "the upstream closed the response stream before answering"
@@ -235,7 +239,7 @@ class UpstreamClient:
         except TimeoutError as exc:
             raise timed_out(limit) from exc
         finally:
-            self._answers.forget(request.id)
+            self._answers.forget(request_id)
 
     async def notify(self, message: jsonrpc.Notification | Answer) -> None:
         """Send a notification, or our answer to a request the upstream made.
