@@ -14,6 +14,7 @@ there, and tasks/result opens their streams there.
 
 from __future__ import annotations
 
+import functools
 import secrets
 import time
 from collections.abc import Callable, Coroutine
@@ -89,9 +90,10 @@ class Session:
             self, self._calls, self._questions, self._streams, self._tasks
         )
 
-    @property
+    @functools.cached_property
     def owner(self) -> str:
-        """Whom this session's tasks belong to: its principal, or without one the session."""
+        """Whom this session's tasks belong to: its principal, or without one the session.
+        (Made once: every task the session starts keeps it, and need not keep a copy.)"""
         return owner_of(self.route.name, self.principal) or f"session:{self.id}"
 
     @property
