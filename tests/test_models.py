@@ -7,7 +7,9 @@ from datetime import UTC, datetime
 
 import pytest
 
+from gateway.protocol import jsonrpc
 from gateway.protocol.outcome import Outcome
+from gateway.tasks.creation import new_task
 from gateway.tasks.models import (
     INPUT_MESSAGE,
     INPUT_MESSAGE_2026,
@@ -111,3 +113,31 @@ def test_a_2026_reader_sees_the_status_by_the_extension_rules(
     task: Task, outcome: Outcome | None, seen: tuple[TaskStatus, str | None]
 ) -> None:
     assert status_2026(task, outcome) == seen
+
+
+def _new(task_id: str) -> Task:
+    request = jsonrpc.Request(id=1, method="tools/call", params={"name": "slow", "task": {}})
+    return new_task(
+        request,
+        task_id=task_id,
+        now=NOW,
+        owner="session:s",
+        route="demo",
+        ttl=1000,
+        poll_interval_ms=1000,
+        generation="2025-11-25",
+        repeatable=False,
+    )
+
+
+def test_new_tasks_share_the_set_of_their_given_fields_and_a_changed_copy_takes_its_own() -> None:
+    # A run keeps its task as long as the call lasts: the set pydantic keeps per model is
+    # shared by every new task (docs/performance.md, "A hundred thousand tasks in flight").
+    first, second = _new("a"), _new("b")
+    assert first.model_fields_set is second.model_fields_set
+    given = set(first.model_fields_set)
+    # What pydantic itself records for the same fields given.
+    assert given == Task(**{name: getattr(first, name) for name in given}).model_fields_set
+    changed = first.model_copy(update={"status_message": "3/10", "attempt": 2})
+    assert {"status_message", "attempt"} <= changed.model_fields_set
+    assert second.model_fields_set == given
