@@ -23,16 +23,16 @@ class TaskTelemetry:
     def __init__(self, metrics: Metrics, audit_arguments: bool = False) -> None:
         self._metrics = metrics
         self._audit_arguments = audit_arguments
-        #: Status and since-when (monotonic) of every live task this process runs: what the
-        #: tasks_active gauge and the input_required wait histogram are computed from.
-        self._live: dict[str, tuple[str, TaskStatus, float]] = {}
-        #: The route and creation time (Unix) of each: what the oldest-task gauge reads.
-        self._born: dict[str, tuple[str, float]] = {}
+        #: Route, status and since-when (monotonic) of every live task this process runs, and
+        #: its creation time (Unix): what the tasks_active gauge, the input_required wait
+        #: histogram and the oldest-task gauge are computed from. (One entry per task: a
+        #: hundred thousand in flight keep one table, not two.)
+        self._live: dict[str, tuple[str, TaskStatus, float, float]] = {}
         metrics.oldest_running = self.oldest
 
     def oldest(self, route: str) -> float:
         """Seconds since the oldest live task of `route` this process runs was created."""
-        births = [born for name, born in self._born.values() if name == route]
+        births = [born for name, _, _, born in self._live.values() if name == route]
         return max(0.0, time.time() - min(births)) if births else 0.0
 
     def refused(
@@ -108,7 +108,6 @@ class TaskTelemetry:
     def expired(self, task_id: str) -> None:
         """The sweeper deleted the task."""
         live = self._live.pop(task_id, None)
-        self._born.pop(task_id, None)
         if live is not None:
             self._metrics.tasks_active.dec(live[0], live[1].value)
         self._metrics.tasks_expired.inc()
@@ -119,12 +118,11 @@ class TaskTelemetry:
         metrics, now = self._metrics, time.monotonic()
         previous = self._live.pop(task.task_id, None)
         if previous is not None:
-            route, status, since = previous
+            route, status, since, _ = previous
             metrics.tasks_active.dec(route, status.value)
             if status is TaskStatus.INPUT_REQUIRED:
                 metrics.input_wait_seconds.labels(route).observe(now - since)
         if task.status.terminal:
-            self._born.pop(task.task_id, None)
             if previous is not None:  # a task of this process: it ends here
                 metrics.tasks_finished.inc(task.route, task.status.value)
                 lifetime = (task.updated_at - task.created_at).total_seconds()
@@ -133,5 +131,4 @@ class TaskTelemetry:
         metrics.tasks_active.inc(task.route, task.status.value)
         if task.status is TaskStatus.INPUT_REQUIRED:
             metrics.input_waits.labels(task.route).inc()
-        self._live[task.task_id] = (task.route, task.status, now)
-        self._born[task.task_id] = (task.route, task.created_at.timestamp())
+        self._live[task.task_id] = (task.route, task.status, now, task.created_at.timestamp())
