@@ -42,7 +42,7 @@ from gateway.tasks.losses import Losses
 from gateway.tasks.models import INPUT_MESSAGE, Task, TaskStatus, status_for
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.progress import ProgressNotes
-from gateway.tasks.runs import Running, Runs
+from gateway.tasks.runs import CallHooks, Running, Runs
 from gateway.tasks.store import TaskStore
 from gateway.tasks.sweeper import sweep_forever
 from gateway.tasks.telemetry import TaskTelemetry
@@ -77,6 +77,8 @@ class TaskRunner:
         self._tasks = TaskSet("task runner")
         #: At most one statusMessage write per task per `progress_interval` seconds.
         self._progress = ProgressNotes(store, notifier, clock, self._tasks, progress_interval)
+        #: Bound once, for the `CallHooks` of every run to share.
+        self._heard, self._asked = self._progress.heard, self._on_input
         self._runs = Runs()
         #: Tasks whose call waits on a question to the client (see `_on_input`).
         self._asking: set[str] = set()
@@ -166,12 +168,8 @@ class TaskRunner:
         """Hand the host the call (it returns it under the upstream's id), then run it."""
         if self._tracing is not None:
             self._tracing.task_begun(task.task_id, task.route, task.tool)
-        outgoing = host.start_task_call(
-            task,
-            request,
-            lambda params: self._progress.heard(task.task_id, params),
-            lambda waiting: self._on_input(task.task_id, waiting, host),
-        )
+        hooks = CallHooks(task.task_id, host, self._heard, self._asked)
+        outgoing = host.start_task_call(task, request, hooks.heard, hooks.asked)
         run = self._tasks.spawn(self._run(task, host, outgoing, time_left, limit), name="task run")
         self._runs.add(Running(task.task_id, run, host, outgoing.id, task.repeatable, task.attempt))
 

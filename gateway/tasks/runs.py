@@ -10,6 +10,7 @@ its host and the upstream request id its call went out under.
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from dataclasses import dataclass
 
 from gateway.protocol import jsonrpc
@@ -34,6 +35,24 @@ class Running:
         self.host.withdraw_questions(self.task_id, reason)
         self.run.cancel()
         await self.host.stop_task_call(self.upstream_id, reason)
+
+
+@dataclass(slots=True)
+class CallHooks:
+    """What the host of a run's call reports back, its progress (`heard`) and whether the
+    call waits on the client's answer (`asked`), handed on with the run's task id and host:
+    one small object per run where two closures took 500 bytes."""
+
+    task_id: str
+    host: TaskHost
+    on_progress: Callable[[str, jsonrpc.JsonObject], None]
+    on_input: Callable[[str, bool, TaskHost], asyncio.Task[None]]
+
+    def heard(self, params: jsonrpc.JsonObject) -> None:
+        self.on_progress(self.task_id, params)
+
+    def asked(self, waiting: bool) -> asyncio.Task[None]:
+        return self.on_input(self.task_id, waiting, self.host)
 
 
 class Runs:
