@@ -145,3 +145,58 @@ async def test_a_writes_caller_resumes_on_the_loops_next_turns_after_its_commit(
         await writer.close()
         db.close()
         thread.shutdown()
+
+
+async def test_a_write_queued_during_a_commit_begins_its_batch_in_the_turn_that_commit_lands(
+    tmp_path: Path,
+) -> None:
+    # A creation waits for about one and a half COMMITs, so a turn of a busy loop between one
+    # batch's COMMIT and the next batch's BEGIN is latency on every durable write: the
+    # callback that settles a batch begins the next, a turn before its own callers resume.
+    turns = 0
+
+    async def tick() -> None:
+        nonlocal turns
+        while True:
+            turns += 1
+            await asyncio.sleep(0)
+
+    db = sqlite3.connect(tmp_path / "w.db", isolation_level=None, check_same_thread=False)
+    db.executescript("PRAGMA journal_mode = WAL;" + SCHEMA)
+    gate = threading.Event()
+    begun: list[int] = []
+    first_begun = asyncio.Event()  # (a BEGIN runs on the loop)
+
+    class Gated(_CommitWatch):
+        def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
+            if sql == "BEGIN IMMEDIATE":
+                begun.append(turns)
+                first_begun.set()
+            elif sql == "COMMIT":
+                gate.wait(5)  # the first COMMIT lasts until the second write is queued
+            return super().execute(sql, *args)
+
+    thread = ThreadPoolExecutor(max_workers=1)
+    writer = GroupCommitWriter(Gated(db, lambda: turns), thread)  # type: ignore[arg-type]
+    resumed: list[int] = []
+
+    async def write(row_id: str) -> None:
+        await writer.write(insert("parents", row_id, []))
+        resumed.append(turns)
+
+    try:
+        async with asyncio.timeout(5), asyncio.TaskGroup() as group:
+            ticker = group.create_task(tick())
+            first = group.create_task(write("p1"))
+            await first_begun.wait()
+            second = group.create_task(write("p2"))
+            await asyncio.sleep(0)  # p2 is queued behind the COMMIT under way
+            gate.set()
+            await asyncio.gather(first, second)
+            ticker.cancel()
+        assert len(begun) == 2 and begun[1] < resumed[0], (begun, resumed)
+        assert at_rest(tmp_path / "w.db", "parents") == ["p1", "p2"]
+    finally:
+        await writer.close()
+        db.close()
+        thread.shutdown()

@@ -13,7 +13,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterable
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -69,10 +69,7 @@ class SqliteTaskStore(SharedReads):
         check_request(task, request)
         if not await self._write(lambda db: tasks.create(db, task, max_active, request)):
             return False
-        # As stored (UTC, to the microsecond), as every later read sees it.
-        created, updated = epoch_us(task.created_at), epoch_us(task.updated_at)
-        times = {"created_at": from_epoch_us(created), "updated_at": from_epoch_us(updated)}
-        self._cache.committed([task.model_copy(update=times)])
+        self._cache.committed([_as_stored(task)])
         return True
 
     async def find_task(self, task_id: str, owner: str) -> Task | None:
@@ -261,6 +258,20 @@ class SqliteTaskStore(SharedReads):
 
     async def _write(self, run: Callable[[sqlite3.Connection], T], bulk: bool = False) -> T:
         return await self._writer.write(run, bulk)
+
+
+def _as_stored(task: Task) -> Task:
+    """`task` with its times as stored (UTC, to the microsecond), as every later read sees
+    them: itself when they are so already, as the gateway's clock gives them, rather than a
+    copy of the model on every creation."""
+    created, updated = task.created_at, task.updated_at
+    if created.tzinfo is UTC and updated.tzinfo is UTC:
+        return task  # (a datetime holds whole microseconds: nothing to round)
+    times = {
+        "created_at": from_epoch_us(epoch_us(created)),
+        "updated_at": from_epoch_us(epoch_us(updated)),
+    }
+    return task.model_copy(update=times)
 
 
 async def open_store(

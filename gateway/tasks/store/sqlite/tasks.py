@@ -7,6 +7,7 @@ until the insert. The functions here run inside the writer's transaction for the
 
 from __future__ import annotations
 
+import functools
 import json
 import sqlite3
 from collections.abc import Collection, Sequence
@@ -85,19 +86,25 @@ def transition(
 ) -> list[Task]:
     """Moves the task `which` names (or those it lists) whose status is in `sources`; each
     one whose status changes gains a history entry."""
-    if isinstance(which, str):
-        named, key = "task_id = ?", which
-    else:
-        named, key = f"task_id {IN_JSON_ARRAY}", json.dumps(list(which))
-    # The status is an enum's value, never a caller's text: written into the SQL as it is.
-    moved = appending(f"status <> '{status.value}'")
-    sql = (
-        f"UPDATE tasks SET status = ?, status_message = ?, updated_at = ?, {moved}"
-        f" WHERE {named} AND status IN ({_marks(sources)}) RETURNING {TASK_COLUMNS}"
-    )
+    one = isinstance(which, str)
+    key = which if isinstance(which, str) else json.dumps(list(which))
     entry = change(status, now, message)
     params = (status.value, message, epoch_us(now), entry, key, *(s.value for s in sources))
+    sql = _transition_sql(status, len(sources), one)
     return [task_from_row(row) for row in db.execute(sql, params).fetchall()]
+
+
+@functools.cache
+def _transition_sql(status: TaskStatus, sources: int, one: bool) -> str:
+    """The UPDATE of `transition`, built once per status, number of sources and whether one
+    task or a list is named (a handful in all)."""
+    named = "task_id = ?" if one else f"task_id {IN_JSON_ARRAY}"
+    # The status is an enum's value, never a caller's text: written into the SQL as it is.
+    moved = appending(f"status <> '{status.value}'")
+    return (
+        f"UPDATE tasks SET status = ?, status_message = ?, updated_at = ?, {moved}"
+        f" WHERE {named} AND status IN ({_marks(range(sources))}) RETURNING {TASK_COLUMNS}"
+    )
 
 
 def ending(
@@ -109,7 +116,11 @@ def ending(
     size = 0
     if outcome is not None:
         body = json.dumps(outcome.body)
-        db.executemany(SQL.insert_outcome, [(task.task_id, outcome.kind, body) for task in tasks])
+        if len(tasks) == 1:  # a task's own terminal write: executemany's iteration spared
+            db.execute(SQL.insert_outcome, (tasks[0].task_id, outcome.kind, body))
+        else:
+            rows = [(task.task_id, outcome.kind, body) for task in tasks]
+            db.executemany(SQL.insert_outcome, rows)
         size = len(body)
     inputs.withdraw_all(db, [task.task_id for task in tasks], now)
     attempts.forget(db, [task.task_id for task in tasks if task.repeatable])

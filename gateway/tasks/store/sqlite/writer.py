@@ -1,8 +1,8 @@
 """The single writer of a SQLite store: optimistic group commit, one thread hop per batch.
 
-With synchronous=FULL every COMMIT is an fsync, so every write goes through one coroutine
-that commits whatever is queued in one transaction; a caller returns only once its write is
-durable. A write that fails fails its own caller only (see `_commit`).
+With synchronous=FULL every COMMIT is an fsync, so every write is queued for the file's one
+writer, which commits whatever is queued in one transaction; a caller returns only once its
+write is durable. A write that fails fails its own caller only (see `_commit`).
 
 The writes are plain functions of a `sqlite3.Connection`. A batch's statements (BEGIN and
 every write) run on the event loop, and only its COMMIT, which waits for the disk, on the
@@ -12,6 +12,12 @@ under load a batch of some thirty writes spent 8 ms there, almost all of it wait
 the GIL, where the same batch takes well under one on the loop. Writes that may touch many
 rows (`bulk`: expiry, purges, erasure) still run whole on the thread, so that the loop never
 waits for pages read from disk.
+
+No task drives the batches: the first write of an idle writer schedules one for the end of
+the loop's turn (so that the writes made in that turn share it), and the callback that
+settles a batch begins the next with whatever queued meanwhile, in the same turn. A creation
+waits for about one and a half COMMITs, so each turn of a busy loop between two of them was
+latency on every durable write.
 """
 
 from __future__ import annotations
@@ -25,12 +31,10 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from gateway.aio import TaskSet
-
 T = TypeVar("T")
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class _Write:
     run: Callable[[sqlite3.Connection], Any]
     future: asyncio.Future[Any]
@@ -53,10 +57,12 @@ class GroupCommitWriter:
         #: `time.monotonic()` of the latest successful commit (0.0 before the first).
         self.last_commit = 0.0
         self._queue: list[_Write] = []
-        self._wake = asyncio.Event()
         self._closing = False
-        self._tasks = TaskSet("task store")
-        self._loop = self._tasks.spawn(self._write_loop(), name="task-store-writer")
+        #: A batch is begun or scheduled: the writes queued now wait for the next.
+        self._busy = False
+        #: Set while no batch is begun or scheduled (what `close` waits for).
+        self._idle = asyncio.Event()
+        self._idle.set()
 
     async def write(self, run: Callable[[sqlite3.Connection], T], bulk: bool = False) -> T:
         """`run(db)` inside the next batch's transaction; its value once that has committed.
@@ -67,35 +73,30 @@ class GroupCommitWriter:
         """
         if self._closing:
             raise RuntimeError("the task store is closed")
-        future: asyncio.Future[T] = asyncio.get_running_loop().create_future()
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[T] = loop.create_future()
         self._queue.append(_Write(run, future, bulk))
-        self._wake.set()
+        if not self._busy:
+            self._busy = True
+            self._idle.clear()
+            loop.call_soon(self._next)
         return await future
 
     async def close(self) -> None:
         """Commits the writes already queued and refuses new ones; the connection stays open."""
         self._closing = True
-        self._wake.set()
-        try:
-            await self._loop
-        finally:
-            await self._tasks.close()
+        await self._idle.wait()
 
-    async def _write_loop(self) -> None:
-        try:
-            while self._queue or not self._closing:
-                if not self._queue:
-                    await self._wake.wait()
-                    self._wake.clear()
-                    continue
-                batch, self._queue = self._queue, []
-                await self._commit(batch)
-        finally:
-            # Reached early only if the writer itself was cancelled: nobody may wait forever.
-            self._closing = True
-            _fail(self._queue, RuntimeError("the task store is closed"))
+    def _next(self) -> None:
+        """Begin a batch of what is queued, or rest."""
+        batch, self._queue = self._queue, []
+        if batch:
+            self._commit(batch)
+        else:
+            self._busy = False
+            self._idle.set()
 
-    async def _commit(self, batch: list[_Write]) -> None:
+    def _commit(self, batch: list[_Write]) -> None:
         # Optimistic first: the whole batch in one transaction, no savepoints. Only if a write
         # fails is the batch rolled back and replayed with a savepoint per write, so that
         # failure stays its caller's alone.
@@ -106,24 +107,32 @@ class GroupCommitWriter:
             settled = None if bulk else self._apply(batch)
         except Exception as exc:  # BEGIN failed: nothing of the batch was written
             _fail(batch, exc)
+            loop.call_soon(self._next)
             return
         except BaseException:
             _fail(batch, RuntimeError("the task store is closed"))
+            loop.call_soon(self._next)
             raise
-        # The thread's end of the transaction settles the callers from one callback on the
-        # loop: awaiting run_in_executor (and a shield around it) would put three turns of a
-        # busy loop between the COMMIT and the callers instead of one, on every durable write.
-        ended: asyncio.Future[None] = loop.create_future()
+        # The thread's end of the transaction settles the callers, and begins the next batch,
+        # from one callback on the loop: awaiting run_in_executor (and a shield around it)
+        # would put three turns of a busy loop between the COMMIT and the callers instead of
+        # one, on every durable write.
         work = (lambda: self._transaction(batch)) if settled is None else self._end
 
         def landed(done: concurrent.futures.Future[Any]) -> None:
             with contextlib.suppress(RuntimeError):  # the loop is gone: so is every caller
-                loop.call_soon_threadsafe(self._settle, batch, settled, done, started, ended)
+                loop.call_soon_threadsafe(self._settle, batch, settled, done, started)
 
-        self._thread.submit(work).add_done_callback(landed)
-        # The next batch begins once this one has ended. Cancelling the writer here cancels
-        # only this wait: the thread ends the transaction regardless, and settles the callers.
-        await ended
+        try:
+            submitted = self._thread.submit(work)
+        except RuntimeError as exc:  # the thread is shut down, and with it the store
+            if self._db.in_transaction:
+                self._db.execute("ROLLBACK")
+            self._closing = True
+            _fail(batch, exc)
+            loop.call_soon(self._next)  # (what queued meanwhile fails the same way)
+            return
+        submitted.add_done_callback(landed)
 
     def _settle(
         self,
@@ -131,12 +140,22 @@ class GroupCommitWriter:
         settled: list[tuple[_Write, Any, Exception | None]] | None,
         done: concurrent.futures.Future[Any],
         started: float,
-        ended: asyncio.Future[None],
     ) -> None:
         """On the loop, once the thread has ended the batch's transaction: its callers learn
-        how (each its own value or error, or the failed COMMIT's error for all)."""
-        if not ended.done():
-            ended.set_result(None)
+        how (each its own value or error, or the failed COMMIT's error for all), and the next
+        batch begins at once."""
+        try:
+            self._settle_callers(batch, settled, done, started)
+        finally:
+            self._next()
+
+    def _settle_callers(
+        self,
+        batch: list[_Write],
+        settled: list[tuple[_Write, Any, Exception | None]] | None,
+        done: concurrent.futures.Future[Any],
+        started: float,
+    ) -> None:
         error = RuntimeError("the task store is closed") if done.cancelled() else done.exception()
         if error is not None:  # COMMIT failed (or BEGIN, for a bulk batch): nothing written
             _fail(batch, error if isinstance(error, Exception) else RuntimeError(repr(error)))
