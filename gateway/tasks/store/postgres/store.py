@@ -35,6 +35,7 @@ from gateway.tasks.store.postgres.listener import Listener
 from gateway.tasks.store.postgres.pool import Pool, application_name
 from gateway.tasks.store.postgres.schema import SQL, Connection, cursor_secret, migrate
 from gateway.tasks.store.reads import SharedReads
+from gateway.tasks.store.rows import task_from_row
 from gateway.tasks.store.writes import check_request, failure, finish_sources, update_sources
 
 T = TypeVar("T")
@@ -65,6 +66,10 @@ class PostgresTaskStore(SharedReads):
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
     ) -> bool:
         check_request(task, request)
+        if max_active is None and request is None:
+            sql, params = tasks.inserting(task, self._replica)
+            await self._db.commit(sql, *params)
+            return True
         return await self._write(
             lambda db: tasks.create(db, task, max_active, request, self._replica)
         )
@@ -103,8 +108,10 @@ class PostgresTaskStore(SharedReads):
         sources = finish_sources(status)
         # A client's cancel lands on whichever replica it reached, not only on the runner.
         runner = None if status == TaskStatus.CANCELLED else self._replica
-        move = tasks.transition(task_id, sources, status, status_message, now, runner)
-        return next(iter(await self._write(tasks.ending(move, outcome, now))), None)
+        sql, params = tasks.finishing(
+            task_id, sources, status, status_message, now, runner, outcome
+        )
+        return next(map(task_from_row, await self._db.commit(sql, *params)), None)
 
     async def erase_principal(self, principal: str) -> tuple[int, int]:
         async def erase(db: Connection) -> tuple[int, int]:
