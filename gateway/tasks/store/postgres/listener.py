@@ -1,5 +1,6 @@
 """The PostgreSQL store's wake-ups: a connection of its own that LISTENs for the task ids the
-triggers (`schema`) send when a row changes, on whichever replica changed it.
+triggers (`schema`) send when a row changes, on whichever replica changed it, and for the
+session ids whose records changed or went (for `session_cache`).
 
 Its own connection, never one of the pool's: a LISTEN lasts as long as its session, and a
 pooled connection is handed to every caller in turn. Notifications sent while it is down are
@@ -20,7 +21,7 @@ from typing import Any
 import asyncpg
 
 from gateway.aio import TaskSet
-from gateway.tasks.store.postgres.schema import CHANNEL
+from gateway.tasks.store.postgres.schema import CHANNEL, SESSION_CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +34,21 @@ _LOST = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 class Listener:
-    """Calls `changed(task_id)` per notification on CHANNEL, and `changed(None)` after each
-    reconnection, until `close()`."""
+    """Calls `changed(task_id)` per notification on CHANNEL, `sessions(session_id)` per
+    notification on SESSION_CHANNEL, and both with None after each reconnection, until
+    `close()`."""
 
-    def __init__(self, url: str, name: str, changed: Callable[[str | None], None]) -> None:
+    def __init__(
+        self,
+        url: str,
+        name: str,
+        changed: Callable[[str | None], None],
+        sessions: Callable[[str | None], None],
+    ) -> None:
         self._url = url
         self._name = name
         self._changed = changed
+        self._sessions = sessions
         self._conn: asyncpg.Connection[Any] | None = None
         self._lost = asyncio.Event()
         self._tasks = TaskSet("task store listener")
@@ -51,6 +60,11 @@ class Listener:
         """
         await self._connect()
         self._tasks.spawn(self._keep(), name="task-store-listener")
+
+    @property
+    def connected(self) -> bool:
+        """Whether notifications reach this listener now."""
+        return self._conn is not None and not self._lost.is_set()
 
     async def close(self) -> None:
         await self._tasks.close()
@@ -68,6 +82,7 @@ class Listener:
         try:
             conn.add_termination_listener(lambda _: lost.set())
             await conn.add_listener(CHANNEL, self._heard)
+            await conn.add_listener(SESSION_CHANNEL, self._heard_session)
         except BaseException:
             conn.terminate()
             raise
@@ -75,6 +90,9 @@ class Listener:
 
     def _heard(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
         self._changed(str(payload))
+
+    def _heard_session(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
+        self._sessions(str(payload))
 
     async def _keep(self) -> None:
         while True:
@@ -89,6 +107,7 @@ class Listener:
                     await asyncio.sleep(delay)
                     delay = min(2 * delay, _LAST_RETRY_SECONDS)
             log.info("task store listener: reconnected; re-reading every task waited on")
+            self._sessions(None)
             self._changed(None)
 
     async def _until_lost(self) -> None:

@@ -28,6 +28,8 @@ Connection: TypeAlias = "PoolConnectionProxy[Record]"
 
 #: The LISTEN/NOTIFY channel; each notification's payload is a task id.
 CHANNEL = "mcp_gateway_tasks"
+#: The channel of session records that changed or went; each payload is a session id.
+SESSION_CHANNEL = "mcp_gateway_sessions"
 
 #: `pg_advisory_xact_lock(LOCKS, n)` keys: 0 for the schema, `OWNER_LOCK` for an owner's count
 #: of live tasks (its key is the owner's hash).
@@ -140,6 +142,20 @@ MIGRATIONS = [
         ADD COLUMN history_dropped INTEGER,
         ADD COLUMN progress TEXT,
         ADD COLUMN progress_at BIGINT;
+    """,
+    # Replicas keep the session records they use (`session_cache`): a record rewritten or
+    # deleted on any replica is news to them all. A prune's touch of `last_seen` is not.
+    f"""
+    CREATE FUNCTION session_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('{SESSION_CHANNEL}', OLD.session_id);
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER session_ended AFTER DELETE ON sessions FOR EACH ROW
+        EXECUTE FUNCTION session_changed();
+    CREATE TRIGGER session_rewritten AFTER UPDATE OF route, principal, protocol_version,
+        initialize, initialized, upstream_session_id, upstream_protocol_version ON sessions
+        FOR EACH ROW EXECUTE FUNCTION session_changed();
     """,
 ]
 

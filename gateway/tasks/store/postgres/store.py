@@ -34,6 +34,7 @@ from gateway.tasks.store.postgres import attempts, inputs, sessions, tasks
 from gateway.tasks.store.postgres.listener import Listener
 from gateway.tasks.store.postgres.pool import Pool, application_name
 from gateway.tasks.store.postgres.schema import SQL, Connection, cursor_secret, migrate
+from gateway.tasks.store.postgres.session_cache import SessionCache
 from gateway.tasks.store.reads import SharedReads
 from gateway.tasks.store.rows import task_from_row
 from gateway.tasks.store.writes import check_request, failure, finish_sources, update_sources
@@ -61,6 +62,8 @@ class PostgresTaskStore(SharedReads):
         self._lease_seconds = lease_seconds
         self._secret = secret
         self._listener: Listener | None = None
+        #: Filled only while this store is watched: the listener brings it the news.
+        self._sessions = SessionCache()
 
     async def create_task(
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
@@ -119,7 +122,10 @@ class PostgresTaskStore(SharedReads):
             status: str = await db.execute(SQL.erase_sessions, principal)
             return len(erased), int(status.split()[-1])
 
-        return await self._write(erase)
+        try:
+            return await self._write(erase)
+        finally:
+            self._sessions.drop(None)
 
     async def stored_bytes(self, owner: str) -> int:
         rows = await self._read(_STORED_BYTES, owner)
@@ -177,23 +183,46 @@ class PostgresTaskStore(SharedReads):
         listener's connection cannot be made."""
         if self._listener is not None:
             raise RuntimeError("the task store is watched already")
-        listener = Listener(self._url, application_name(self._replica), changed)
+        sessions = self._sessions.drop
+        listener = Listener(self._url, application_name(self._replica), changed, sessions)
         await listener.start()
         self._listener = listener
+        self._sessions.live = lambda: listener.connected
+
+    async def get_session(self, session_id: str) -> SessionRecord | None:
+        # Every request on a session held here asks: its record comes from the cache.
+        if (kept := self._sessions.get(session_id)) is not None:
+            return kept
+        epoch = self._sessions.epoch
+        record = await super().get_session(session_id)
+        if record is not None:
+            self._sessions.keep(record, epoch)
+        return record
 
     async def save_session(self, record: SessionRecord) -> None:
+        epoch = self._sessions.epoch
         await self._write(lambda db: sessions.save(db, record))
+        self._sessions.keep(record, epoch)
 
     async def update_session(self, record: SessionRecord) -> bool:
-        return await self._write(lambda db: sessions.update(db, record))
+        epoch = self._sessions.epoch
+        if not await self._write(lambda db: sessions.update(db, record)):
+            return False
+        self._sessions.keep(record, epoch)
+        return True
 
     async def delete_session(self, session_id: str) -> None:
+        self._sessions.drop(session_id)
         await self._write(lambda db: db.execute(SQL.delete_session, session_id))
+        self._sessions.drop(session_id)
 
     async def prune_sessions(
         self, live: Collection[str], now: datetime, idle_before: datetime
     ) -> list[str]:
-        return await self._write(lambda db: sessions.prune(db, live, now, idle_before))
+        pruned = await self._write(lambda db: sessions.prune(db, live, now, idle_before))
+        for session_id in pruned:
+            self._sessions.drop(session_id)
+        return pruned
 
     @property
     def last_commit(self) -> float:
