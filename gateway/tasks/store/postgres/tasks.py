@@ -132,17 +132,18 @@ def finishing(
     message: str | None,
     now: datetime,
     runner: str | None,
-    outcome: Outcome | None,
+    outcome: tuple[str, str] | None,
 ) -> tuple[str, list[Any]]:
     """One task's terminal write (`transition` made `ending`) as one statement, which is a
     transaction of its own: one round trip to the database instead of six (BEGIN, the move,
     the outcome, the questions, the call, COMMIT). Its parts see the same snapshot and
     touch different tables; each acts on the row the move returns, so a task not moved
-    (terminal already, or not `runner`'s) keeps everything."""
+    (terminal already, or not `runner`'s) keeps everything. `outcome`: its kind and its body
+    as stored (JSON)."""
     sql, params = _moving(task_id, sources, status, message, now, runner)
     parts = [f"moved AS ({sql})"]
     if outcome is not None:
-        params += [outcome.kind, json.dumps(outcome.body)]
+        params += list(outcome)
         kept = f"SELECT task_id, ${len(params) - 1}, ${len(params)} FROM moved"
         parts.append(f"kept AS (INSERT INTO outcomes (task_id, kind, body) {kept})")
     ended = "task_id IN (SELECT task_id FROM moved)"

@@ -1,7 +1,8 @@
-"""Session records as replicas keep them (`postgres.session_cache`): a replica that hears the
-database's news reads a record once, and a record ended, pruned or rewritten on another
-replica is gone or new here within a notification, long before the cache's own backstop;
-news that may have been lost (the listener's connection dropped) empties the cache. On a
+"""What replicas keep in memory (`postgres.kept`): a replica that hears the database's news
+reads a session record once, and a record ended, pruned or rewritten on another replica is
+gone or new here within a notification, long before the copies' own backstop; a task it has
+just finished is read back with its outcome without the database, until any replica deletes
+it; news that may have been lost (the listener's connection dropped) empties it all. On a
 real PostgreSQL server, each test with a database of its own."""
 
 from __future__ import annotations
@@ -11,11 +12,11 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
-from gateway.tasks.models import SessionRecord
+from gateway.tasks.models import SessionRecord, TaskStatus
 from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
-from gateway.tasks.store.postgres.session_cache import KEPT_SECONDS
+from gateway.tasks.store.postgres.kept import KEPT_SECONDS
 
-from .test_store_attempts import T0
+from .test_store_attempts import RESULT, T0, make_task
 from .test_store_postgres import query
 
 RECORD = SessionRecord(
@@ -36,6 +37,8 @@ class Counted:
     def __init__(self) -> None:
         self.reads = 0
         self.store: PostgresTaskStore
+        #: The wake-ups the store passed on.
+        self.heard: asyncio.Queue[str | None] = asyncio.Queue()
 
     def timed(self, operation: str, _seconds: float) -> None:
         self.reads += operation == "read"
@@ -48,7 +51,7 @@ async def watched_and_other(url: str) -> AsyncIterator[tuple[Counted, PostgresTa
     a.store = await open_postgres_store(url, "a", on_timing=a.timed)
     b = await open_postgres_store(url, "b")
     try:
-        await a.store.watch(lambda _: None)
+        await a.store.watch(a.heard.put_nowait)
         yield a, b
     finally:
         await a.store.close()
@@ -111,3 +114,27 @@ async def test_a_lost_listener_empties_the_cache_and_a_store_not_watched_keeps_n
         assert [await b.get_session("s") for _ in range(2)] == [RECORD] * 2
         await b.delete_session("s")
         assert await b.get_session("s") is None
+
+
+async def test_a_task_finished_here_reads_back_without_the_database_until_deleted_anywhere(
+    pg_url: str,
+) -> None:
+    async with watched_and_other(pg_url) as (a, b):
+        await a.store.create_task(make_task("t"))
+        done = await a.store.finish_task("t", TaskStatus.COMPLETED, None, RESULT, T0)
+        async with asyncio.timeout(1):  # its own wake-up comes back, and changes nothing
+            assert await a.heard.get() == "t"
+        reads = a.reads
+
+        assert done is not None and await a.store.get_task("t") == done
+        assert await a.store.find_task("t", done.owner) == done
+        assert await a.store.find_task("t", "someone else") is None
+        assert await a.store.get_outcome("t") == RESULT
+        assert a.reads == reads
+
+        # An expiry (or a purge) on any replica: the task is gone here too, at once.
+        assert await b.delete_expired(T0 + timedelta(days=365)) == ["t"]
+        async with asyncio.timeout(NEWS_SECONDS):
+            while await a.store.get_task("t") is not None:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        assert await a.store.get_outcome("t") is None
