@@ -802,9 +802,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=list(PATTERNS),
         help=f"comma-separated client patterns measured after creation ({','.join(PATTERNS)})",
     )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=KEY_CONCURRENCY,
+        help=f"concurrency of the patterns (creation keeps {KEY_CONCURRENCY} and 1; "
+        f"default {KEY_CONCURRENCY})",
+    )
     p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
     args = p.parse_args(argv)
-    args.plan = plan(args.patterns)
+    if not 1 <= args.concurrency <= 1024:
+        p.error("need 1 <= --concurrency <= 1024")
+    args.plan = plan(args.patterns, args.concurrency)
     if not 0 < args.seconds <= 600 or not 0 <= args.warmup <= 60 or not 1 <= args.rounds <= 20:
         p.error("need 0 < --seconds <= 600, 0 <= --warmup <= 60, 1 <= --rounds <= 20")
     return args
