@@ -12,9 +12,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
+import asyncpg
+
 from gateway.tasks.models import SessionRecord, TaskStatus
 from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
 from gateway.tasks.store.postgres.kept import KEPT_SECONDS
+from gateway.tasks.store.postgres.schema import MIGRATIONS
 
 from .test_store_attempts import RESULT, T0, make_task
 from .test_store_postgres import query
@@ -138,3 +141,31 @@ async def test_a_task_finished_here_reads_back_without_the_database_until_delete
             while await a.store.get_task("t") is not None:  # noqa: ASYNC110
                 await asyncio.sleep(0.01)
         assert await a.store.get_outcome("t") is None
+
+
+async def test_a_database_of_schema_4_is_upgraded_and_its_deletions_and_sessions_are_news(
+    pg_url: str,
+) -> None:
+    # The schema before replicas kept copies: its triggers sent deletions on the tasks' channel.
+    conn = await asyncpg.connect(pg_url)
+    try:
+        await conn.execute("CREATE TABLE schema_versions (version INTEGER PRIMARY KEY)")
+        for number, script in enumerate(MIGRATIONS[:4], start=1):
+            await conn.execute(script)
+            await conn.execute("INSERT INTO schema_versions VALUES ($1)", number)
+    finally:
+        await conn.close()
+
+    async with watched_and_other(pg_url) as (a, b):
+        await a.store.create_task(make_task("t"))
+        await a.store.finish_task("t", TaskStatus.COMPLETED, None, RESULT, T0)
+        await b.save_session(RECORD)
+        assert await a.store.get_session("s") == RECORD
+
+        assert await b.delete_expired(T0 + timedelta(days=365)) == ["t"]
+        await b.delete_session("s")
+
+        async with asyncio.timeout(NEWS_SECONDS):  # the kept copy went with the news
+            while await a.store.get_task("t") is not None:  # noqa: ASYNC110
+                await asyncio.sleep(0.01)
+        await until_read(a.store, None)
