@@ -186,8 +186,9 @@ class SessionRegistry:
 
     async def _still_recorded(self, session: Session) -> bool:
         """Whether a session held here was not ended on another replica meanwhile; one that
-        was is let go here. Read on every request (a primary-key read): the spec's 404 for
-        an ended session must not wait, nor may a request here replay its handshake."""
+        was is let go here. Asked on every request (the store keeps the records it reads and
+        hears of their end on any replica within a notification): the spec's 404 for an
+        ended session must not wait, nor may a request here replay its handshake."""
         if await self.records.recorded(session):
             return True
         log.info("session %s: ended on another replica, let go here", session.tag)

@@ -61,9 +61,12 @@ LEGEND = {
 }
 
 
-def plan(patterns: Sequence[str]) -> tuple[tuple[str, int], ...]:
-    """(measurement, concurrency) in the order each round runs them."""
-    return (("create", KEY_CONCURRENCY), ("create", 1), *((p, KEY_CONCURRENCY) for p in patterns))
+def plan(
+    patterns: Sequence[str], concurrency: int = KEY_CONCURRENCY
+) -> tuple[tuple[str, int], ...]:
+    """(measurement, concurrency) in the order each round runs them; `concurrency` is the
+    patterns'."""
+    return (("create", KEY_CONCURRENCY), ("create", 1), *((p, concurrency) for p in patterns))
 
 
 def legend(kinds: Sequence[str]) -> str:

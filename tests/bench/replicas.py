@@ -95,11 +95,17 @@ def _ratio(row: JsonObj, base: JsonObj | None) -> float | None:
     return float(row["ops_per_s"]) / float(base["ops_per_s"])
 
 
+def _ms(value: object) -> str:
+    return "-" if value is None else f"{value:.2f}"
+
+
 def report_stores(
     args: argparse.Namespace, plan: Sequence[tuple[str, int]], rows: dict[str, list[JsonObj]]
 ) -> JsonObj:
     """Print every store's rows, measurement by measurement, with PostgreSQL/SQLite ratios of
-    the medians; the JSON of the comparison. `rows` are tasks.py's result rows, in `plan` order.
+    the medians and each store's CPU per operation (its gateways', its database backends',
+    `tests/bench/cpu.py`); the JSON of the comparison. `rows` are tasks.py's result rows, in
+    `plan` order.
     """
     print(
         f"\nstores side by side: the same measurements in the same rounds (interleaved: each "
@@ -108,9 +114,14 @@ def report_stores(
     )
     for store in rows:
         print(f"  {store:<9} = {LEGEND[store]}")
+    print(
+        "  gw/pg ms/op = CPU milliseconds per operation of the store's gateway processes and of"
+        " its database's\n              PostgreSQL backends, median over rounds"
+    )
     header = (
         f"{'measurement':<10} {'conc':>4} {'store':<9} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'http/op':>7} {'errors':>6}  {'valid':<7} {'vs sqlite':>9}  rounds ops/s"
+        f"{'http/op':>7} {'gw ms/op':>8} {'pg ms/op':>8} {'errors':>6}  {'valid':<7} "
+        f"{'vs sqlite':>9}  rounds ops/s"
     )
     print(header)
     print("-" * len(header))
@@ -124,10 +135,11 @@ def report_stores(
             per_op = row["http_requests_per_op"]
             rounds = "/".join(f"{r:.0f}" for r in row["rounds_ops_per_s"])
             mark = "yes" if row["valid"] else "INVALID"
+            gw, pg = (_ms(row.get(k)) for k in ("gateway_cpu_ms_per_op", "db_cpu_ms_per_op"))
             print(
                 f"{kind:<10} {c:>4} {store:<9} {row['ops_per_s']:>8.1f} {row['p50_ms']:>8.2f} "
                 f"{row['p99_ms']:>8.2f} {'-' if per_op is None else f'{per_op:.1f}':>7} "
-                f"{row['errors']:>6}  {mark:<7} {shown:>9}  {rounds}"
+                f"{gw:>8} {pg:>8} {row['errors']:>6}  {mark:<7} {shown:>9}  {rounds}"
             )
             if store != "sqlite":
                 entry = out.setdefault(store, {"replicas": REPLICAS[store], "results": []})

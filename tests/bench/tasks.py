@@ -67,6 +67,7 @@ from pathlib import Path
 
 import aiohttp
 
+from tests.bench.cpu import CpuProbe, cpu_row, database_of, postmaster_of
 from tests.bench.lifecycles import (
     GATEWAY_ONLY,
     OPS,
@@ -168,10 +169,15 @@ async def _drive(
 
 
 async def measure(
-    kind: str, urls: Sequence[str], concurrency: int, seconds: float, warmup: float
+    kind: str,
+    urls: Sequence[str],
+    concurrency: int,
+    seconds: float,
+    warmup: float,
+    probe: CpuProbe | None = None,
 ) -> TaskMeasurement:
     """`concurrency` workers, worker i on urls[i mod len(urls)] (with a session of its own,
-    unless the pattern is session-less)."""
+    unless the pattern is session-less); `probe` measures the CPU of the measured seconds."""
     op = OPS[kind]
     errors = ErrorLog()
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
@@ -180,6 +186,7 @@ async def measure(
     sent: list[list[int]] = [[] for _ in range(concurrency)]
     started = time.perf_counter()
     elapsed = 0.0
+    cpu: tuple[float | None, float | None] = (None, None)
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
         clients = [TaskClient(http, urls[i % len(urls)]) for i in range(concurrency)]
         try:
@@ -199,6 +206,8 @@ async def measure(
             )
             for c in clients:
                 c.waits.clear()
+            if probe is not None:
+                probe.begin()
             started = time.perf_counter()
             deadline = started + seconds
             await asyncio.gather(
@@ -209,6 +218,8 @@ async def measure(
             )
             # Operations in flight at the deadline still finish and count, so time runs on.
             elapsed = time.perf_counter() - started
+            if probe is not None:
+                cpu = probe.end()
         closed = await asyncio.gather(*(c.close() for c in clients), return_exceptions=True)
         for outcome in closed:
             if isinstance(outcome, BaseException):
@@ -223,6 +234,8 @@ async def measure(
         errors=errors,
         http_requests=sum(sum(s) for s in sent),
         waits_s=[w for c in clients for w in c.waits],
+        gateway_cpu_s=cpu[0],
+        db_cpu_s=cpu[1],
     )
 
 
@@ -230,10 +243,11 @@ Runs = dict[tuple[str, str, int], list[Measurement]]
 
 
 async def run_throughput(
-    args: argparse.Namespace, targets: dict[str, list[str]]
+    args: argparse.Namespace, targets: dict[str, list[str]], probes: dict[str, CpuProbe]
 ) -> tuple[dict[str, list[Summary]], Runs]:
     """Every target's summaries (plan order; a reference's without GATEWAY_ONLY patterns) and
-    every round's measurements; `targets`: a store's gateway URLs, or a reference's URL."""
+    every round's measurements; `targets`: a store's gateway URLs, or a reference's URL;
+    `probes`: a store's CPU probe."""
     runs: Runs = {}
     # Interleave (round -> measurement -> store): a noisy spell hits every one alike, and the
     # figures that make a ratio are measured back to back.
@@ -243,7 +257,8 @@ async def run_throughput(
                 if store not in REPLICAS and kind in GATEWAY_ONLY:
                     continue
                 on = "" if store == "sqlite" else f" on {store}"
-                m = await measure(kind, urls, c, args.seconds, args.warmup)
+                probe = probes.get(store)
+                m = await measure(kind, urls, c, args.seconds, args.warmup, probe)
                 runs.setdefault((store, kind, c), []).append(m)
                 print(
                     f"round {rnd}/{args.rounds} {kind:<9} c={c:<3} {m.rps:9.1f}/s "
@@ -600,6 +615,7 @@ def report(
     memory: MemoryResult | None,
     throughput_rss: int | None,
     stops: dict[str, Stopped],
+    measured: Runs,
 ) -> JsonObj:
     summaries = stores.get("sqlite", [])
     rows: list[JsonObj] = []
@@ -646,7 +662,13 @@ def report(
 
     compared: JsonObj | None = None
     if any(store != "sqlite" for store in stores):
-        store_rows = {store: [summary_row(s) for s in ss] for store, ss in stores.items()}
+        store_rows = {
+            store: [
+                {**summary_row(s), **cpu_row(measured[(store, s.target, s.concurrency)])}
+                for s in ss
+            ]
+            for store, ss in stores.items()
+        }
         compared = report_stores(args, args.plan, store_rows)
 
     mem_json: JsonObj | None = None
@@ -804,9 +826,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default=list(PATTERNS),
         help=f"comma-separated client patterns measured after creation ({','.join(PATTERNS)})",
     )
+    p.add_argument(
+        "--concurrency",
+        type=int,
+        default=KEY_CONCURRENCY,
+        help=f"concurrency of the patterns (creation keeps {KEY_CONCURRENCY} and 1; "
+        f"default {KEY_CONCURRENCY})",
+    )
     p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
     args = p.parse_args(argv)
-    args.plan = plan(args.patterns)
+    if not 1 <= args.concurrency <= 1024:
+        p.error("need 1 <= --concurrency <= 1024")
+    args.plan = plan(args.patterns, args.concurrency)
     if not 0 < args.seconds <= 600 or not 0 <= args.warmup <= 60 or not 1 <= args.rounds <= 20:
         p.error("need 0 < --seconds <= 600, 0 <= --warmup <= 60, 1 <= --rounds <= 20")
     return args
@@ -851,6 +882,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     stack.enter_context(server(ref_log(ref.name), argv, port, tmpdir, 15))
                     targets[ref_log(ref.name)] = [f"http://{HOST}:{port}/mcp"]
                 proc: subprocess.Popen[bytes] | None = None
+                probes: dict[str, CpuProbe] = {}
                 if "sqlite" in args.stores:
                     port = free_port()
                     section = sqlite_store(tmpdir / "gw1.db")
@@ -860,21 +892,26 @@ def main(argv: Sequence[str] | None = None) -> int:
                         gateway("gateway-throughput", config, port, tmpdir, stops["throughput"])
                     )
                     targets["sqlite"] = [f"http://{HOST}:{port}/bench/mcp"]
+                    probes["sqlite"] = CpuProbe([proc.pid])
                 for name in args.stores:
                     if name != "sqlite" and pg_server is not None:
                         # Entered before its gateways, so dropped after they have stopped.
                         db_url = stack.enter_context(fresh_database(pg_server))
                         section = postgres_store(db_url)
                         ports = [free_port() for _ in range(REPLICAS[name])]
+                        pids = []
                         for i, port in enumerate(ports, 1):
                             config = gateway_config(
                                 port, section, upstream_url, max_children, modern
                             )
-                            stack.enter_context(
-                                gateway(f"gateway-{name}-{i}", config, port, tmpdir, Stopped())
+                            replica = gateway(
+                                f"gateway-{name}-{i}", config, port, tmpdir, Stopped()
                             )
+                            pids.append(stack.enter_context(replica).pid)
                         targets[name] = [f"http://{HOST}:{p}/bench/mcp" for p in ports]
-                stores, measured = asyncio.run(run_throughput(args, targets))
+                        postmaster = postmaster_of(db_url)
+                        probes[name] = CpuProbe(pids, postmaster, database_of(db_url))
+                stores, measured = asyncio.run(run_throughput(args, targets, probes))
                 if proc is not None and proc.poll() is None:
                     throughput_rss = rss_bytes(proc.pid)
             for ref in refs:
@@ -911,7 +948,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"server failed: {exc}", file=sys.stderr)
             return 2
 
-    summary = report(args, stores, memory, throughput_rss, stops)
+    summary = report(args, stores, memory, throughput_rss, stops, measured)
     summary["references"] = {
         ref.name: report_reference(
             ref, stores, ref_runs[ref.name], [summary_row(s) for s in ref_runs[ref.name]]

@@ -8,6 +8,7 @@ replicas"), each live task run by one of them and its runner's writes fenced on 
                   the writes of each kind of row, each of a runner's fenced on `runner`;
                   leases and takeovers (`claim_orphans`) in attempts
     listener.py   the wake-ups: LISTEN on a connection of its own, reconnecting
+    kept.py       the session records and finished tasks a replica keeps, dropped by news
 """
 
 from gateway.tasks.store.postgres.store import PostgresTaskStore, open_postgres_store

@@ -1,5 +1,6 @@
 """The PostgreSQL store's wake-ups: a connection of its own that LISTENs for the task ids the
-triggers (`schema`) send when a row changes, on whichever replica changed it.
+triggers (`schema`) send when a row changes or goes, on whichever replica changed it, and for
+the session ids whose records changed or went (for `kept`).
 
 Its own connection, never one of the pool's: a LISTEN lasts as long as its session, and a
 pooled connection is handed to every caller in turn. Notifications sent while it is down are
@@ -20,7 +21,6 @@ from typing import Any
 import asyncpg
 
 from gateway.aio import TaskSet
-from gateway.tasks.store.postgres.schema import CHANNEL
 
 log = logging.getLogger(__name__)
 
@@ -33,13 +33,14 @@ _LOST = (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError)
 
 
 class Listener:
-    """Calls `changed(task_id)` per notification on CHANNEL, and `changed(None)` after each
-    reconnection, until `close()`."""
+    """Calls `heard[channel](payload)` per notification on each channel of `heard` (a task id
+    on CHANNEL and DELETED_CHANNEL, a session id on SESSION_CHANNEL), and each of them with
+    None after each reconnection, in the order given, until `close()`."""
 
-    def __init__(self, url: str, name: str, changed: Callable[[str | None], None]) -> None:
+    def __init__(self, url: str, name: str, heard: dict[str, Callable[[str | None], None]]) -> None:
         self._url = url
         self._name = name
-        self._changed = changed
+        self._heard = heard
         self._conn: asyncpg.Connection[Any] | None = None
         self._lost = asyncio.Event()
         self._tasks = TaskSet("task store listener")
@@ -51,6 +52,11 @@ class Listener:
         """
         await self._connect()
         self._tasks.spawn(self._keep(), name="task-store-listener")
+
+    @property
+    def connected(self) -> bool:
+        """Whether notifications reach this listener now."""
+        return self._conn is not None and not self._lost.is_set()
 
     async def close(self) -> None:
         await self._tasks.close()
@@ -67,14 +73,15 @@ class Listener:
         lost = asyncio.Event()
         try:
             conn.add_termination_listener(lambda _: lost.set())
-            await conn.add_listener(CHANNEL, self._heard)
+            for channel in self._heard:
+                await conn.add_listener(channel, self._notified)
         except BaseException:
             conn.terminate()
             raise
         self._conn, self._lost = conn, lost
 
-    def _heard(self, _conn: object, _pid: int, _channel: str, payload: object) -> None:
-        self._changed(str(payload))
+    def _notified(self, _conn: object, _pid: int, channel: str, payload: object) -> None:
+        self._heard[channel](str(payload))
 
     async def _keep(self) -> None:
         while True:
@@ -89,7 +96,8 @@ class Listener:
                     await asyncio.sleep(delay)
                     delay = min(2 * delay, _LAST_RETRY_SECONDS)
             log.info("task store listener: reconnected; re-reading every task waited on")
-            self._changed(None)
+            for heard in self._heard.values():
+                heard(None)
 
     async def _until_lost(self) -> None:
         """Returns once the connection is gone: closed under it, or silent to a ping."""

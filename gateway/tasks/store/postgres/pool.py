@@ -38,6 +38,14 @@ _UNREACHABLE = (
 )
 
 
+async def _keep_session(_conn: object) -> None:
+    """A connection's reset on its way back to the pool: none beyond asyncpg's own (which
+    rolls back a transaction left open). The default reset is a statement of its own, a
+    round trip after every read and write, to undo what the store never does on a pooled
+    connection: LISTEN (the listener has its own), session settings, cursors, session-level
+    advisory locks (the store's locks are the transaction's)."""
+
+
 def application_name(replica: str) -> str:
     """What the server shows for this replica's connections (pg_stat_activity)."""
     return f"mcp-task-gateway {replica}"
@@ -66,6 +74,7 @@ class Pool:
             url,
             min_size=1,
             max_size=_POOL_SIZE,
+            reset=_keep_session,
             server_settings={"application_name": application_name(replica)},
         )
         return cls(pool, on_timing)
@@ -86,10 +95,23 @@ class Pool:
         with self._unreachable_as_503():
             async with self._pool.acquire() as db, db.transaction():
                 value = await run(db)
+        self._committed(started)
+        return value
+
+    async def commit(self, sql: str, *params: Any) -> list[Record]:
+        """One statement, a transaction of its own (no BEGIN and COMMIT to wait for); the
+        rows it returns once it has committed."""
+        self._check_open()
+        started = time.perf_counter()
+        with self._unreachable_as_503():
+            rows = await self._pool.fetch(sql, *params)
+        self._committed(started)
+        return rows
+
+    def _committed(self, started: float) -> None:
         self.last_commit = time.monotonic()
         if self._on_timing is not None:
             self._on_timing("commit", time.perf_counter() - started)
-        return value
 
     def acquire(self) -> PoolAcquireContext[Record]:
         """A connection of the pool, whether reads and writes are refused or not."""

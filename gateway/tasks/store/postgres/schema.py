@@ -28,6 +28,10 @@ Connection: TypeAlias = "PoolConnectionProxy[Record]"
 
 #: The LISTEN/NOTIFY channel; each notification's payload is a task id.
 CHANNEL = "mcp_gateway_tasks"
+#: The channel of session records that changed or went; each payload is a session id.
+SESSION_CHANNEL = "mcp_gateway_sessions"
+#: The channel of deleted tasks (from schema 6; CHANNEL before); each payload is a task id.
+DELETED_CHANNEL = "mcp_gateway_deleted"
 
 #: `pg_advisory_xact_lock(LOCKS, n)` keys: 0 for the schema, `OWNER_LOCK` for an owner's count
 #: of live tasks (its key is the owner's hash).
@@ -140,6 +144,33 @@ MIGRATIONS = [
         ADD COLUMN history_dropped INTEGER,
         ADD COLUMN progress TEXT,
         ADD COLUMN progress_at BIGINT;
+    """,
+    # Replicas keep the session records they use (`kept`): a record rewritten or
+    # deleted on any replica is news to them all. A prune's touch of `last_seen` is not.
+    f"""
+    CREATE FUNCTION session_changed() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('{SESSION_CHANNEL}', OLD.session_id);
+        RETURN NULL;
+    END $$;
+    CREATE TRIGGER session_ended AFTER DELETE ON sessions FOR EACH ROW
+        EXECUTE FUNCTION session_changed();
+    CREATE TRIGGER session_rewritten AFTER UPDATE OF route, principal, protocol_version,
+        initialize, initialized, upstream_session_id, upstream_protocol_version ON sessions
+        FOR EACH ROW EXECUTE FUNCTION session_changed();
+    """,
+    # A task's deletion has a channel of its own: a replica keeps the tasks it has just
+    # finished (`kept`), which change no more until deleted, and its own terminal write's
+    # wake-up (on CHANNEL) must not drop them.
+    f"""
+    CREATE FUNCTION task_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+    BEGIN
+        PERFORM pg_notify('{DELETED_CHANNEL}', OLD.task_id);
+        RETURN NULL;
+    END $$;
+    DROP TRIGGER task_deleted ON tasks;
+    CREATE TRIGGER task_deleted AFTER DELETE ON tasks FOR EACH ROW
+        EXECUTE FUNCTION task_gone();
     """,
 ]
 

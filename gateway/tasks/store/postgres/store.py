@@ -1,6 +1,7 @@
 """The PostgreSQL backend of `TaskStore`: the database several replicas share (DESIGN.md,
-"Several replicas"). Its reads are those both backends share (`reads.SharedReads`); its
-writes it delegates, by the rows they change, to `tasks`, `inputs`, `attempts` and `sessions`.
+"Several replicas"). Its reads are those both backends share (`reads.SharedReads`), some
+answered from what it keeps (`kept`); its writes it delegates, by the rows they change, to
+`tasks`, `inputs`, `attempts` and `sessions`.
 
 Each write is one transaction on a pooled connection (`pool`), durable on return. A task's
 runner is the replica that created or claimed it, and the runner's writes are fenced on it: a
@@ -11,8 +12,9 @@ the wake-ups.
 
 from __future__ import annotations
 
+import json
 import time
-from collections.abc import Awaitable, Callable, Collection
+from collections.abc import Awaitable, Callable, Collection, Iterable
 from datetime import datetime
 from typing import Any, TypeVar
 
@@ -31,13 +33,28 @@ from gateway.tasks.models import (
 )
 from gateway.tasks.store.filters import tasks_where
 from gateway.tasks.store.postgres import attempts, inputs, sessions, tasks
+from gateway.tasks.store.postgres.kept import Kept, KeptReads
 from gateway.tasks.store.postgres.listener import Listener
 from gateway.tasks.store.postgres.pool import Pool, application_name
-from gateway.tasks.store.postgres.schema import SQL, Connection, cursor_secret, migrate
-from gateway.tasks.store.reads import SharedReads
+from gateway.tasks.store.postgres.schema import (
+    CHANNEL,
+    DELETED_CHANNEL,
+    SESSION_CHANNEL,
+    SQL,
+    Connection,
+    cursor_secret,
+    migrate,
+)
+from gateway.tasks.store.rows import task_from_row
 from gateway.tasks.store.writes import check_request, failure, finish_sources, update_sources
 
 T = TypeVar("T")
+
+#: Copies kept (`kept`): a session record per session held here, and the tasks finished here
+#: lately with their outcomes, those whose outcome is small (as stored, in JSON).
+_SESSIONS_KEPT = 10_000
+_ENDED_KEPT = 1024
+_ENDED_BODY_BYTES = 16 * 1024
 
 _STORED_BYTES = (
     "SELECT coalesce(sum(octet_length(o.body)), 0) + coalesce(sum(octet_length(c.request)), 0)"
@@ -46,7 +63,7 @@ _STORED_BYTES = (
 )
 
 
-class PostgresTaskStore(SharedReads):
+class PostgresTaskStore(KeptReads):
     """`TaskStore` on a PostgreSQL database, as the replica `replica`."""
 
     _sql = SQL
@@ -60,11 +77,18 @@ class PostgresTaskStore(SharedReads):
         self._lease_seconds = lease_seconds
         self._secret = secret
         self._listener: Listener | None = None
+        # Filled only while this store is watched: the listener brings them the news.
+        self._sessions: Kept[SessionRecord] = Kept(_SESSIONS_KEPT)
+        self._ended: Kept[tuple[Task, Outcome]] = Kept(_ENDED_KEPT)
 
     async def create_task(
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
     ) -> bool:
         check_request(task, request)
+        if max_active is None and request is None:
+            sql, params = tasks.inserting(task, self._replica)
+            await self._db.commit(sql, *params)
+            return True
         return await self._write(
             lambda db: tasks.create(db, task, max_active, request, self._replica)
         )
@@ -78,7 +102,7 @@ class PostgresTaskStore(SharedReads):
             " FOR UPDATE SKIP LOCKED) RETURNING task_id"
         )
         rows = await self._write(lambda db: db.fetch(sql, *params, choice.limit))
-        return [row["task_id"] for row in rows]
+        return self._deleted(row["task_id"] for row in rows)
 
     async def update_task(
         self, task_id: str, status: TaskStatus, status_message: str | None, now: datetime
@@ -103,8 +127,14 @@ class PostgresTaskStore(SharedReads):
         sources = finish_sources(status)
         # A client's cancel lands on whichever replica it reached, not only on the runner.
         runner = None if status == TaskStatus.CANCELLED else self._replica
-        move = tasks.transition(task_id, sources, status, status_message, now, runner)
-        return next(iter(await self._write(tasks.ending(move, outcome, now))), None)
+        body = None if outcome is None else json.dumps(outcome.body)
+        stored = None if outcome is None or body is None else (outcome.kind, body)
+        epoch = self._ended.epoch
+        sql, params = tasks.finishing(task_id, sources, status, status_message, now, runner, stored)
+        task = next(map(task_from_row, await self._db.commit(sql, *params)), None)
+        if task is not None and outcome is not None and len(body or "") <= _ENDED_BODY_BYTES:
+            self._ended.keep(task_id, (task, outcome), epoch)
+        return task
 
     async def erase_principal(self, principal: str) -> tuple[int, int]:
         async def erase(db: Connection) -> tuple[int, int]:
@@ -112,7 +142,11 @@ class PostgresTaskStore(SharedReads):
             status: str = await db.execute(SQL.erase_sessions, principal)
             return len(erased), int(status.split()[-1])
 
-        return await self._write(erase)
+        try:
+            return await self._write(erase)
+        finally:
+            self._sessions.drop(None)
+            self._ended.drop(None)
 
     async def stored_bytes(self, owner: str) -> int:
         rows = await self._read(_STORED_BYTES, owner)
@@ -133,7 +167,7 @@ class PostgresTaskStore(SharedReads):
 
     async def delete_expired(self, now: datetime) -> list[str]:
         rows = await self._write(lambda db: db.fetch(SQL.delete_expired, epoch_us(now)))
-        return [row["task_id"] for row in rows]
+        return self._deleted(row["task_id"] for row in rows)
 
     async def fail_running(
         self, task_ids: Collection[str], message: str, now: datetime
@@ -170,23 +204,42 @@ class PostgresTaskStore(SharedReads):
         listener's connection cannot be made."""
         if self._listener is not None:
             raise RuntimeError("the task store is watched already")
-        listener = Listener(self._url, application_name(self._replica), changed)
+
+        def deleted(task_id: str | None) -> None:
+            self._ended.drop(task_id)
+            if task_id is not None:  # (None comes on every channel at once)
+                changed(task_id)
+
+        heard = {DELETED_CHANNEL: deleted, CHANNEL: changed, SESSION_CHANNEL: self._sessions.drop}
+        listener = Listener(self._url, application_name(self._replica), heard)
         await listener.start()
         self._listener = listener
+        self._sessions.live = self._ended.live = lambda: listener.connected
 
     async def save_session(self, record: SessionRecord) -> None:
+        epoch = self._sessions.epoch
         await self._write(lambda db: sessions.save(db, record))
+        self._sessions.keep(record.session_id, record, epoch)
 
     async def update_session(self, record: SessionRecord) -> bool:
-        return await self._write(lambda db: sessions.update(db, record))
+        epoch = self._sessions.epoch
+        if not await self._write(lambda db: sessions.update(db, record)):
+            return False
+        self._sessions.keep(record.session_id, record, epoch)
+        return True
 
     async def delete_session(self, session_id: str) -> None:
+        self._sessions.drop(session_id)
         await self._write(lambda db: db.execute(SQL.delete_session, session_id))
+        self._sessions.drop(session_id)
 
     async def prune_sessions(
         self, live: Collection[str], now: datetime, idle_before: datetime
     ) -> list[str]:
-        return await self._write(lambda db: sessions.prune(db, live, now, idle_before))
+        pruned = await self._write(lambda db: sessions.prune(db, live, now, idle_before))
+        for session_id in pruned:
+            self._sessions.drop(session_id)
+        return pruned
 
     @property
     def last_commit(self) -> float:
@@ -215,6 +268,12 @@ class PostgresTaskStore(SharedReads):
                 await db.execute(attempts.RELEASE, self._replica)
         finally:
             await self._db.close()
+
+    def _deleted(self, task_ids: Iterable[str]) -> list[str]:
+        deleted = list(task_ids)
+        for task_id in deleted:
+            self._ended.drop(task_id)
+        return deleted
 
     async def _read(self, sql: str, *params: Any) -> list[Record]:
         return await self._db.read(sql, *params)

@@ -39,6 +39,20 @@ _NOTE = (
 )
 
 
+def inserting(task: Task, replica: str) -> tuple[str, list[Any]]:
+    """The statement that inserts `task` run by `replica`, and its parameters: alone, a
+    creation with no cap to check and no request to keep, in one round trip."""
+    expires = task.expires_at
+    return _INSERT, [
+        *(task.task_id, task.owner, task.route, task.tool, task.status.value),
+        *(task.status_message, epoch_us(task.created_at), epoch_us(task.updated_at)),
+        *(task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
+        *(task.generation, task.repeatable, task.attempt),
+        *(None if expires is None else epoch_us(expires), replica),
+        f"[{change(task.status, task.created_at, task.status_message)}]",
+    ]
+
+
 async def create(
     db: Connection,
     task: Task,
@@ -54,16 +68,8 @@ async def create(
         await db.execute(lock, LOCKS + OWNER_LOCK, task.owner)
         if await db.fetchval(SQL.count_live, task.owner) >= max_active:
             return False
-    expires = task.expires_at
-    await db.execute(
-        _INSERT,
-        *(task.task_id, task.owner, task.route, task.tool, task.status.value),
-        *(task.status_message, epoch_us(task.created_at), epoch_us(task.updated_at)),
-        *(task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
-        *(task.generation, task.repeatable, task.attempt),
-        *(None if expires is None else epoch_us(expires), replica),
-        f"[{change(task.status, task.created_at, task.status_message)}]",
-    )
+    sql, params = inserting(task, replica)
+    await db.execute(sql, *params)
     if request is not None:
         await attempts.save_request(db, task.task_id, request)
     return True
@@ -77,17 +83,15 @@ async def note(
     return None if row is None else task_from_row(row)
 
 
-def transition(
+def _moving(
     which: str | list[str],
     sources: Sequence[TaskStatus],
     status: TaskStatus,
     message: str | None,
     now: datetime,
     runner: str | None,
-) -> Move:
-    """Moves the task `which` names (or those it lists) whose status is in `sources`, and with
-    `runner` only those that replica runs; each one whose status changes gains a history
-    entry."""
+) -> tuple[str, list[Any]]:
+    """`transition`'s statement and its parameters (`$3` is `now`)."""
     params: list[Any] = [status.value, message, epoch_us(now), [s.value for s in sources], which]
     params.append(change(status, now, message))
     named = "task_id = $5" if isinstance(which, str) else "task_id = ANY($5::text[])"
@@ -99,11 +103,54 @@ def transition(
         "UPDATE tasks SET status = $1, status_message = $2, updated_at = $3,"
         f" {appending('status <> $1', '$6')} WHERE {' AND '.join(where)} RETURNING {TASK_COLUMNS}"
     )
+    return sql, params
+
+
+def transition(
+    which: str | list[str],
+    sources: Sequence[TaskStatus],
+    status: TaskStatus,
+    message: str | None,
+    now: datetime,
+    runner: str | None,
+) -> Move:
+    """Moves the task `which` names (or those it lists) whose status is in `sources`, and with
+    `runner` only those that replica runs; each one whose status changes gains a history
+    entry."""
+    sql, params = _moving(which, sources, status, message, now, runner)
 
     async def move(db: Connection) -> list[Task]:
         return [task_from_row(row) for row in await db.fetch(sql, *params)]
 
     return move
+
+
+def finishing(
+    task_id: str,
+    sources: Sequence[TaskStatus],
+    status: TaskStatus,
+    message: str | None,
+    now: datetime,
+    runner: str | None,
+    outcome: tuple[str, str] | None,
+) -> tuple[str, list[Any]]:
+    """One task's terminal write (`transition` made `ending`) as one statement, which is a
+    transaction of its own: one round trip to the database instead of six (BEGIN, the move,
+    the outcome, the questions, the call, COMMIT). Its parts see the same snapshot and
+    touch different tables; each acts on the row the move returns, so a task not moved
+    (terminal already, or not `runner`'s) keeps everything. `outcome`: its kind and its body
+    as stored (JSON)."""
+    sql, params = _moving(task_id, sources, status, message, now, runner)
+    parts = [f"moved AS ({sql})"]
+    if outcome is not None:
+        params += list(outcome)
+        kept = f"SELECT task_id, ${len(params) - 1}, ${len(params)} FROM moved"
+        parts.append(f"kept AS (INSERT INTO outcomes (task_id, kind, body) {kept})")
+    ended = "task_id IN (SELECT task_id FROM moved)"
+    withdraw = "UPDATE task_inputs SET state = 'withdrawn', settled_at = $3"
+    parts.append(f"withdrawn AS ({withdraw} WHERE state = 'pending' AND {ended})")
+    parts.append(f"forgotten AS (DELETE FROM task_calls WHERE {ended})")
+    return f"WITH {', '.join(parts)} SELECT * FROM moved", params
 
 
 def ending(move: Move, outcome: Outcome | None, now: datetime) -> Move:
