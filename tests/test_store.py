@@ -333,10 +333,24 @@ async def test_the_active_task_count_reads_the_live_index_not_the_finished_rows(
     await store.close()
     with sqlite3.connect(path) as db:
         plan = " ".join(
-            str(row) for row in db.execute(f"EXPLAIN QUERY PLAN {SQL.count_live}", ("a",))
+            str(row) for row in db.execute(f"EXPLAIN QUERY PLAN {SQL.count_live}", ("a", 3))
         )
     # The partial index holds live rows only: the count never walks the finished ones.
     assert "tasks_live" in plan
+
+
+async def test_the_active_task_count_stops_at_the_cap(tmp_path: Path) -> None:
+    """A caller far past a lowered cap (tasks made before it was lowered) is still refused,
+    and the count read is the cap, not every live task: it walks no further."""
+    path = tmp_path / "tasks.db"
+    store = await open_store(path)
+    await asyncio.gather(*(store.create_task(make_task(f"live{n}")) for n in range(50)))
+
+    assert await store.create_task(make_task("over"), max_active=5) is False
+    await store.close()
+    with sqlite3.connect(path) as db:
+        (counted,) = db.execute(SQL.count_live, ("alice", 5)).fetchone()
+    assert counted == 5
 
 
 async def test_session_records_unseen_for_the_idle_time_are_pruned_and_live_ones_kept(

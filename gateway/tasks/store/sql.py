@@ -53,7 +53,12 @@ class Statements:
             f" ORDER BY created_at, task_id LIMIT {m(5)}"
         )
         self.history = f"SELECT {HISTORY_COLUMNS} FROM tasks WHERE task_id = {m(1)}"
-        self.count_live = f"SELECT count(*) FROM tasks WHERE owner = {m(1)} AND {LIVE_SQL}"
+        # Counted up to the cap only: a caller at the cap with thousands of tasks live would
+        # otherwise cost every creation of theirs a scan of them all (ms on the loop).
+        self.count_live = (
+            f"SELECT count(*) FROM (SELECT 1 FROM tasks WHERE owner = {m(1)} AND {LIVE_SQL}"
+            f" LIMIT {m(2)}) AS live"
+        )
         self.outcome = f"SELECT kind, body FROM outcomes WHERE task_id = {m(1)}"
         self.insert_outcome = f"INSERT INTO outcomes VALUES ({m(1)}, {m(2)}, {m(3)})"
         # Their outcomes, input rows and kept requests go with them: the foreign keys cascade.

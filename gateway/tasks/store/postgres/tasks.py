@@ -66,7 +66,7 @@ async def create(
         # One owner's creations queue here, on every replica: none can slip past the cap.
         lock = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
         await db.execute(lock, LOCKS + OWNER_LOCK, task.owner)
-        if await db.fetchval(SQL.count_live, task.owner) >= max_active:
+        if await db.fetchval(SQL.count_live, task.owner, max_active) >= max_active:
             return False
     sql, params = inserting(task, replica)
     await db.execute(sql, *params)

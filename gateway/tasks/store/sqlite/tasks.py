@@ -51,7 +51,7 @@ def create(
     """Inserts `task`, with its request if given; False, writing nothing, if its owner has
     `max_active` live tasks already."""
     if max_active is not None:
-        (active,) = db.execute(SQL.count_live, (task.owner,)).fetchone()
+        (active,) = db.execute(SQL.count_live, (task.owner, max_active)).fetchone()
         if active >= max_active:
             return False
     expires = task.expires_at
