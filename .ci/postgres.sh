@@ -54,6 +54,10 @@ if [ "$(id -u)" -eq 0 ] && ! id "$OWNER" >/dev/null 2>&1; then
 fi
 mkdir -p "$ROOT"
 [ "$(id -u)" -eq 0 ] && chown "$OWNER" "$ROOT"
+# The test workers (pytest -n) each run this script as they start: one at a time, so that
+# none reads the settings file while another writes it, nor starts the server twice.
+exec 9>"$ROOT/.lock"
+flock 9
 
 if [ ! -f "$DATA/PG_VERSION" ]; then
   password=$(head -c 18 /dev/urandom | base64 | tr -d '/+=')
@@ -71,11 +75,12 @@ if [ ! -f "$DATA/PG_VERSION" ]; then
 fi
 # Written on every start, so that MCPGW_PG_PORT can move an existing cluster.
 (umask 077 && printf 'MCPGW_PG_URL=postgresql://gateway@127.0.0.1:%s/postgres\nPGPASSWORD=%s\n' \
-  "$PORT" "$(cat "$ROOT/password")" >"$ENV_FILE")
+  "$PORT" "$(cat "$ROOT/password")" >"$ENV_FILE.new" && mv "$ENV_FILE.new" "$ENV_FILE")
 
 if ! as_owner "$BIN/pg_ctl" -D "$DATA" status >/dev/null 2>&1; then
+  # The server it leaves running must not hold the lock.
   if ! as_owner "$BIN/pg_ctl" -D "$DATA" -l "$DATA/server.log" -o "-p $PORT" -w -t 60 \
-    start >/dev/null; then
+    start >/dev/null 9>&-; then
     tail -n 5 "$DATA/server.log" >&2
     # Most often another checkout's cluster already holds the port.
     echo "PostgreSQL did not start on port $PORT: stop the other server there" \

@@ -38,7 +38,10 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 20) -> None:
+def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    """Returns once `proc` listens on `port`, and raises at once if it exits first. The bound
+    is for a start that hangs: importing the gateway or an SDK server takes seconds of CPU,
+    and on 2 cores shared by the test workers and the rest of CI a start took over 20 s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if proc.poll() is not None:

@@ -212,7 +212,9 @@ async def test_an_upstream_slower_than_the_timeout_fails_it_and_its_child_is_sto
     started = time.monotonic()
     code, out, err = await config_check("--config", config, "--timeout", "1")
     assert code == 2
-    assert time.monotonic() - started < 20  # stdin closed, then SIGTERM after 2 s
+    # stdin closed, then SIGTERM after 2 s: well under the child's 60 s sleep, even with the
+    # command's own start (seconds of CPU) slowed by test workers and CI's other sections
+    assert time.monotonic() - started < 45
     assert "route mute: upstream check (initialize, tools/list) failed: no answer to " in err
     assert "within 1 s" in err
     (child,) = pids(pid_dir)

@@ -8,7 +8,6 @@ alone, for the operator's command.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import re
 from pathlib import Path
@@ -216,9 +215,15 @@ def _read(path: str | Path) -> Any:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
     # libyaml's parser when PyYAML has it (its wheels do): the pure-Python one takes seconds
     # for a file of thousands of API keys. A file it refuses is read again by the pure-Python
-    # one, whose messages say more (and which says when nesting is too deep).
-    with contextlib.suppress(yaml.YAMLError):
+    # one, whose messages say more, except when it is nested past libyaml's limit: the
+    # pure-Python scanner takes time that grows with the square of the depth to say so too.
+    try:
         return yaml.load(text, Loader=_FAST_LOADER)  # noqa: S506 - a safe loader
+    except yaml.MarkedYAMLError as exc:
+        if exc.problem == "exceeded maximum nesting depth":
+            raise ConfigError(f"{path}: nested too deeply to be a configuration") from None
+    except yaml.YAMLError:
+        pass
     try:
         return yaml.safe_load(text)
     except yaml.YAMLError as exc:
