@@ -111,6 +111,24 @@ class _CommitWatch:
         return cursor
 
 
+class _Turns:
+    """Counts the loop's turns while `tick` runs beside the code under test."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    async def tick(self) -> None:
+        while True:
+            self.count += 1
+            await asyncio.sleep(0)
+
+
+def _wal_db(tmp_path: Path) -> sqlite3.Connection:
+    db = sqlite3.connect(tmp_path / "w.db", isolation_level=None, check_same_thread=False)
+    db.executescript("PRAGMA journal_mode = WAL;" + SCHEMA)
+    return db
+
+
 async def test_a_writes_caller_resumes_on_the_loops_next_turns_after_its_commit(
     tmp_path: Path,
 ) -> None:
@@ -118,26 +136,18 @@ async def test_a_writes_caller_resumes_on_the_loops_next_turns_after_its_commit(
     # caller is latency on every durable write: the thread's end of a transaction settles
     # the callers itself (one turn), and they resume on the next. Awaiting the executor's
     # future behind a shield, as before, took four.
-    turns = 0
-
-    async def tick() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    db = sqlite3.connect(tmp_path / "w.db", isolation_level=None, check_same_thread=False)
-    db.executescript("PRAGMA journal_mode = WAL;" + SCHEMA)
-    watch = _CommitWatch(db, lambda: turns)
+    loop_turns = _Turns()
+    db = _wal_db(tmp_path)
+    watch = _CommitWatch(db, lambda: loop_turns.count)
     thread = ThreadPoolExecutor(max_workers=1)
     writer = GroupCommitWriter(watch, thread)  # type: ignore[arg-type]
     try:
         async with asyncio.TaskGroup() as group:
-            ticker = group.create_task(tick())
+            ticker = group.create_task(loop_turns.tick())
             waited = []
             for n in range(5):
                 await writer.write(insert("parents", f"p{n}", []))
-                waited.append(turns - watch.commit_turns[-1])
+                waited.append(loop_turns.count - watch.commit_turns[-1])
             ticker.cancel()
         assert max(waited) <= 3, waited
         assert at_rest(tmp_path / "w.db", "parents") == [f"p{n}" for n in range(5)]
@@ -153,16 +163,8 @@ async def test_a_write_queued_during_a_commit_begins_its_batch_in_the_turn_that_
     # A creation waits for about one and a half COMMITs, so a turn of a busy loop between one
     # batch's COMMIT and the next batch's BEGIN is latency on every durable write: the
     # callback that settles a batch begins the next, a turn before its own callers resume.
-    turns = 0
-
-    async def tick() -> None:
-        nonlocal turns
-        while True:
-            turns += 1
-            await asyncio.sleep(0)
-
-    db = sqlite3.connect(tmp_path / "w.db", isolation_level=None, check_same_thread=False)
-    db.executescript("PRAGMA journal_mode = WAL;" + SCHEMA)
+    loop_turns = _Turns()
+    db = _wal_db(tmp_path)
     gate = threading.Event()
     begun: list[int] = []
     first_begun = asyncio.Event()  # (a BEGIN runs on the loop)
@@ -170,23 +172,23 @@ async def test_a_write_queued_during_a_commit_begins_its_batch_in_the_turn_that_
     class Gated(_CommitWatch):
         def execute(self, sql: str, *args: Any) -> sqlite3.Cursor:
             if sql == "BEGIN IMMEDIATE":
-                begun.append(turns)
+                begun.append(loop_turns.count)
                 first_begun.set()
             elif sql == "COMMIT":
                 gate.wait(5)  # the first COMMIT lasts until the second write is queued
             return super().execute(sql, *args)
 
     thread = ThreadPoolExecutor(max_workers=1)
-    writer = GroupCommitWriter(Gated(db, lambda: turns), thread)  # type: ignore[arg-type]
+    writer = GroupCommitWriter(Gated(db, lambda: loop_turns.count), thread)  # type: ignore[arg-type]
     resumed: list[int] = []
 
     async def write(row_id: str) -> None:
         await writer.write(insert("parents", row_id, []))
-        resumed.append(turns)
+        resumed.append(loop_turns.count)
 
     try:
         async with asyncio.timeout(5), asyncio.TaskGroup() as group:
-            ticker = group.create_task(tick())
+            ticker = group.create_task(loop_turns.tick())
             first = group.create_task(write("p1"))
             await first_begun.wait()
             second = group.create_task(write("p2"))
