@@ -51,8 +51,13 @@ async def start(app: web.Application, notifier: Notifier, tasks: TaskSet) -> Non
             notifier.all_changed()
         else:
             notifier.task_changed(task_id)
-        tasks.spawn(runner.changed_elsewhere(task_id), name="task changed elsewhere")
-        tasks.spawn(answers.answered_elsewhere(task_id), name="task answered elsewhere")
+        # Every replica hears every write, most of them to tasks whose calls run elsewhere
+        # (or here, ending by this replica's own write): for those nothing more is done,
+        # so that a replica's cost per task does not grow with the number of replicas.
+        if task_id is None or runner.runs_here(task_id):
+            tasks.spawn(runner.changed_elsewhere(task_id), name="task changed elsewhere")
+        if task_id is None or answers.hosted(task_id):
+            tasks.spawn(answers.answered_elsewhere(task_id), name="task answered elsewhere")
 
     await app[STORE].watch(changed)
     _count(app, await app[STORE].renew_lease())

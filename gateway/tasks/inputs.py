@@ -109,6 +109,10 @@ class TaskInputs:
         """The task's call runs here: its answers go to `host` until it `ended`."""
         self._hosts[task_id] = host
 
+    def hosted(self, task_id: str) -> bool:
+        """Whether answers to `task_id`'s questions go to a call running here."""
+        return task_id in self._hosts
+
     def ended(self, task_id: str) -> None:
         self._hosts.pop(task_id, None)
 

@@ -68,6 +68,10 @@ class Losses:
         for task in failed:
             self._changed(task, hosts[task.task_id])
 
+    def runs_here(self, task_id: str) -> bool:
+        """Whether `task_id`'s call runs here: news of it from elsewhere concerns a run here."""
+        return self._runs.get(task_id) is not None
+
     async def changed_elsewhere(self, task_id: str | None) -> None:
         """Another replica wrote to a task (None: to any, the news may have been lost). A run
         here whose task it ended (a client's cancel landed there) or took over (this replica

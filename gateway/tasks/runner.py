@@ -90,7 +90,7 @@ class TaskRunner:
         losses = Losses(store, clock, self._telemetry, self._runs, self._changed)
         #: After a loss (see `losses`): at shutdown, from another replica, of a lost process.
         self.interrupt_all = losses.interrupt_all
-        self.changed_elsewhere = losses.changed_elsewhere
+        self.changed_elsewhere, self.runs_here = losses.changed_elsewhere, losses.runs_here
         self.recover = losses.recover
         self.fail_lost = losses.fail_lost
 
