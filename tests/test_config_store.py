@@ -1,5 +1,6 @@
-"""Configuration of the store: `store.backend`, and the PostgreSQL settings `url` and
-`lease_seconds`. Credentials never sit in the file: the password comes from PGPASSWORD."""
+"""Configuration of the store: `store.backend`, and the PostgreSQL settings `url`,
+`lease_seconds` and `pool_size`. Credentials never sit in the file: the password comes from
+PGPASSWORD."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import pytest
 
 from gateway.config import ConfigError, StoreConfig, parse_settings
 
+PG = {"backend": "postgres", "url": "postgresql://gw@db/g"}
 ROUTES = [{"name": "r", "upstream": {"transport": "stdio", "command": ["python", "-m", "x"]}}]
 
 
@@ -19,6 +21,7 @@ def test_sqlite_is_the_default_and_postgres_is_chosen_with_a_url() -> None:
     shared = store({"backend": "postgres", "url": "postgresql://gw@db.internal:5432/gateway"})
 
     assert shared.backend == "postgres" and shared.lease_seconds == 15.0
+    assert shared.pool_size == 10
     # TLS settings of libpq's URL syntax are the operator's to pass.
     assert store({"backend": "postgres", "url": "postgres://gw@db/g?sslmode=require"}).url
 
@@ -49,6 +52,12 @@ def test_sqlite_is_the_default_and_postgres_is_chosen_with_a_url() -> None:
             "lease_seconds",
             "",
         ),
+        # A pool size with SQLite would say nothing about that file's one connection.
+        ({"pool_size": 32}, "pool_size", "is read only with store.backend: postgres"),
+        ({**PG, "pool_size": 0}, "pool_size", "greater than or equal to 1"),
+        ({**PG, "pool_size": 100000}, "pool_size", "less than or equal to 1000"),
+        ({**PG, "pool_size": "ten"}, "pool_size", "valid integer"),
+        ({**PG, "pool_size": 2.5}, "pool_size", "valid integer"),
         (
             {"backend": "postgres", "url": "postgresql://gw@db/g", "lease_second": 5},
             "lease_second",

@@ -343,3 +343,19 @@ async def test_commits_are_timed_and_a_health_check_writes(pg_url: str) -> None:
     assert timings == ["commit", "commit", "read"]  # the lease taken on opening, then these
     assert store.last_commit > before > 0
     await store.close()
+
+
+async def test_a_replica_opens_no_more_connections_than_its_pool_size(pg_url: str) -> None:
+    """`store.pool_size`: the connections one replica's reads and writes may hold at once (its
+    listener apart). Under more concurrent reads than that, the others wait their turn."""
+    mine = "SELECT count(*) FROM pg_stat_activity WHERE application_name = $1"
+    for size in (2, 6):
+        store = await open_postgres_store(pg_url, f"pool{size}", pool_size=size)
+        try:
+            await store.create_task(make_task(f"t{size}"))
+            found = await asyncio.gather(*(store.get_task(f"t{size}") for _ in range(24)))
+            assert found == [make_task(f"t{size}")] * 24
+            ((opened,),) = await query(pg_url, mine, f"mcp-task-gateway pool{size}")
+            assert opened == size
+        finally:
+            await store.close()

@@ -34,6 +34,9 @@ class StoreConfig(Section):
     #: postgres only: a replica that has not renewed its lease for this long is taken for
     #: dead, and a survivor settles its tasks (fails them, or runs the repeatable ones again).
     lease_seconds: float = Field(15.0, ge=2, le=3600)
+    #: postgres only: the most connections this replica's pool opens (its listener takes one
+    #: more). Every replica's, summed, must fit the server's `max_connections` (100 by default).
+    pool_size: int = Field(10, ge=1, le=1000)
     sweep_interval_seconds: float = Field(30.0, gt=0)
 
     @property
@@ -46,6 +49,8 @@ class StoreConfig(Section):
         if self.backend == "sqlite":
             if self.url is not None:
                 raise refusal("url", "is read only with store.backend: postgres")
+            if "pool_size" in self.model_fields_set:
+                raise refusal("pool_size", "is read only with store.backend: postgres")
             return self
         if self.url is None:
             raise refusal("url", "is required with store.backend: postgres")

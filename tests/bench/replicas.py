@@ -47,9 +47,10 @@ def csv_stores(value: str) -> list[str]:
     return [s for s in STORES if s in names]
 
 
-def postgres_store(url: str) -> str:
+def postgres_store(url: str, pool_size: int = 10) -> str:
     """The store section (YAML flow mapping); the password reaches the gateway as PGPASSWORD."""
-    return f"{{backend: postgres, url: {json.dumps(url)}, lease_seconds: {LEASE_SECONDS}}}"
+    settings = f"lease_seconds: {LEASE_SECONDS}, pool_size: {pool_size}"
+    return f"{{backend: postgres, url: {json.dumps(url)}, {settings}}}"
 
 
 def postgres_server() -> str:

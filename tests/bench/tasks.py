@@ -833,10 +833,18 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         help=f"concurrency of the patterns (creation keeps {KEY_CONCURRENCY} and 1; "
         f"default {KEY_CONCURRENCY})",
     )
+    p.add_argument(
+        "--pool-size",
+        type=int,
+        default=10,
+        help="store.pool_size of each PostgreSQL replica (default 10, the gateway's)",
+    )
     p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
     args = p.parse_args(argv)
     if not 1 <= args.concurrency <= 1024:
         p.error("need 1 <= --concurrency <= 1024")
+    if not 1 <= args.pool_size <= 1000:
+        p.error("need 1 <= --pool-size <= 1000 (store.pool_size's bounds)")
     args.plan = plan(args.patterns, args.concurrency)
     if not 0 < args.seconds <= 600 or not 0 <= args.warmup <= 60 or not 1 <= args.rounds <= 20:
         p.error("need 0 < --seconds <= 600, 0 <= --warmup <= 60, 1 <= --rounds <= 20")
@@ -897,7 +905,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     if name != "sqlite" and pg_server is not None:
                         # Entered before its gateways, so dropped after they have stopped.
                         db_url = stack.enter_context(fresh_database(pg_server))
-                        section = postgres_store(db_url)
+                        section = postgres_store(db_url, args.pool_size)
                         ports = [free_port() for _ in range(REPLICAS[name])]
                         pids = []
                         for i, port in enumerate(ports, 1):

@@ -36,7 +36,7 @@ async def open_configured(
     database = f"{where.hostname}:{where.port or 5432}{where.path}"
     try:
         return await open_postgres_store(
-            config.url, replica_name(), config.lease_seconds, on_timing=on_timing
+            config.url, replica_name(), config.lease_seconds, on_timing, config.pool_size
         )
     except (OSError, TimeoutError, asyncpg.PostgresError, asyncpg.InterfaceError) as exc:
         # Never the URL itself in the message: only where, and what the server said.

@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 T = TypeVar("T")
 
-_POOL_SIZE = 10
 #: How long `close` waits for the writes under way before it drops their connections.
 _CLOSE_SECONDS = 10.0
 
@@ -67,13 +66,17 @@ class Pool:
 
     @classmethod
     async def connect(
-        cls, url: str, replica: str, on_timing: Callable[[str, float], None] | None
+        cls,
+        url: str,
+        replica: str,
+        on_timing: Callable[[str, float], None] | None,
+        size: int = 10,
     ) -> Pool:
         """Raises: what asyncpg raises when the database cannot be reached."""
         pool = await asyncpg.create_pool(
             url,
             min_size=1,
-            max_size=_POOL_SIZE,
+            max_size=size,
             reset=_keep_session,
             server_settings={"application_name": application_name(replica)},
         )

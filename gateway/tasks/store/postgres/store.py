@@ -287,18 +287,20 @@ async def open_postgres_store(
     replica: str,
     lease_seconds: float = 15.0,
     on_timing: Callable[[str, float], None] | None = None,
+    pool_size: int = 10,
 ) -> PostgresTaskStore:
     """Connects to the database at `url` (the password from PGPASSWORD), brings its schema up
     to date and takes the lease of `replica`, this process's name among the replicas. Give a
     new name at each start: the live tasks of an earlier process of the same name would pass
     for this one's, and no replica would ever claim them.
 
-    `on_timing(operation, seconds)` hears how long each read and each commit took.
+    `on_timing(operation, seconds)` hears how long each read and each commit took;
+    `pool_size` bounds the connections the store's pool opens.
 
     Raises: what asyncpg raises when the database cannot be reached or used (OSError,
     asyncpg.PostgresError, ...); RuntimeError if its schema is newer than this gateway knows.
     """
-    db = await Pool.connect(url, replica, on_timing)
+    db = await Pool.connect(url, replica, on_timing, pool_size)
     try:
         async with db.acquire() as conn:
             await migrate(conn)
