@@ -52,8 +52,6 @@ def test_sqlite_is_the_default_and_postgres_is_chosen_with_a_url() -> None:
             "lease_seconds",
             "",
         ),
-        # A pool size with SQLite would say nothing about that file's one connection.
-        ({"pool_size": 32}, "pool_size", "is read only with store.backend: postgres"),
         ({**PG, "pool_size": 0}, "pool_size", "greater than or equal to 1"),
         ({**PG, "pool_size": 100000}, "pool_size", "less than or equal to 1000"),
         ({**PG, "pool_size": "ten"}, "pool_size", "valid integer"),

@@ -49,8 +49,6 @@ class StoreConfig(Section):
         if self.backend == "sqlite":
             if self.url is not None:
                 raise refusal("url", "is read only with store.backend: postgres")
-            if "pool_size" in self.model_fields_set:
-                raise refusal("pool_size", "is read only with store.backend: postgres")
             return self
         if self.url is None:
             raise refusal("url", "is required with store.backend: postgres")
