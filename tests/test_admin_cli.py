@@ -131,6 +131,7 @@ async def audited(home: Path, event: str) -> list[dict[str, Any]]:
             await asyncio.sleep(0.05)
 
 
+@pytest.mark.slow
 async def test_tasks_list_show_cancel_and_purge_every_principals_tasks(
     tmp_path: Path, faulty_upstream: TestServer, client_keys: None
 ) -> None:
@@ -234,6 +235,7 @@ async def test_tasks_list_show_cancel_and_purge_every_principals_tasks(
     assert TOKEN not in (tmp_path / "gw" / "audit.log").read_text()
 
 
+@pytest.mark.slow
 async def test_sessions_list_and_end_and_the_ended_one_gets_404(
     tmp_path: Path, faulty_upstream: TestServer, client_keys: None
 ) -> None:
@@ -271,6 +273,7 @@ async def test_sessions_list_and_end_and_the_ended_one_gets_404(
     assert event == {**event, "actor": "operator", "principal": "alice", "reason": "deleted"}
 
 
+@pytest.mark.slow
 async def test_each_failure_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     config, _, admin_port = config_for(tmp_path / "gw", "http://127.0.0.1:9/mcp")
     c = ("--config", str(config))
@@ -333,6 +336,7 @@ async def test_each_failure_is_one_line_and_exit_code_2(tmp_path: Path) -> None:
     assert all(TOKEN not in err for err in said.values())
 
 
+@pytest.mark.slow
 async def test_an_operator_on_one_replica_cancels_a_call_running_on_another(
     tmp_path: Path, pg_url: str, faulty_upstream: TestServer, client_keys: None
 ) -> None:

@@ -163,6 +163,7 @@ async def test_every_metric_a_dashboard_queries_is_exported_by_the_gateway(
 
 
 @pytest.mark.timeout(60)
+@pytest.mark.slow
 async def test_every_panel_query_returns_values_from_prometheus_after_real_traffic(
     start_gateway: StartGateway, tmp_path: Path
 ) -> None:

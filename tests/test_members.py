@@ -242,6 +242,7 @@ async def test_curation_names_tools_as_clients_see_them(
     assert said == "renamed"
 
 
+@pytest.mark.slow
 async def test_the_mcp_2_3_client_on_both_generations(
     start_gateway: StartGateway, mcp2_upstream: str, sdk_upstream: str
 ) -> None:

@@ -210,6 +210,7 @@ async def test_a_cancel_on_b_stops_the_call_running_on_a(
     assert (await get_task(http, a, session, task_id))["status"] == "cancelled"
 
 
+@pytest.mark.slow
 async def test_a_killed_replicas_tasks_are_settled_by_the_survivors_within_the_lease(
     replicas_of: Any, sdk_upstream: str, http: aiohttp.ClientSession
 ) -> None:
@@ -300,6 +301,7 @@ def test_an_unreachable_database_stops_the_start_naming_where_and_never_the_pass
 
 # A thousand tasks on three processes: past the suite's 120 s on a busy 2-core machine.
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 async def test_a_thousand_tasks_over_three_replicas_one_killed_nothing_stuck_nothing_lost(
     replicas_of: Any, sdk_upstream: str, http: aiohttp.ClientSession
 ) -> None:
@@ -412,6 +414,7 @@ class Outcomes:
 
 # A thousand tasks on three processes: past the suite's 120 s on a busy 2-core machine.
 @pytest.mark.timeout(300)
+@pytest.mark.slow
 async def test_one_session_over_three_replicas_gets_each_tasks_own_answer_from_a_stateful_sdk(
     replicas_of: Any, mcp2_upstream: str, http: aiohttp.ClientSession
 ) -> None:

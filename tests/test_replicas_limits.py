@@ -103,6 +103,7 @@ def within(admitted: int, rate: float, burst: float, seconds: float) -> bool:
     return 0.75 * bound - 2 <= admitted <= 1.1 * bound + 2
 
 
+@pytest.mark.slow
 async def test_three_replicas_hold_one_request_rate_and_a_dead_ones_share_comes_back(
     three: Any, sdk_upstream: str, client: aiohttp.ClientSession
 ) -> None:

@@ -10,6 +10,7 @@ import subprocess
 from pathlib import Path
 
 import aiohttp
+import pytest
 
 from .conftest import free_port
 from .helpers import open_session, start_process, start_task, task_terminal, write_config
@@ -32,6 +33,7 @@ async def until_ready_is(http: aiohttp.ClientSession, port: int, status: int) ->
     return asyncio.get_running_loop().time() - started
 
 
+@pytest.mark.slow
 async def test_an_outage_all_replicas_see_fails_readiness_and_loses_no_outcome(
     tmp_path: Path, pg_url: str
 ) -> None:

@@ -246,6 +246,7 @@ async def test_a_child_busy_for_longer_than_child_idle_seconds_keeps_running(
     assert len(pids(pid_dir)) == 1  # never stopped, so never started again
 
 
+@pytest.mark.slow
 async def test_abandoned_sessions_never_lock_out_a_route_of_four_children(
     start_gateway: StartGateway, pid_dir: Path
 ) -> None:
