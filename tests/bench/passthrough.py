@@ -200,8 +200,11 @@ async def _proxy_handler(request: web.Request) -> web.StreamResponse:
 async def _proxy_client_ctx(app: web.Application) -> AsyncIterator[None]:
     # One shared pooled session, as any sane proxy would have; limit=0 so the pool never queues.
     # auto_decompress=False keeps it a byte forwarder (Content-Encoding is passed through).
+    # A connect allows 30 s: under valgrind beside other work (tests.bench.instructions in CI)
+    # the forwarder's loop took over 5 s to see a local connect through; a pooled connection,
+    # which is every measured call's, never waits on it.
     connector = aiohttp.TCPConnector(limit=0)
-    timeout = aiohttp.ClientTimeout(total=60, sock_connect=5)
+    timeout = aiohttp.ClientTimeout(total=60, sock_connect=30)
     async with aiohttp.ClientSession(
         connector=connector, timeout=timeout, auto_decompress=False
     ) as client:
