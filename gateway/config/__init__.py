@@ -11,6 +11,7 @@ from gateway.config.identity import UpstreamIdentity
 from gateway.config.loading import load_admin, load_settings, parse_settings
 from gateway.config.routes import RouteConfig, TaskPolicy, TaskSupport
 from gateway.config.sections import (
+    POOL_SIZE,
     AdminConfig,
     AuditConfig,
     HttpConfig,
@@ -28,6 +29,7 @@ from gateway.config.upstream import CHILD_ENV_ALLOWED, SEPARATOR, MemberConfig, 
 
 __all__ = [
     "CHILD_ENV_ALLOWED",
+    "POOL_SIZE",
     "AdminConfig",
     "ApiKey",
     "AuditConfig",

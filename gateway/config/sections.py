@@ -16,6 +16,9 @@ from pydantic import (
 
 from gateway.config.base import Section, refusal, secret_from_env
 
+#: `store.pool_size`'s default, also that of a PostgreSQL store opened without the config.
+POOL_SIZE = 10
+
 
 class ListenConfig(Section):
     host: str = "127.0.0.1"
@@ -36,7 +39,7 @@ class StoreConfig(Section):
     lease_seconds: float = Field(15.0, ge=2, le=3600)
     #: postgres only: the most connections this replica's pool opens (its listener takes one
     #: more). Every replica's, summed, must fit the server's `max_connections` (100 by default).
-    pool_size: int = Field(10, ge=1, le=1000)
+    pool_size: int = Field(POOL_SIZE, ge=1, le=1000)
     sweep_interval_seconds: float = Field(30.0, gt=0)
 
     @property

@@ -154,7 +154,7 @@ def _headers(session_id: str | None, authorization: str | None) -> dict[str, str
     return headers
 
 
-def free_port() -> int:
+def unshared_port() -> int:
     """A free port below the kernel's ephemeral range. A gateway under valgrind takes up to a
     minute to bind the port picked for it; one picked from that range (as `bind(0)` picks)
     may meanwhile go to another process's `bind(0)`, and the counts would be of its server
@@ -182,7 +182,7 @@ ECHO = {"name": "echo", "arguments": {"text": "x"}}
 
 
 def count_relay(target: str, calls: int, logdir: Path, upstream_url: str) -> Count:
-    port = free_port()
+    port = unshared_port()
     if target == "gateway":
         config = logdir / "relay.yaml"
         config.write_text(passthrough.gateway_config(port, logdir / "relay.db", upstream_url))
@@ -225,7 +225,7 @@ async def _finished_task(url: str) -> tuple[str | None, str]:
 def count_tasks(kinds: list[str], calls: int, logdir: Path, upstream_url: str) -> list[Count]:
     counts = []
     for kind in kinds:
-        port = free_port()
+        port = unshared_port()
         config = logdir / f"{kind}.yaml"
         store = tasks.sqlite_store(logdir / f"{kind}.db")
         config.write_text(tasks.gateway_config(port, store, upstream_url, 4))
@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
     counts: list[Count] = []
     with tempfile.TemporaryDirectory(prefix="bench-instructions-") as tmp:
         logdir = Path(tmp)
-        upstream_port = free_port()
+        upstream_port = unshared_port()
         upstream_url = f"http://{HOST}:{upstream_port}/mcp"
         upstream = [sys.executable, str(THIS_FILE), "--serve-upstream", str(upstream_port)]
         with passthrough.server("upstream", upstream, upstream_port, logdir, 30):

@@ -47,7 +47,7 @@ def csv_stores(value: str) -> list[str]:
     return [s for s in STORES if s in names]
 
 
-def postgres_store(url: str, pool_size: int = 10) -> str:
+def postgres_store(url: str, pool_size: int) -> str:
     """The store section (YAML flow mapping); the password reaches the gateway as PGPASSWORD."""
     settings = f"lease_seconds: {LEASE_SECONDS}, pool_size: {pool_size}"
     return f"{{backend: postgres, url: {json.dumps(url)}, {settings}}}"

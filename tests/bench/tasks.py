@@ -67,6 +67,7 @@ from pathlib import Path
 
 import aiohttp
 
+from gateway.config import POOL_SIZE
 from tests.bench.cpu import CpuProbe, cpu_row, database_of, postmaster_of
 from tests.bench.lifecycles import (
     GATEWAY_ONLY,
@@ -836,8 +837,8 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p.add_argument(
         "--pool-size",
         type=int,
-        default=10,
-        help="store.pool_size of each PostgreSQL replica (default 10, the gateway's)",
+        default=POOL_SIZE,
+        help=f"store.pool_size of each PostgreSQL replica (default {POOL_SIZE}, the gateway's)",
     )
     p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
     args = p.parse_args(argv)

@@ -78,7 +78,7 @@ class Pool:
         url: str,
         replica: str,
         on_timing: Callable[[str, float], None] | None,
-        size: int = 10,
+        size: int,
     ) -> Pool:
         """Raises: what asyncpg raises when the database cannot be reached."""
         pool = await asyncpg.create_pool(
@@ -93,9 +93,7 @@ class Pool:
     async def read(self, sql: str, *params: Any) -> list[Record]:
         self._check_open()
         started = time.perf_counter()
-        with self._unreachable_as_503():
-            async with self._turns:
-                rows = await self._pool.fetch(sql, *params)
+        rows = await self._fetch(sql, *params)
         if self._on_timing is not None:
             self._on_timing("read", time.perf_counter() - started)
         return rows
@@ -115,11 +113,14 @@ class Pool:
         rows it returns once it has committed."""
         self._check_open()
         started = time.perf_counter()
-        with self._unreachable_as_503():
-            async with self._turns:
-                rows = await self._pool.fetch(sql, *params)
+        rows = await self._fetch(sql, *params)
         self._committed(started)
         return rows
+
+    async def _fetch(self, sql: str, *params: Any) -> list[Record]:
+        with self._unreachable_as_503():
+            async with self._turns:
+                return await self._pool.fetch(sql, *params)
 
     def _committed(self, started: float) -> None:
         self.last_commit = time.monotonic()

@@ -20,6 +20,7 @@ from typing import Any, TypeVar
 
 from asyncpg import Record
 
+from gateway.config import POOL_SIZE
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import (
@@ -287,7 +288,7 @@ async def open_postgres_store(
     replica: str,
     lease_seconds: float = 15.0,
     on_timing: Callable[[str, float], None] | None = None,
-    pool_size: int = 10,
+    pool_size: int = POOL_SIZE,
 ) -> PostgresTaskStore:
     """Connects to the database at `url` (the password from PGPASSWORD), brings its schema up
     to date and takes the lease of `replica`, this process's name among the replicas. Give a
