@@ -98,3 +98,29 @@ def test_the_servers_options_work_as_before() -> None:
     bad_level = command("--log-level", "LOUD")
     assert bad_level.returncode == 2 and "unknown log level 'LOUD'" in bad_level.stderr
     assert "Traceback" not in bad_port.stderr + bad_level.stderr
+
+
+@pytest.mark.parametrize(
+    ("args", "unneeded"),
+    [
+        (["--version"], {"gateway.app", "gateway.config", "aiohttp"}),
+        (["--help"], {"gateway.app", "gateway.config", "aiohttp"}),
+        (["tasks", "--help"], {"gateway.app", "gateway.tasks.store", "aiohttp", "asyncpg"}),
+        (["sessions", "--help"], {"gateway.app", "gateway.tasks.store", "aiohttp", "asyncpg"}),
+    ],
+)
+def test_a_command_imports_only_what_it_runs(args: list[str], unneeded: set[str]) -> None:
+    """The whole gateway takes a second and a half of CPU to import: an operator's `tasks list`
+    or `--version`, and the scripts that call them in a loop, pay only for what they use."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "gateway", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+    assert done.returncode == 0
+    imported = {line.rsplit("|", 1)[1].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert imported.isdisjoint(unneeded), sorted(imported & unneeded)

@@ -14,6 +14,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 
 from multidict import MultiMapping
 
@@ -31,7 +32,9 @@ from gateway.tasks.models import (
     iso,
     principal_of,
 )
-from gateway.tasks.store import TaskStore
+
+if TYPE_CHECKING:  # the operator's commands import this module, and need no store
+    from gateway.tasks.store import TaskStore
 
 #: Rows a list answers with unless `limit` says otherwise, and the most it may ask for.
 DEFAULT_LIMIT = 1000
