@@ -299,10 +299,8 @@ def test_an_unreachable_database_stops_the_start_naming_where_and_never_the_pass
     assert "hunter2" not in done.stderr
 
 
-# A thousand tasks on three processes: past the suite's 120 s on a busy 2-core machine.
-@pytest.mark.timeout(300)
-# The suite's longest: 160 s in CI, 230 s on four workers beside the other slow tests; the
-# suite's 300 s backstop would be a bound here, not a backstop.
+# A thousand tasks on three processes, the suite's longest: 160 s in CI, 230 s on four workers
+# beside the other slow tests; the suite's 300 s backstop would be a bound here, not a backstop.
 @pytest.mark.slow
 @pytest.mark.timeout(600)
 async def test_a_thousand_tasks_over_three_replicas_one_killed_nothing_stuck_nothing_lost(
