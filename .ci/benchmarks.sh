@@ -31,5 +31,5 @@ if [ "$part" != timed ]; then
   # minute beside other sections (tests.bench.instructions waits up to 300 s). Not niced: at
   # a low priority beside the conformance suite, the forwarder's loop starved past its
   # connect timeout.
-  python -m tests.bench.instructions --calls 160
+  python -m tests.bench.instructions --calls 160 --warmup 80
 fi

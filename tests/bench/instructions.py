@@ -181,7 +181,7 @@ def _request(method: str, params: dict[str, Any]) -> str:
 ECHO = {"name": "echo", "arguments": {"text": "x"}}
 
 
-def count_relay(target: str, calls: int, logdir: Path, upstream_url: str) -> Count:
+def count_relay(target: str, calls: int, warmup: int, logdir: Path, upstream_url: str) -> Count:
     port = unshared_port()
     if target == "gateway":
         config = logdir / "relay.yaml"
@@ -202,7 +202,7 @@ def count_relay(target: str, calls: int, logdir: Path, upstream_url: str) -> Cou
     headers = _headers(asyncio.run(session()), AUTHORIZATION)
     body = _request("tools/call", ECHO)
     server.control("-i", "on")
-    asyncio.run(_load(url, headers, body, WARMUP_CALLS, warming=True))
+    asyncio.run(_load(url, headers, body, warmup, warming=True))
     server.control("-z")
     asyncio.run(_load(url, headers, body, calls))
     total, main = server.counted()
@@ -222,7 +222,9 @@ async def _finished_task(url: str) -> tuple[str | None, str]:
     raise RuntimeError("the echo task did not complete within 30 s")
 
 
-def count_tasks(kinds: list[str], calls: int, logdir: Path, upstream_url: str) -> list[Count]:
+def count_tasks(
+    kinds: list[str], calls: int, warmup: int, logdir: Path, upstream_url: str
+) -> list[Count]:
     counts = []
     for kind in kinds:
         port = unshared_port()
@@ -241,7 +243,7 @@ def count_tasks(kinds: list[str], calls: int, logdir: Path, upstream_url: str) -
             "result": _request("tasks/result", {"taskId": task_id}),
         }[kind]
         server.control("-i", "on")
-        asyncio.run(_load(url, headers, body, WARMUP_CALLS, warming=True))
+        asyncio.run(_load(url, headers, body, warmup, warming=True))
         server.control("-z")
         asyncio.run(_load(url, headers, body, calls))
         total, main = server.counted()
@@ -252,6 +254,13 @@ def count_tasks(kinds: list[str], calls: int, logdir: Path, upstream_url: str) -
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
     p.add_argument("--calls", type=int, default=1600, help="requests counted per target")
+    p.add_argument(
+        "--warmup",
+        type=int,
+        default=WARMUP_CALLS,
+        help="requests each server serves before the count (CI's smoke run takes fewer: its "
+        "figures are not judged)",
+    )
     p.add_argument("--kinds", default=",".join(KINDS), help=f"any of {', '.join(KINDS)}")
     p.add_argument(
         "--keep",
@@ -262,8 +271,10 @@ def main(argv: list[str] | None = None) -> int:
     args = p.parse_args(argv)
     kinds = [k for k in args.kinds.split(",") if k]
     unknown = sorted(set(kinds) - set(KINDS))
-    if unknown or args.calls < WORKERS:
-        p.error(f"unknown kinds {unknown}" if unknown else f"--calls must be >= {WORKERS}")
+    if unknown or min(args.calls, args.warmup) < WORKERS:
+        p.error(
+            f"unknown kinds {unknown}" if unknown else f"--calls and --warmup must be >= {WORKERS}"
+        )
     if shutil.which("valgrind") is None or shutil.which("callgrind_control") is None:
         print("valgrind is not installed (apt-get install valgrind): nothing counted")
         return 2
@@ -276,10 +287,14 @@ def main(argv: list[str] | None = None) -> int:
         with passthrough.server("upstream", upstream, upstream_port, logdir, 30):
             if "relay" in kinds:
                 for target in ("proxy", "gateway"):
-                    counts.append(count_relay(target, args.calls, logdir, upstream_url))
+                    counts.append(
+                        count_relay(target, args.calls, args.warmup, logdir, upstream_url)
+                    )
             task_kinds = [k for k in kinds if k != "relay"]
             if task_kinds:
-                counts.extend(count_tasks(task_kinds, args.calls, logdir, upstream_url))
+                counts.extend(
+                    count_tasks(task_kinds, args.calls, args.warmup, logdir, upstream_url)
+                )
         if args.keep is not None:
             args.keep.mkdir(parents=True, exist_ok=True)
             for path in logdir.glob("*.callgrind.*"):
