@@ -41,7 +41,6 @@ from gateway.calls.held import HeldSessions
 from gateway.calls.parked import ParkedCalls
 from gateway.calls.task_api import ModernTaskApi
 from gateway.config import Settings
-from gateway.console.site import console_app
 from gateway.http import admin, cors, listen, middleware
 from gateway.http.admin import AdminApi
 from gateway.http.drain import Drain
@@ -218,6 +217,10 @@ async def _components(
     metrics_site = await _metrics_listener(settings, metrics)
     admin_site = None
     if settings.admin is not None:
+        # Here, not at the top: the console's templates and signing keys are a tenth of the
+        # gateway's import time, which a gateway without an admin port need not pay.
+        from gateway.console.site import console_app
+
         shows = settings.admin.console_shows_results
         api = AdminApi(store, runner, app[SESSIONS], clock, shows)
         console = console_app(
