@@ -72,3 +72,43 @@ async def test_only_news_of_a_call_running_here_leads_to_work_here() -> None:
     finally:
         watch.close()
         await tasks.close()
+
+
+class SlowRunner(Runner):
+    """A re-check of every run here that takes longer than the lease (hundreds of runs' reads
+    behind a loaded pool)."""
+
+    async def changed_elsewhere(self, task_id: str | None) -> None:
+        self.heard.append(task_id)
+        if task_id is None:
+            await asyncio.Event().wait()
+
+
+class CountingStore(Store):
+    def __init__(self) -> None:
+        self.renewals = 0
+
+    async def renew_lease(self) -> int:
+        self.renewals += 1
+        return 2
+
+
+async def test_a_slow_round_does_not_hold_up_the_lease() -> None:
+    """The lease is renewed every third of it whatever the round does: when one loop did both,
+    a round that waited for reads let the lease lapse under load, and the other replicas
+    failed this replica's running tasks as those of a lost one."""
+    app = web.Application()
+    runner, store = SlowRunner(set()), CountingStore()
+    settings = SimpleNamespace(store=SimpleNamespace(shared=True, lease_seconds=0.3))
+    app[SETTINGS] = cast(Any, settings)
+    app[RUNNER], app[TASK_INPUTS] = cast(Any, runner), cast(Any, Inputs(set()))
+    app[STORE] = cast(Any, store)
+    app[SHARE] = Share()
+    tasks = TaskSet("test")
+    try:
+        await replicas.start(app, Notifier(), tasks)
+        await asyncio.sleep(1.05)
+        assert runner.heard == [None]  # the first round's re-check never ends
+        assert store.renewals >= 1 + 3 * 2  # at start, then every 0.1 s (a busy loop: some late)
+    finally:
+        await tasks.close()

@@ -389,3 +389,28 @@ async def test_reads_and_writes_take_the_pools_connections_first_come_first_serv
         assert first_done_after[0] >= callers * (rounds - 1) - 2, first_done_after[:5]
     finally:
         await store.close()
+
+
+async def test_the_lease_is_renewed_ahead_of_the_reads_queued_for_a_connection(
+    pg_url: str,
+) -> None:
+    """A replica under load has a queue of reads and writes waiting for the pool; its lease's
+    renewal must not wait behind them, or the lease lapses and the other replicas fail this
+    one's running tasks (they did, in the thousand-task test with a keyed caller)."""
+    store = await open_postgres_store(pg_url, "ahead", pool_size=2)
+    try:
+        await store.create_task(make_task("t"))
+        done = 0
+
+        async def read() -> None:
+            nonlocal done
+            await store.get_task("t")
+            done += 1
+
+        queued = [asyncio.ensure_future(read()) for _ in range(200)]
+        await asyncio.sleep(0)  # every read has asked for its turn
+        assert await store.renew_lease() == 1
+        assert done < 100, done  # behind the queue, it came after all 200
+        await asyncio.gather(*queued)
+    finally:
+        await store.close()

@@ -117,6 +117,17 @@ class Pool:
         self._committed(started)
         return rows
 
+    async def ahead(self, sql: str, *params: Any) -> Any:
+        """One statement, its first value once committed, ahead of the reads and writes
+        waiting their turn: the lease's renewal, which a replica's queue of requests must not
+        hold past the lease (the others would then fail this replica's running tasks)."""
+        self._check_open()
+        started = time.perf_counter()
+        with self._unreachable_as_503():
+            value = await self._pool.fetchval(sql, *params)
+        self._committed(started)
+        return value
+
     async def _fetch(self, sql: str, *params: Any) -> list[Record]:
         with self._unreachable_as_503():
             async with self._turns:

@@ -197,7 +197,7 @@ class PostgresTaskStore(KeptReads):
 
     async def renew_lease(self) -> int:
         sql, lease = attempts.RENEW, self._lease_seconds
-        live: int = await self._write(lambda db: db.fetchval(sql, self._replica, lease))
+        live: int = await self._db.ahead(sql, self._replica, lease)
         return live
 
     async def watch(self, changed: Callable[[str | None], None]) -> None:
