@@ -20,6 +20,8 @@ from gateway.tasks.store import StoreInUse
 from gateway.tasks.store.opening import StoreUnavailable
 from gateway.upstream import reachability
 
+log = logging.getLogger("gateway")
+
 
 def _resolve(host: str) -> str:
     try:
@@ -49,13 +51,12 @@ def serve(config: str | None, host: str | None, port: int | None) -> None:
     on_sighup(app, config, overrides)
     open_routes = [r.name for r in settings.routes if route_auth(settings, r).mode == "none"]
     if open_routes and not ipaddress.ip_address(_resolve(settings.listen.host)).is_loopback:
-        logging.getLogger("gateway").warning(
+        log.warning(
             "listening on %s with no authentication on route(s) %s: anyone who can reach the "
             "port can call their tools; configure auth (docs/security.md, Authentication)",
             settings.listen.host,
             ", ".join(open_routes),
         )
-    log = logging.getLogger("gateway")
     admin = settings.admin
     if admin is not None and not ipaddress.ip_address(_resolve(admin.listen.host)).is_loopback:
         log.warning(
