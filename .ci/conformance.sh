@@ -234,8 +234,8 @@ export PIP_DISABLE_PIP_VERSION_CHECK=1
 # ---------------------------------------------------------------- 3. everything-server from the mcp sdist
 # Started first, beside steps 1 and 2, which it does not need: each is mostly waiting on PyPI
 # or npm, and one after the other they took 80 s of CI's critical path.
+EV_VENV="$CACHE/everything-venv"
 setup_everything_server() {
-  EV_VENV="$CACHE/everything-venv"
   SDIST="$CACHE/sdist/mcp-$MCP_VERSION.tar.gz"
   EV_SRC="$CACHE/src/mcp-$MCP_VERSION/examples/servers/everything-server"
   if [ ! -f "$SDIST" ] || [ "$(sha256_of "$SDIST")" != "$MCP_SDIST_SHA256" ]; then
@@ -308,7 +308,6 @@ timed "conformance $CONFORMANCE_VERSION (npm)" $t
 
 wait "$EV_SETUP" || die "the everything-server's setup failed"
 PIDS=() # no server has started yet: the setup was the only one
-EV_VENV="$CACHE/everything-venv"
 timed "everything-server (mcp $MCP_VERSION, beside)" $EV_STARTED
 
 # ---------------------------------------------------------------- 4. which scenarios, in which part
