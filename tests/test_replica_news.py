@@ -44,10 +44,14 @@ class Inputs:
 class Store:
     changed: Callable[[str | None], None]
 
+    def __init__(self) -> None:
+        self.renewals = 0
+
     async def watch(self, changed: Callable[[str | None], None]) -> None:
         self.changed = changed
 
     async def renew_lease(self) -> int:
+        self.renewals += 1
         return 2
 
 
@@ -84,21 +88,12 @@ class SlowRunner(Runner):
             await asyncio.Event().wait()
 
 
-class CountingStore(Store):
-    def __init__(self) -> None:
-        self.renewals = 0
-
-    async def renew_lease(self) -> int:
-        self.renewals += 1
-        return 2
-
-
 async def test_a_slow_round_does_not_hold_up_the_lease() -> None:
     """The lease is renewed every third of it whatever the round does: when one loop did both,
     a round that waited for reads let the lease lapse under load, and the other replicas
     failed this replica's running tasks as those of a lost one."""
     app = web.Application()
-    runner, store = SlowRunner(set()), CountingStore()
+    runner, store = SlowRunner(set()), Store()
     settings = SimpleNamespace(store=SimpleNamespace(shared=True, lease_seconds=0.3))
     app[SETTINGS] = cast(Any, settings)
     app[RUNNER], app[TASK_INPUTS] = cast(Any, runner), cast(Any, Inputs(set()))
