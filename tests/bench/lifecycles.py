@@ -25,6 +25,7 @@ patterns beside the polling one, and the blocking waits round by round.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 from collections.abc import Awaitable, Callable, Sequence
@@ -49,6 +50,22 @@ SESSIONLESS = frozenset({"modern"})
 MAX_POLLS_PER_TASK = 100_000
 LIFECYCLE_TIMEOUT_S = 10.0
 DONE_OR_WORKING = ("working", "completed")
+
+
+def caller_key(i: int) -> str:
+    """The API key of the benchmark's caller number i: each client is a principal of its own,
+    as callers are in service, so that each is held to the per-principal limits."""
+    return f"bench-caller-{i:06d}-{'0' * 12}"
+
+
+def api_keys_section(callers: int) -> str:
+    """The gateway config's `auth` section that knows callers 0 to callers-1."""
+    keys = ", ".join(
+        f"{{principal: caller-{i}, sha256: {hashlib.sha256(caller_key(i).encode()).hexdigest()}}}"
+        for i in range(callers)
+    )
+    return f"auth:\n  mode: api_keys\n  api_keys: [{keys}]\n"
+
 
 LEGEND = {
     "create": "tools/call echo with task:{} -> CreateTaskResult(status working)",
@@ -79,8 +96,8 @@ class TaskClient(McpClient):
     """The passthrough benchmark's MCP session plus the task methods, and session-less
     2026-07-28 requests."""
 
-    def __init__(self, http: aiohttp.ClientSession, url: str) -> None:
-        super().__init__(http, url)
+    def __init__(self, http: aiohttp.ClientSession, url: str, caller: int = 0) -> None:
+        super().__init__(http, url, f"Bearer {caller_key(caller)}")
         #: How long each tasks/result of the blocking pattern took, in seconds.
         self.waits: list[float] = []
 
@@ -127,6 +144,7 @@ class TaskClient(McpClient):
             "MCP-Protocol-Version": MODERN,
             "Mcp-Method": method,
             "Mcp-Name": name,
+            "Authorization": self._headers["Authorization"],
         }
         body = json.dumps(message, separators=(",", ":")).encode()
         async with self._http.post(self._url, data=body, headers=headers) as resp:
