@@ -2,7 +2,9 @@
 
 An `Authenticator` is built once per config. It reads key files then, so a bad file stops
 start-up instead of failing every request. `authenticate()` runs on every request. An API
-key is hashed once and compared in constant time with every configured digest. A JWT is
+key is hashed once and its SHA-256 digest looked up among the configured ones, whatever
+their number (the digest of a guess is unpredictable, so the lookup's time tells a guesser
+nothing that leads to a key). A JWT is
 verified by `jwt_verify` with the configured algorithms only; an OAuth access token the
 same way, for the route's resource (`oauth`), or, when it is not a JWT and the provider offers
 it, by RFC 7662 introspection (`introspection`); it carries the scopes it grants. Failures
@@ -13,7 +15,6 @@ credential.
 from __future__ import annotations
 
 import hashlib
-import hmac
 from typing import Literal
 
 import jwt
@@ -53,10 +54,11 @@ class Authenticator:
                 the message names the config key and the file.
         """
         self._mode = config.mode
-        # Principals are built here, so a request for a known key allocates nothing.
-        self._api_keys = tuple(
-            (key.digest, Principal(name=key.principal, method="api_key")) for key in config.api_keys
-        )
+        # Principals are built here, so a request for a known key allocates nothing. (The
+        # first entry of a digest listed twice wins, as it did when the list was scanned.)
+        self._api_keys: dict[bytes, Principal] = {}
+        for key in config.api_keys:
+            self._api_keys.setdefault(key.digest, Principal(name=key.principal, method="api_key"))
         self._jwt: JwtVerifier | None = None
         self._oauth: JwtVerifier | None = None
         self._introspection: Introspector | None = None
@@ -112,12 +114,7 @@ class Authenticator:
         return Principal(name=name, method="oauth", scopes=scopes)
 
     def _match_api_key(self, token: str) -> Principal:
-        digest = hashlib.sha256(token.encode()).digest()
-        found: Principal | None = None
-        for key_digest, principal in self._api_keys:
-            # No early exit, so the time taken does not reveal which key matched.
-            if hmac.compare_digest(digest, key_digest) and found is None:
-                found = principal
+        found = self._api_keys.get(hashlib.sha256(token.encode()).digest())
         if found is None:
             raise AuthError("unknown API key")
         return found
