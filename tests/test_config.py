@@ -344,6 +344,12 @@ def test_a_route_section_without_mode_or_credentials_keeps_its_other_keys() -> N
             "f.yaml: routes[0].auth: `api_keys` and `jwt` are both written",
         ),
         ({}, {"mode": "api_keys"}, "f.yaml: routes[0].auth.api_keys: mode api_keys needs"),
+        (
+            # The same key by its digest and through the environment: two callers at once.
+            {"api_keys": [*KEYS, {"principal": "eve", "sha256": hashlib.sha256(b"k").hexdigest()}]},
+            None,
+            "f.yaml: auth.api_keys: one key is listed for both 'bob' and 'eve'",
+        ),
     ],
     ids=[
         "both-without-mode",
@@ -357,6 +363,7 @@ def test_a_route_section_without_mode_or_credentials_keeps_its_other_keys() -> N
         "route-none-with-api-keys",
         "route-both",
         "route-api-keys-mode-without-keys",
+        "one-key-two-principals",
     ],
 )
 def test_refused_auth_shapes_name_the_file_and_the_key(

@@ -5,7 +5,7 @@ from `sections` (gateway-wide), `auth` and `routes`; `base` holds what they shar
 package is a leaf: it imports nothing else of the gateway. Components get their slice.
 """
 
-from gateway.config.auth import ApiKey, AuthConfig, JwtConfig, OAuthConfig
+from gateway.config.auth import ApiKey, AuthConfig
 from gateway.config.base import ConfigError
 from gateway.config.identity import UpstreamIdentity
 from gateway.config.loading import load_admin, load_settings, parse_settings
@@ -25,6 +25,7 @@ from gateway.config.sections import (
     TracingConfig,
 )
 from gateway.config.settings import Settings, route_auth, route_limits
+from gateway.config.tokens import JwtConfig, OAuthConfig
 from gateway.config.upstream import CHILD_ENV_ALLOWED, SEPARATOR, MemberConfig, UpstreamConfig
 
 __all__ = [

@@ -14,8 +14,8 @@ from typing import Literal
 
 from pydantic import Field, PrivateAttr, ValidationInfo, field_validator, model_validator
 
-from gateway.config.auth import ScopeToken, http_url
 from gateway.config.base import Section, refusal, secret_from_env
+from gateway.config.tokens import ScopeToken, http_url
 
 _ENV_NAME = r"^[A-Za-z_][A-Za-z0-9_]*$"
 _HEADER_NAME = r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,64}$"

@@ -9,9 +9,10 @@ from typing import Annotated, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from gateway.config.auth import AuthConfig, ScopeToken
+from gateway.config.auth import AuthConfig
 from gateway.config.base import Section, refusal
 from gateway.config.sections import LimitsOverride
+from gateway.config.tokens import ScopeToken
 from gateway.config.tools import ToolsConfig
 from gateway.config.upstream import MemberConfig, UpstreamConfig
 

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 
 import aiohttp
 
-from gateway.config.auth import IntrospectionConfig
+from gateway.config.tokens import IntrospectionConfig
 from gateway.security.client_auth import authenticate_client
 from gateway.security.errors import AuthError, IdentityProviderUnavailable
 
