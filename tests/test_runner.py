@@ -442,7 +442,8 @@ async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_tas
     takes too long leaves the read with the status as last written."""
     monkeypatch.setattr(landing_module, "_FINISH_WAIT", 0.2)
     host = await connected()
-    task = await submit(parts, host)
+    # (No poll window: the call's own wait is test_poll_window's.)
+    task = await submit(parts, host, TaskPolicy(poll_window_ms=0))
     gate, writing = hold_terminal_writes(parts, monkeypatch)
     landing = parts.runner.landing(task.task_id)
     assert landing is None  # the call runs: nothing to wait for
@@ -462,6 +463,25 @@ async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_tas
     latest = await reading
     assert latest.status is TaskStatus.COMPLETED
     assert leaving.cancelled()
+
+
+async def test_a_read_in_a_young_calls_window_waits_for_its_end_and_no_longer_than_the_window(
+    parts: Parts,
+) -> None:
+    host = await connected()
+    task = await submit(parts, host, TaskPolicy(poll_window_ms=5000))
+    reading = asyncio.ensure_future(parts.runner.current(task, parts.runner.landing(task.task_id)))
+    call = await host.call()
+    await asyncio.sleep(0.05)
+    assert not reading.done()
+    host.scripted.answer(call, RESULT)
+    async with asyncio.timeout(5):
+        assert (await reading).status is TaskStatus.COMPLETED
+    longer = await submit(parts, host, TaskPolicy(poll_window_ms=50))
+    async with asyncio.timeout(5):
+        read = await parts.runner.current(longer, parts.runner.landing(longer.task_id))
+    assert read.status is TaskStatus.WORKING  # the window closed first: as read
+    assert parts.runner.landing(longer.task_id) is None  # and later reads answer at once
 
 
 async def test_a_read_begun_before_the_terminal_write_landed_and_answered_after_it_is_terminal(

@@ -143,6 +143,7 @@ class TaskRunner:
         self._telemetry.created(task, host.principal, request)
         limit = policy.time_limit_seconds
         self._start(task, host, jsonrpc.without_param(request, "task"), limit, limit)
+        self._landings.begun(task.task_id, policy.poll_window_ms / 1000)
         return task
 
     def rerun(
@@ -242,6 +243,7 @@ class TaskRunner:
                     await host.end_task_call(upstream_id)
                 finally:
                     self._asking.discard(task.task_id)
+                    self._landings.settled(task.task_id)
                     self._runs.ended(asyncio.current_task())
 
     def _on_input(self, task_id: str, waiting: bool, host: TaskHost) -> asyncio.Task[None]:
@@ -259,6 +261,7 @@ class TaskRunner:
 
     def _changed(self, task: Task, host: TaskHost | None, outcome: Outcome | None = None) -> None:
         """After a write of `task` (terminal with `outcome`, when one is given)."""
+        self._landings.settled(task.task_id)
         self._telemetry.changed(task, host.principal if host else None)
         if self._tracing is not None and task.status.terminal:
             self._tracing.task_ended(task.task_id, task.status.value)

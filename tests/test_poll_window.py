@@ -1,0 +1,139 @@
+"""`tasks.poll_window_ms`: a poll that comes while a young task's call runs waits for its end.
+
+Clients poll once at once, then every `pollInterval` ("Requestors SHOULD respect the
+pollInterval provided in responses when polling for task completion", tasks-2025-11-25): the
+Python SDK's `poll_task` does. Without the window, a quick tool's task was `working` at that
+first poll and its client slept a whole interval (1 s by default) before it saw the result.
+The window changes no status the spec defines, only when the answer to an early poll leaves.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import aiohttp
+import pytest
+from mcp import types
+from mcp.shared.context import RequestContext
+
+from .conftest import StartGateway, mcp_client
+from .helpers import (
+    WITH_TASKS,
+    modern_rpc,
+    raw_session,
+    route,
+    rpc,
+    start_task,
+    text,
+    upstream_of,
+)
+
+#: Far above any quick call's time on a loaded machine; the tests show what ends a wait.
+WIDE_MS = 5000
+
+
+@pytest.mark.parametrize("kind", ["stdio", "streamable_http", "mcp2"])
+async def test_a_quick_tools_task_is_completed_at_the_python_sdks_first_poll(
+    kind: str, start_gateway: StartGateway, request: pytest.FixtureRequest
+) -> None:
+    base = await start_gateway(route(upstream_of(kind, request), poll_window_ms=WIDE_MS))
+    async with mcp_client(f"{base}/t/mcp") as client:
+        created = await client.experimental.call_tool_as_task("echo", {"text": "quick"})
+        # Tasks MUST begin in the `working` status: the creation answers before the call ends.
+        assert created.task.status == "working"
+        statuses = [s.status async for s in client.experimental.poll_task(created.task.taskId)]
+        result = await client.experimental.get_task_result(
+            created.task.taskId, types.CallToolResult
+        )
+    assert statuses == ["completed"]  # one poll, no pollInterval slept
+    assert text(result) == "quick"
+
+
+async def test_a_poll_in_the_window_of_a_longer_call_says_working_when_the_window_closes(
+    start_gateway: StartGateway, request: pytest.FixtureRequest
+) -> None:
+    # The demo's slow tool runs 3 s; the window is the default 100 ms.
+    base = await start_gateway(route(upstream_of("stdio", request)))
+    url = f"{base}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 3, "steps": 1})
+        first = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id})
+        again = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id}, request_id=3)
+    assert first["result"]["status"] == again["result"]["status"] == "working"
+
+
+async def test_a_question_in_the_window_answers_the_waiting_poll_at_once(
+    start_gateway: StartGateway,
+) -> None:
+    async def never_answered(
+        context: RequestContext[Any, Any], params: types.ElicitRequestParams
+    ) -> types.ElicitResult:
+        raise AssertionError("the test only polls")
+
+    base = await start_gateway(route(poll_window_ms=WIDE_MS))
+    async with mcp_client(f"{base}/t/mcp", elicitation_callback=never_answered) as client:
+        created = await client.experimental.call_tool_as_task("ask", {})
+        began = time.monotonic()
+        polled = await client.experimental.get_task(created.task.taskId)
+        waited = time.monotonic() - began
+        await client.experimental.cancel_task(created.task.taskId)
+    # "When a receiver needs input ... the receiver MUST move the task to input_required": a
+    # poll waiting in the window hears of the move, not of the window's end.
+    assert polled.status == "input_required"
+    assert waited < WIDE_MS / 1000 / 2
+
+
+async def test_a_cancel_answers_a_poll_waiting_in_the_window_at_once(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route(poll_window_ms=WIDE_MS))
+    url = f"{base}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 30, "steps": 1})
+        began = time.monotonic()
+
+        async def cancel_soon() -> None:
+            await asyncio.sleep(0.2)
+            await rpc(http, url, session_id, "tasks/cancel", {"taskId": task_id}, request_id=5)
+
+        polled, _ = await asyncio.gather(
+            rpc(http, url, session_id, "tasks/get", {"taskId": task_id}), cancel_soon()
+        )
+        waited = time.monotonic() - began
+    assert polled["result"]["status"] == "cancelled"
+    assert waited < WIDE_MS / 1000 / 2
+
+
+async def test_a_strangers_poll_of_a_young_task_is_not_found_at_once(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route(poll_window_ms=WIDE_MS))
+    url = f"{base}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        owner, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, owner, "slow", {"seconds": 3, "steps": 1})
+        # Without authentication every session is its own caller.
+        stranger, _ = await raw_session(http, url)
+        began = time.monotonic()
+        answer = await rpc(http, url, stranger, "tasks/get", {"taskId": task_id})
+        waited = time.monotonic() - began
+    assert "error" in answer and waited < WIDE_MS / 1000 / 2
+
+
+async def test_a_2026_clients_first_poll_of_a_quick_task_inlines_its_result(
+    start_gateway: StartGateway,
+) -> None:
+    base = await start_gateway(route(sync_window_ms=0, poll_window_ms=WIDE_MS))
+    url = f"{base}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        params = {"name": "echo", "arguments": {"text": "quick"}}
+        _, created = await modern_rpc(http, url, "tools/call", params, WITH_TASKS)
+        assert created["result"]["status"] == "working"
+        task_id = created["result"]["taskId"]
+        _, polled = await modern_rpc(http, url, "tasks/get", {"taskId": task_id}, WITH_TASKS)
+    assert polled["result"]["status"] == "completed"
+    assert polled["result"]["result"]["content"][0]["text"] == "quick"
