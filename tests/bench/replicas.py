@@ -121,7 +121,7 @@ def report_stores(
     )
     header = (
         f"{'measurement':<10} {'conc':>4} {'store':<9} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'http/op':>7} {'gw ms/op':>8} {'pg ms/op':>8} {'errors':>6}  {'valid':<7} "
+        f"{'max ms':>8} {'http/op':>7} {'gw ms/op':>8} {'pg ms/op':>8} {'errors':>6}  {'valid':<7} "
         f"{'vs sqlite':>9}  rounds ops/s"
     )
     print(header)
@@ -139,8 +139,9 @@ def report_stores(
             gw, pg = (_ms(row.get(k)) for k in ("gateway_cpu_ms_per_op", "db_cpu_ms_per_op"))
             print(
                 f"{kind:<10} {c:>4} {store:<9} {row['ops_per_s']:>8.1f} {row['p50_ms']:>8.2f} "
-                f"{row['p99_ms']:>8.2f} {'-' if per_op is None else f'{per_op:.1f}':>7} "
-                f"{gw:>8} {pg:>8} {row['errors']:>6}  {mark:<7} {shown:>9}  {rounds}"
+                f"{row['p99_ms']:>8.2f} {row['max_ms']:>8.1f} "
+                f"{'-' if per_op is None else f'{per_op:.1f}':>7} {gw:>8} {pg:>8} "
+                f"{row['errors']:>6}  {mark:<7} {shown:>9}  {rounds}"
             )
             if store != "sqlite":
                 entry = out.setdefault(store, {"replicas": REPLICAS[store], "results": []})

@@ -616,6 +616,7 @@ def summary_row(s: Summary) -> JsonObj:
         "ops_per_s": round(m.rps, 1),
         "p50_ms": round(m.percentile_ms(0.50), 3),
         "p99_ms": round(m.percentile_ms(0.99), 3),
+        "max_ms": round(m.percentile_ms(1.0), 3),
         "http_requests_per_op": None if math.isnan(per_op) else round(per_op, 2),
         "errors": s.errors,
         "valid": s.valid,
