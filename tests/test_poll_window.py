@@ -18,6 +18,9 @@ import pytest
 from mcp import types
 from mcp.shared.context import RequestContext
 
+from gateway.tasks.models import Task
+from gateway.tasks.store.sqlite import SqliteTaskStore
+
 from .conftest import StartGateway, mcp_client
 from .helpers import (
     WITH_TASKS,
@@ -137,3 +140,28 @@ async def test_a_2026_clients_first_poll_of_a_quick_task_inlines_its_result(
         _, polled = await modern_rpc(http, url, "tasks/get", {"taskId": task_id}, WITH_TASKS)
     assert polled["result"]["status"] == "completed"
     assert polled["result"]["result"]["content"][0]["text"] == "quick"
+
+
+async def test_the_owners_first_poll_of_a_quick_task_reads_nothing_back(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The poll is answered with the task as the terminal write left it: on PostgreSQL a
+    read would be a round trip per lifecycle."""
+    base = await start_gateway(route(poll_window_ms=WIDE_MS))
+    url = f"{base}/t/mcp"
+    reads: list[str] = []
+    find_task = SqliteTaskStore.find_task
+
+    async def counted(self: SqliteTaskStore, task_id: str, owner: str) -> Task | None:
+        reads.append(task_id)
+        return await find_task(self, task_id, owner)
+
+    monkeypatch.setattr(SqliteTaskStore, "find_task", counted)
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        # (A call still running when the poll comes: one already ended is read from memory
+        # on either store, the outcome kept beside it.)
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 0.3, "steps": 1})
+        polled = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id})
+    assert polled["result"]["status"] == "completed"
+    assert reads == []

@@ -465,23 +465,28 @@ async def test_a_read_while_the_terminal_write_is_under_way_gets_the_written_tas
     assert leaving.cancelled()
 
 
-async def test_a_read_in_a_young_calls_window_waits_for_its_end_and_no_longer_than_the_window(
+async def test_the_owners_read_of_a_young_call_waits_for_its_end_and_no_longer_than_its_window(
     parts: Parts,
 ) -> None:
     host = await connected()
     task = await submit(parts, host, TaskPolicy(poll_window_ms=5000))
-    reading = asyncio.ensure_future(parts.runner.current(task, parts.runner.landing(task.task_id)))
+    now = task.created_at
+    # Another caller's read is not held (it reads, and finds nothing of its own).
+    assert await parts.runner.early_end(task.task_id, "someone else", now) is None
+    reading = asyncio.ensure_future(parts.runner.early_end(task.task_id, task.owner, now))
     call = await host.call()
     await asyncio.sleep(0.05)
     assert not reading.done()
     host.scripted.answer(call, RESULT)
     async with asyncio.timeout(5):
-        assert (await reading).status is TaskStatus.COMPLETED
+        ended = await reading
+    assert ended is not None and ended.status is TaskStatus.COMPLETED
     longer = await submit(parts, host, TaskPolicy(poll_window_ms=50))
     async with asyncio.timeout(5):
-        read = await parts.runner.current(longer, parts.runner.landing(longer.task_id))
-    assert read.status is TaskStatus.WORKING  # the window closed first: as read
-    assert parts.runner.landing(longer.task_id) is None  # and later reads answer at once
+        # The window closed first: the caller reads the task itself, and so do later reads.
+        assert await parts.runner.early_end(longer.task_id, longer.owner, now) is None
+    assert await parts.runner.early_end(longer.task_id, longer.owner, now) is None
+    assert parts.runner.landing(longer.task_id) is None
 
 
 async def test_a_read_begun_before_the_terminal_write_landed_and_answered_after_it_is_terminal(

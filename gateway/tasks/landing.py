@@ -6,11 +6,12 @@ each write through `land`, which marks it `under_way`; a read takes `landing()` 
 reads, and `current()` after, which gives the task as written once the write has landed (a few
 milliseconds). A write that meets a shared store unreachable waits for it.
 
-A run `begun` with a poll window (`tasks.poll_window_ms`) is young for that long: a read that
-finds its task `working` meanwhile waits for the call's end, or for the window to close, so
-that a quick tool's task is `completed` at its client's first poll. Clients poll once at
-once and then every `pollInterval` (the Python SDK's `poll_task` does): without the wait,
-a call of a few milliseconds took a whole interval to be seen.
+A run `begun` with a poll window (`tasks.poll_window_ms`) is young for that long: its owner's
+read of the task meanwhile waits for the call's end instead (`early_end`), and is answered
+with the task as its terminal write left it, without a read of its own (a round trip to a
+shared PostgreSQL); a question, a cancel, or the window's close sends it to the read. Clients
+poll once at once and then every `pollInterval` (the Python SDK's `poll_task` does): without
+the wait, a quick tool's task was `working` at that first poll, and seen a whole interval later.
 """
 
 from __future__ import annotations
@@ -40,23 +41,43 @@ class Landings:
         #: Runs whose call has ended and whose terminal write is under way, with the reads
         #: waiting for that write.
         self._finishing: dict[str, set[asyncio.Future[Task | None]]] = {}
-        #: Runs whose call is under way, with the loop time their poll window closes at and
-        #: the reads waiting for their end meanwhile.
-        self._young: dict[str, tuple[float, set[asyncio.Future[Task | None]]]] = {}
+        #: Runs whose call is under way and young: the loop time their window closes at,
+        #: their task's owner, and the owner's reads waiting for the call's end.
+        self._young: dict[str, tuple[float, str, set[asyncio.Future[Task | None]]]] = {}
 
-    def begun(self, task_id: str, window: float) -> None:
-        """A run's call has begun here: for `window` seconds, a read that finds its task
-        `working` waits for the call's end (`landing`, `current`)."""
+    def begun(self, task_id: str, owner: str, window: float) -> None:
+        """A run's call has begun here: for `window` seconds, `early_end` waits for it."""
         if window > 0:
-            self._young[task_id] = (asyncio.get_running_loop().time() + window, set())
+            self._young[task_id] = (asyncio.get_running_loop().time() + window, owner, set())
 
     def settled(self, task_id: str) -> None:
-        """The run's call has ended without a terminal write here, or the task has changed
-        otherwise (a question, a cancel): the reads waiting for its end read it again now."""
+        """The run's call has ended without a terminal write here, or its task has changed
+        otherwise (a question, a cancel): the reads waiting for its end go and read it."""
         young = self._young.pop(task_id, None)
-        for reader in young[1] if young is not None else ():
+        for reader in young[2] if young is not None else ():
             if not reader.done():
                 reader.set_result(None)
+
+    async def early_end(self, task_id: object, owner: str, now: datetime) -> Task | None:
+        """For `owner`'s read of a task whose call is young: the task as its terminal write
+        left it, once that has landed within the window; None at once for any other read
+        (another caller's too), and None when the window closes first, or the task changes
+        otherwise, or it has expired meanwhile: then the caller reads the task itself."""
+        young = self._young.get(task_id) if isinstance(task_id, str) else None
+        loop = asyncio.get_running_loop()
+        if young is None or young[1] != owner or young[0] <= loop.time():
+            return None
+        landed: asyncio.Future[Task | None] = loop.create_future()
+        readers = young[2]
+        readers.add(landed)
+        try:
+            async with timers.deadline(young[0] - loop.time()):
+                written = await landed
+        except TimeoutError:
+            return None
+        finally:
+            readers.discard(landed)  # (the same set, moved to `_finishing` once it ends)
+        return written if written is not None and not written.expired(now) else None
 
     async def land(
         self, task_id: str, status: TaskStatus, message: str | None, outcome: Outcome
@@ -85,8 +106,8 @@ class Landings:
     def under_way(self, task_id: str) -> Iterator[list[Task | None]]:
         """Around a task's terminal write: the reads that came meanwhile resume after it,
         with the task as written when the block appended it (None: they read it again)."""
-        young = self._young.pop(task_id, None)  # its readers now wait for this write
-        readers: set[asyncio.Future[Task | None]] = young[1] if young is not None else set()
+        young = self._young.pop(task_id, None)  # the reads waiting for the end wait for this
+        readers: set[asyncio.Future[Task | None]] = young[2] if young is not None else set()
         self._finishing[task_id] = readers
         landed: list[Task | None] = []
         try:
@@ -100,20 +121,14 @@ class Landings:
 
     def landing(self, task_id: object) -> asyncio.Future[Task | None] | None:
         """Taken before a read of the task: when its call here has ended and its terminal
-        write is under way, or its call is young, a future that resolves once the write has
-        landed (else None).
+        write is under way, a future that resolves once the write has landed (else None).
 
         Taken after the read, a write landing between the two would go unseen, and a poll
         that came after the call's end would read `working`.
         """
-        if not isinstance(task_id, str):
-            return None
-        readers = self._finishing.get(task_id)
+        readers = self._finishing.get(task_id) if isinstance(task_id, str) else None
         if readers is None:
-            young = self._young.get(task_id)
-            if young is None or young[0] <= asyncio.get_running_loop().time():
-                return None
-            readers = young[1]
+            return None
         # A future of this read's own, resolved by the run itself: the read resumes on the
         # loop's next turn after the write, where waiting on a shared one (which a cancelled
         # read must not cancel, so behind a shield) took two more.
@@ -125,29 +140,18 @@ class Landings:
         """`task` as read after `landing(task.task_id)`, or, when that found a terminal write
         under way and the read came before it landed, the task once it has (a few
         milliseconds, within `_FINISH_WAIT`): as the write returned it, without a read (a
-        round trip to a shared PostgreSQL), unless it found the task ended already. A
-        `working` task whose call is young is the task once the call has ended and its
-        write landed, or as read when the window closes first."""
+        round trip to a shared PostgreSQL), unless it found the task ended already."""
         if landing is None:
             return task
-        task_id = task.task_id
         try:
             if task.status.terminal:
                 return task
-            wait = _FINISH_WAIT
-            young = self._young.get(task_id)
-            if young is not None:  # (not under way yet: still calling, or it changed)
-                if task.status is not TaskStatus.WORKING:
-                    return task
-                wait = young[0] - asyncio.get_running_loop().time()
-            async with timers.deadline(wait):
+            async with timers.deadline(_FINISH_WAIT):
                 written = await landing
         except TimeoutError:
-            return task  # the store is slow or away, or the call is not quick: as read
+            return task  # the store is slow or away: the status as last written
         finally:
-            # (A store away for long, or a long call polled early, meets many reads.)
-            young = self._young.get(task_id)
-            for readers in (self._finishing.get(task_id), young[1] if young else None):
-                if readers is not None:
-                    readers.discard(landing)
-        return written or await self._store.get_task(task_id) or task
+            readers = self._finishing.get(task.task_id)
+            if readers is not None:
+                readers.discard(landing)  # (a store away for long meets many reads)
+        return written or await self._store.get_task(task.task_id) or task

@@ -87,6 +87,7 @@ class TaskRunner:
         #: Taken before a read of a task, then the task as read (see `Landings`).
         self.landing = self._landings.landing
         self.current = self._landings.current
+        self.early_end = self._landings.early_end
         losses = Losses(store, clock, self._telemetry, self._runs, self._changed)
         #: After a loss (see `losses`): at shutdown, from another replica, of a lost process.
         self.interrupt_all = losses.interrupt_all
@@ -143,7 +144,7 @@ class TaskRunner:
         self._telemetry.created(task, host.principal, request)
         limit = policy.time_limit_seconds
         self._start(task, host, jsonrpc.without_param(request, "task"), limit, limit)
-        self._landings.begun(task.task_id, policy.poll_window_ms / 1000)
+        self._landings.begun(task.task_id, task.owner, policy.poll_window_ms / 1000)
         return task
 
     def rerun(
