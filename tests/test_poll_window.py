@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from pathlib import Path
 from typing import Any
 
 import aiohttp
@@ -32,6 +33,7 @@ from .helpers import (
     text,
     upstream_of,
 )
+from .test_docs import TS_DIR, needs_ts_sdk, node
 
 #: Far above any quick call's time on a loaded machine; the tests show what ends a wait.
 WIDE_MS = 5000
@@ -52,6 +54,49 @@ async def test_a_quick_tools_task_is_completed_at_the_python_sdks_first_poll(
         )
     assert statuses == ["completed"]  # one poll, no pollInterval slept
     assert text(result) == "quick"
+
+
+#: The TypeScript SDK 1.32.2's client: `callToolStream` polls tasks/get at once, then every
+#: pollInterval, as the Python SDK's does; it prints each status it sees, then the result.
+TS_POLLER = """
+import { Client } from "@modelcontextprotocol/sdk/client/index.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { CallToolResultSchema } from "@modelcontextprotocol/sdk/types.js";
+const transport = new StreamableHTTPClientTransport(new URL(process.argv[2]));
+const client = new Client({ name: "poll-window", version: "1.0.0" });
+await client.connect(transport);
+const call = { name: "echo", arguments: { text: "quick" } };
+const stream = client.experimental.tasks.callToolStream(call, CallToolResultSchema, { task: {} });
+for await (const m of stream) {
+  if (m.type === "taskStatus") console.log(m.task.status);
+  if (m.type === "result") console.log(m.result.content[0].text);
+  if (m.type === "error") console.log("failed:", m.error.message);
+}
+await transport.terminateSession();
+await client.close();
+"""
+
+
+@needs_ts_sdk
+async def test_a_quick_tools_task_is_completed_at_the_typescript_sdks_first_poll(
+    start_gateway: StartGateway, tmp_path: Path
+) -> None:
+    base = await start_gateway(route(poll_window_ms=WIDE_MS))
+    (tmp_path / "node_modules").symlink_to(TS_DIR / "node_modules", target_is_directory=True)
+    script = tmp_path / "poll.mjs"
+    script.write_text(TS_POLLER, encoding="utf-8")
+    proc = await asyncio.create_subprocess_exec(
+        node(),
+        str(script),
+        f"{base}/t/mcp",
+        cwd=tmp_path,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    async with asyncio.timeout(60):
+        out, err = await proc.communicate()
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert out.decode().split() == ["completed", "quick"]  # one poll, no pollInterval slept
 
 
 async def test_a_poll_in_the_window_of_a_longer_call_says_working_when_the_window_closes(
