@@ -122,6 +122,14 @@ def test_env_references_are_resolved(tmp_path: Path) -> None:
             {"audit": {"file": "a.log", "stream": "stderr"}, "routes": ROUTES},
             "f.yaml: audit.stream: is where the lines go without `file`",
         ),
+        *(
+            # A careless poll window: one longer than a client waits for an answer, or none.
+            (
+                {"routes": [{**ROUTES[0], "tasks": {"poll_window_ms": window}}]},
+                "f.yaml: routes[0].tasks.poll_window_ms:",
+            )
+            for window in (-1, 10_001, 1e18, "soon", None)
+        ),
     ],
 )
 def test_bad_config_names_the_file_and_the_key(data: object, expected: str) -> None:
