@@ -24,7 +24,9 @@ from gateway.tasks.store.sqlite import SqliteTaskStore
 
 from .conftest import StartGateway, mcp_client
 from .helpers import (
+    RELATED,
     WITH_TASKS,
+    headers,
     modern_rpc,
     raw_session,
     route,
@@ -209,4 +211,33 @@ async def test_the_owners_first_poll_of_a_quick_task_reads_nothing_back(
         task_id = await start_task(http, url, session_id, "slow", {"seconds": 0.3, "steps": 1})
         polled = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id})
     assert polled["result"]["status"] == "completed"
+    assert reads == []
+
+
+async def test_the_owners_tasks_result_for_a_young_call_is_its_answer_as_json_with_no_read(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A blocking tasks/result that comes in the window waits as a poll does: the answer is
+    the run's own outcome, audited as read, with no stream opened and nothing read back."""
+    base = await start_gateway(route(poll_window_ms=WIDE_MS))
+    url = f"{base}/t/mcp"
+    reads: list[str] = []
+    for name in ("find_task", "get_task", "get_outcome"):
+        read = getattr(SqliteTaskStore, name)
+
+        async def counted(self: SqliteTaskStore, *args: Any, _read: Any = read) -> Any:
+            reads.append(_read.__name__)
+            return await _read(self, *args)
+
+        monkeypatch.setattr(SqliteTaskStore, name, counted)
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 0.3, "steps": 1})
+        message = {"jsonrpc": "2.0", "id": 2, "method": "tasks/result"}
+        message["params"] = {"taskId": task_id}
+        async with http.post(url, json=message, headers=headers(session_id)) as resp:
+            assert resp.content_type == "application/json"
+            answer = await resp.json()
+    assert answer["result"]["content"][0]["text"] == "slept 0.3 s"
+    assert answer["result"]["_meta"][RELATED] == {"taskId": task_id}
     assert reads == []

@@ -116,6 +116,14 @@ class TaskApi:
         watch = self._notifier.watch(task_id)
         waiting = False
         try:
+            # The owner's wait for a young call (see `Landings`): no read, no stream, and
+            # the outcome the run hands its watches, as a stream's wait would get it.
+            outcomes: list[Outcome] = []
+            watch.on_end = lambda _task, outcome: outcomes.append(outcome)
+            ended = await self._runner.early_end(task_id, session.owner, self._clock())
+            watch.on_end = None
+            if ended is not None and outcomes:
+                return _final_answer(request.id, task_id, retrieved(task_id, outcomes[0]))
             task = await self._find(session, task_id)
             if task.status.terminal:
                 return await self._final(request.id, task_id)
