@@ -487,6 +487,11 @@ async def test_the_owners_read_of_a_young_call_waits_for_its_end_and_no_longer_t
         assert await parts.runner.early_end(longer.task_id, longer.owner, now) is None
     assert await parts.runner.early_end(longer.task_id, longer.owner, now) is None
     assert parts.runner.landing(longer.task_id) is None
+    # A closed window is forgotten when the next run begins, though its call still runs.
+    young = parts.runner._landings._young
+    assert longer.task_id in young
+    await submit(parts, host, TaskPolicy(poll_window_ms=0))
+    assert longer.task_id not in young
 
 
 async def test_a_read_begun_before_the_terminal_write_landed_and_answered_after_it_is_terminal(

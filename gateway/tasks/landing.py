@@ -47,8 +47,13 @@ class Landings:
 
     def begun(self, task_id: str, owner: str, window: float) -> None:
         """A run's call has begun here: for `window` seconds, `early_end` waits for it."""
+        now = asyncio.get_running_loop().time()
+        # Closed windows go as new ones open, oldest first: a run that lasts hours keeps no
+        # entry past its window, and a hundred thousand in flight keep none but the young.
+        while self._young and (oldest := next(iter(self._young.items())))[1][0] <= now:
+            del self._young[oldest[0]]
         if window > 0:
-            self._young[task_id] = (asyncio.get_running_loop().time() + window, owner, set())
+            self._young[task_id] = (now + window, owner, set())
 
     def settled(self, task_id: str) -> None:
         """The run's call has ended without a terminal write here, or its task has changed
