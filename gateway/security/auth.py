@@ -54,11 +54,11 @@ class Authenticator:
                 the message names the config key and the file.
         """
         self._mode = config.mode
-        # Principals are built here, so a request for a known key allocates nothing. (The
-        # first entry of a digest listed twice wins, as it did when the list was scanned.)
-        self._api_keys: dict[bytes, Principal] = {}
-        for key in config.api_keys:
-            self._api_keys.setdefault(key.digest, Principal(name=key.principal, method="api_key"))
+        # Principals are built here, so a request for a known key allocates nothing. A key
+        # names one principal: `AuthConfig` refuses one listed for two.
+        self._api_keys = {
+            key.digest: Principal(name=key.principal, method="api_key") for key in config.api_keys
+        }
         self._jwt: JwtVerifier | None = None
         self._oauth: JwtVerifier | None = None
         self._introspection: Introspector | None = None
