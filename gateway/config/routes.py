@@ -43,8 +43,9 @@ class TaskPolicy(Section):
     #: it comes back directly (a `required` tool's as a finished task), a question within it
     #: is an MRTR round before the task; after it, the call becomes a task.
     sync_window_ms: int = Field(250, ge=0, le=60_000)
-    #: A tasks/get within this long of its task's start, while the call runs here, answers
-    #: when the call ends or the window closes: a quick tool's task is done at the first poll.
+    #: The owner's tasks/get or tasks/result within this long of its task's start, while the
+    #: call runs here, answers when the call ends, the task changes or the window closes: a
+    #: quick tool's task is done at the first poll.
     poll_window_ms: int = Field(100, ge=0, le=10_000)
     list_page_size: int = Field(50, ge=1, le=1000)
     cursor_max_age_seconds: float = Field(3600.0, gt=0)
