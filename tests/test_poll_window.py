@@ -10,7 +10,6 @@ The window changes no status the spec defines, only when the answer to an early 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from pathlib import Path
 from typing import Any
@@ -18,8 +17,6 @@ from typing import Any
 import aiohttp
 import pytest
 from mcp import types
-from mcp.shared.context import RequestContext
-from mcp.shared.exceptions import McpError
 
 from gateway.tasks.models import Task
 from gateway.tasks.store.sqlite import SqliteTaskStore
@@ -120,28 +117,22 @@ async def test_a_poll_in_the_window_of_a_longer_call_says_working_when_the_windo
 async def test_a_question_in_the_window_answers_the_waiting_poll_at_once(
     start_gateway: StartGateway,
 ) -> None:
-    polled_already = asyncio.Event()
-
-    async def answered_after_the_poll(
-        context: RequestContext[Any, Any], params: types.ElicitRequestParams
-    ) -> types.ElicitResult:
-        # (The question reaches the client on its GET stream; answered at once, the task
-        # could be `working` again before the poll reads it.)
-        await polled_already.wait()
-        return types.ElicitResult(action="decline")
-
+    # Over raw HTTP: a session with no GET stream keeps the question for tasks/result, so no
+    # client answers it before the poll reads the status. (The SDK client, its GET stream
+    # open, gets the question there, and its callback runs in the loop that would read the
+    # poll's answer: it can neither answer at once nor wait.)
     base = await start_gateway(route(poll_window_ms=WIDE_MS))
-    async with mcp_client(f"{base}/t/mcp", elicitation_callback=answered_after_the_poll) as client:
-        created = await client.experimental.call_tool_as_task("ask", {})
+    url = f"{base}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, session_id, "ask")
         began = time.monotonic()
-        polled = await client.experimental.get_task(created.task.taskId)
+        polled = await rpc(http, url, session_id, "tasks/get", {"taskId": task_id})
         waited = time.monotonic() - began
-        polled_already.set()
-        with contextlib.suppress(McpError):  # (the declined question may have ended it)
-            await client.experimental.cancel_task(created.task.taskId)
+        await rpc(http, url, session_id, "tasks/cancel", {"taskId": task_id}, request_id=5)
     # "When a receiver needs input ... the receiver MUST move the task to input_required": a
     # poll waiting in the window hears of the move, not of the window's end.
-    assert polled.status == "input_required"
+    assert polled["result"]["status"] == "input_required"
     assert waited < WIDE_MS / 1000 / 2
 
 
