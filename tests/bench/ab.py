@@ -7,11 +7,14 @@ durable write. This serves the task benchmark's load (`tests.bench.tasks`: a tas
 lifecycle, polled or blocking, or creation, at concurrency 32; a blocking round also prints
 its tasks/result waits) to the gateway as it is in this checkout (B) and
 as it was at `--base` (A, a git revision, checked out into a temporary worktree), both
-running at once on their own SQLite files behind the same upstream. Rounds alternate which
-goes first, and each round's B/A ratio is printed with their median::
+running at once on their own SQLite files (or, with `--store postgres`, their own fresh
+databases on the benchmark's PostgreSQL) behind the same upstream. Rounds alternate which
+goes first, and each round's B/A ratios of the rate and of the gateway's CPU per operation
+are printed with their medians::
 
     .venv/bin/python -m tests.bench.ab --base HEAD~1
     .venv/bin/python -m tests.bench.ab --base main --kind create --rounds 12 --seconds 5
+    .venv/bin/python -m tests.bench.ab --base HEAD~1 --store postgres
 
 A median within a few percent of 1.00 is no effect; the spread of the per-round ratios says
 how far to trust it. A script, not a test.
@@ -30,9 +33,12 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from gateway.config import POOL_SIZE
+from tests.bench.cpu import CpuProbe, database_of, postmaster_of
 from tests.bench.lifecycles import OPS, SESSIONLESS
 from tests.bench.passthrough import HOST, REPO_ROOT, THIS_FILE, free_port, server
 from tests.bench.pattern_report import round_note
+from tests.bench.replicas import fresh_database, postgres_server, postgres_store
 from tests.bench.tasks import Stopped, gateway, gateway_config, measure, sqlite_store
 
 
@@ -40,7 +46,11 @@ from tests.bench.tasks import Stopped, gateway, gateway_config, measure, sqlite_
 class Side:
     name: str
     url: str
+    probe: CpuProbe
     rates: list[float] = field(default_factory=list)
+    #: Milliseconds of the gateway's CPU per operation, and of its database's backends'.
+    gateway_ms: list[float] = field(default_factory=list)
+    database_ms: list[float] = field(default_factory=list)
     requests_per_op: list[float] = field(default_factory=list)
 
 
@@ -68,17 +78,22 @@ def worktree(revision: str) -> Iterator[Path]:
 
 def summary(a: Side, b: Side) -> str:
     ratios = [rb / ra for ra, rb in zip(a.rates, b.rates, strict=True) if ra > 0]
-    lines = [
-        f"{side.name}: median {statistics.median(side.rates):.0f} ops/s, rounds "
-        + " ".join(f"{r:.0f}" for r in side.rates)
-        + f"; {statistics.mean(side.requests_per_op):.2f} HTTP requests per op"
-        for side in (a, b)
-    ]
-    lines.append(
-        "B/A by round: "
-        + " ".join(f"{r:.2f}" for r in ratios)
-        + f"\nKEY B/A median: {statistics.median(ratios):.3f}"
-    )
+    cpu = [cb / ca for ca, cb in zip(a.gateway_ms, b.gateway_ms, strict=True) if ca > 0]
+    lines = []
+    for side in (a, b):
+        database = f", its database {statistics.median(side.database_ms):.3f}" * bool(
+            side.database_ms
+        )
+        lines.append(
+            f"{side.name}: median {statistics.median(side.rates):.0f} ops/s, rounds "
+            + " ".join(f"{r:.0f}" for r in side.rates)
+            + f"; {statistics.mean(side.requests_per_op):.2f} HTTP requests per op; gateway"
+            f" CPU {statistics.median(side.gateway_ms):.3f} ms per op{database}"
+        )
+    lines.append("B/A by round: " + " ".join(f"{r:.2f}" for r in ratios))
+    lines.append("B/A gateway CPU per op by round: " + " ".join(f"{r:.2f}" for r in cpu))
+    lines.append(f"KEY B/A median: {statistics.median(ratios):.3f}")
+    lines.append(f"KEY B/A gateway CPU per op, median: {statistics.median(cpu):.3f}")
     return "\n".join(lines)
 
 
@@ -89,26 +104,45 @@ def run(args: argparse.Namespace) -> int:
         up = free_port()
         upstream = [sys.executable, str(THIS_FILE), "--serve-upstream", str(up)]
         stack.enter_context(server("upstream", upstream, up, logdir, 15))
+        postgres = postgres_server() if args.store == "postgres" else None
         sides = []
         for name, root in ((f"A ({args.base})", base), ("B (this checkout)", REPO_ROOT)):
             port = free_port()
             tag = name[0]
-            store = sqlite_store(logdir / f"{tag}.db")
+            if postgres is None:
+                store, database = sqlite_store(logdir / f"{tag}.db"), None
+            else:
+                database = stack.enter_context(fresh_database(postgres))
+                store = postgres_store(database, POOL_SIZE)
             config = gateway_config(port, store, f"http://{HOST}:{up}/mcp", 4)
-            stack.enter_context(gateway(f"gateway-{tag}", config, port, logdir, Stopped(), root))
-            sides.append(Side(name, f"http://{HOST}:{port}/bench/mcp"))
+            proc = stack.enter_context(
+                gateway(f"gateway-{tag}", config, port, logdir, Stopped(), root)
+            )
+            probe = (
+                CpuProbe([proc.pid])
+                if database is None
+                else CpuProbe([proc.pid], postmaster_of(database), database_of(database))
+            )
+            sides.append(Side(name, f"http://{HOST}:{port}/bench/mcp", probe))
         a, b = sides
         for index in range(args.rounds):
             for side in (a, b) if index % 2 == 0 else (b, a):
-                m = asyncio.run(measure(args.kind, [side.url], 32, args.seconds, args.warmup))
+                m = asyncio.run(
+                    measure(args.kind, [side.url], 32, args.seconds, args.warmup, side.probe)
+                )
                 if m.errors.count:
                     print(f"{side.name}: errors, e.g. {m.errors.samples[:3]}", file=sys.stderr)
                     return 1
                 side.rates.append(m.requests / m.elapsed_s if m.elapsed_s else 0.0)
                 side.requests_per_op.append(m.http_requests / max(1, m.requests))
+                ops = max(1, m.requests)
+                side.gateway_ms.append(1000 * (m.gateway_cpu_s or 0.0) / ops)
+                if m.db_cpu_s is not None:
+                    side.database_ms.append(1000 * m.db_cpu_s / ops)
                 note = round_note(m)  # the blocking pattern: its tasks/result waits
                 print(f"round {index + 1}/{args.rounds} {side.name}: {side.rates[-1]:.0f}/s{note}")
-        print(f"\n{args.kind} at c=32, {args.seconds:g}s per round\n" + summary(a, b))
+        store = args.store if postgres is None else "one PostgreSQL replica each"
+        print(f"\n{args.kind} at c=32 on {store}, {args.seconds:g}s per round\n" + summary(a, b))
     return 0
 
 
@@ -117,6 +151,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     p.add_argument("--base", required=True, help="the git revision to compare against (A)")
     # (Not the 2026-07-28 pattern: its route setting is one older gateways do not know.)
     p.add_argument("--kind", choices=sorted(set(OPS) - SESSIONLESS), default="lifecycle")
+    p.add_argument(
+        "--store",
+        choices=("sqlite", "postgres"),
+        default="sqlite",
+        help="each side's store: a SQLite file, or a fresh database on the benchmark's"
+        " PostgreSQL (as the tasks benchmark starts or finds it) (sqlite)",
+    )
     p.add_argument("--rounds", type=int, default=8, help="rounds, each measuring A and B (8)")
     p.add_argument("--seconds", type=float, default=4.0, help="measured time per side (4)")
     p.add_argument("--warmup", type=float, default=1.0, help="warm-up per side (1)")
