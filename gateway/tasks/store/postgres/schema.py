@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, TypeAlias
 from asyncpg import Record
 
 from gateway.tasks.history import HISTORY_KEPT
-from gateway.tasks.store.sql import Statements, dollar
+from gateway.tasks.store.sql import LIVE_SQL, Statements, dollar
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolConnectionProxy
@@ -171,6 +171,20 @@ MIGRATIONS = [
     DROP TRIGGER task_deleted ON tasks;
     CREATE TRIGGER task_deleted AFTER DELETE ON tasks FOR EACH ROW
         EXECUTE FUNCTION task_gone();
+    """,
+    # A creation held to its owner's cap in one statement (`tasks.inserting`): the lock of the
+    # owner's creations, then the count of their live tasks. VOLATILE, so the count takes its
+    # snapshot after the lock, and sees the creation that held it before; the lock is held to
+    # the statement's commit. (As five statements, BEGIN, lock, count, insert and COMMIT, it
+    # cost five round trips; both forms take the same lock, so replicas of either agree.)
+    f"""
+    CREATE FUNCTION live_below(lock_key INTEGER, task_owner TEXT, cap BIGINT)
+        RETURNS BOOLEAN LANGUAGE plpgsql VOLATILE AS $$
+    BEGIN
+        PERFORM pg_advisory_xact_lock(lock_key, hashtext(task_owner));
+        RETURN (SELECT count(*) FROM (SELECT 1 FROM tasks WHERE owner = task_owner
+            AND {LIVE_SQL} LIMIT cap) AS live) < cap;
+    END $$;
     """,
 ]
 

@@ -86,10 +86,10 @@ class PostgresTaskStore(KeptReads):
         self, task: Task, max_active: int | None = None, request: JsonObject | None = None
     ) -> bool:
         check_request(task, request)
-        if max_active is None and request is None:
-            sql, params = tasks.inserting(task, self._replica)
-            await self._db.commit(sql, *params)
-            return True
+        if request is None:
+            sql, params = tasks.inserting(task, self._replica, max_active)
+            inserted = await self._db.commit(sql, *params)
+            return max_active is None or bool(inserted)
         return await self._write(
             lambda db: tasks.create(db, task, max_active, request, self._replica)
         )

@@ -26,10 +26,14 @@ from gateway.tasks.store.writes import change
 #: A write of one or more task rows, returning the tasks it moved.
 Move = Callable[[Connection], Awaitable[list[Task]]]
 
-_INSERT = (
-    f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at, runner, history, history_dropped)"
-    f" VALUES ({', '.join(f'${n}' for n in range(1, 18))}, 0)"
-)
+_INTO = f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at, runner, history, history_dropped)"
+_VALUES = ", ".join(f"${n}" for n in range(1, 18))
+_INSERT = f"{_INTO} VALUES ({_VALUES}, 0)"
+# Inserted only while its owner (`$2`) has fewer than `$19` live tasks (`live_below`, which
+# takes the lock `$18`): a row returned if it was.
+_INSERT_CAPPED = f"{_INTO} SELECT {_VALUES}, 0 WHERE live_below($18, $2, $19) RETURNING 1"
+#: Whether an owner (`$2`) may make one more task (`live_below`), within a transaction.
+_BELOW_CAP = "SELECT live_below($1, $2, $3)"
 
 # The message is the task's progress too: a status move replaces the statusMessage, and an
 # operator still reads the latest progress.
@@ -39,11 +43,12 @@ _NOTE = (
 )
 
 
-def inserting(task: Task, replica: str) -> tuple[str, list[Any]]:
+def inserting(task: Task, replica: str, max_active: int | None = None) -> tuple[str, list[Any]]:
     """The statement that inserts `task` run by `replica`, and its parameters: alone, a
-    creation with no cap to check and no request to keep, in one round trip."""
+    creation with no request to keep, in one round trip. With `max_active`, only while its
+    owner has fewer live tasks, and it returns a row if it inserted."""
     expires = task.expires_at
-    return _INSERT, [
+    params = [
         *(task.task_id, task.owner, task.route, task.tool, task.status.value),
         *(task.status_message, epoch_us(task.created_at), epoch_us(task.updated_at)),
         *(task.ttl_ms, task.poll_interval_ms, json_text(task.progress_token)),
@@ -51,6 +56,9 @@ def inserting(task: Task, replica: str) -> tuple[str, list[Any]]:
         *(None if expires is None else epoch_us(expires), replica),
         f"[{change(task.status, task.created_at, task.status_message)}]",
     ]
+    if max_active is None:
+        return _INSERT, params
+    return _INSERT_CAPPED, [*params, LOCKS + OWNER_LOCK, max_active]
 
 
 async def create(
@@ -62,12 +70,12 @@ async def create(
 ) -> bool:
     """Inserts `task` run by `replica`, with its request if given; False, writing nothing, if
     its owner has `max_active` live tasks already."""
-    if max_active is not None:
-        # One owner's creations queue here, on every replica: none can slip past the cap.
-        lock = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
-        await db.execute(lock, LOCKS + OWNER_LOCK, task.owner)
-        if await db.fetchval(SQL.count_live, task.owner, max_active) >= max_active:
-            return False
+    # One owner's creations queue on `live_below`'s lock, on every replica: none can slip
+    # past the cap.
+    if max_active is not None and not await db.fetchval(
+        _BELOW_CAP, LOCKS + OWNER_LOCK, task.owner, max_active
+    ):
+        return False
     sql, params = inserting(task, replica)
     await db.execute(sql, *params)
     if request is not None:
