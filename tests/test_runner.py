@@ -494,6 +494,43 @@ async def test_the_owners_read_of_a_young_call_waits_for_its_end_and_no_longer_t
     assert longer.task_id not in young
 
 
+async def test_the_owners_read_during_the_terminal_write_waits_for_it_without_a_read(
+    parts: Parts, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A poll that comes once the call has ended, its write still under way (milliseconds
+    on a busy shared store), is the owner's: it waits for the write, as a read would after
+    reading (`current`), and spares the store that read; whatever the window (none here)."""
+    monkeypatch.setattr(landing_module, "_FINISH_WAIT", 0.2)
+    host = await connected()
+    task = await submit(parts, host, TaskPolicy(poll_window_ms=0))
+    now = task.created_at
+    gate, writing = hold_terminal_writes(parts, monkeypatch)
+    host.scripted.answer(await host.call(), RESULT)
+    await writing.wait()
+    assert await parts.runner.early_end(task.task_id, "someone else", now) is None
+    # A write that takes longer than the wait: the caller reads the task itself.
+    assert await parts.runner.early_end(task.task_id, task.owner, now) is None
+    reading = asyncio.ensure_future(parts.runner.early_end(task.task_id, task.owner, now))
+    await asyncio.sleep(0.05)
+    assert not reading.done()
+    reads = 0
+    get_task = parts.store.get_task
+
+    async def counted(*args: Any) -> Task | None:
+        nonlocal reads
+        reads += 1
+        return await get_task(*args)
+
+    monkeypatch.setattr(parts.store, "get_task", counted)
+    gate.set()
+    async with asyncio.timeout(5):
+        ended = await reading
+    assert ended is not None and ended.status is TaskStatus.COMPLETED
+    assert reads == 0
+    # Once landed, nothing is under way: later reads go to the store.
+    assert await parts.runner.early_end(task.task_id, task.owner, now) is None
+
+
 async def test_a_read_begun_before_the_terminal_write_landed_and_answered_after_it_is_terminal(
     parts: Parts, monkeypatch: pytest.MonkeyPatch
 ) -> None:

@@ -12,6 +12,8 @@ with the task as its terminal write left it, without a read of its own (a round 
 shared PostgreSQL); a question, a cancel, or the window's close sends it to the read. Clients
 poll once at once and then every `pollInterval` (the Python SDK's `poll_task` does): without
 the wait, a quick tool's task was `working` at that first poll, and seen a whole interval later.
+The owner's read that comes once the call has ended, while its terminal write is under way (a
+busy shared store takes milliseconds), waits for that write in the same way, read-free.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ class Landings:
     def __init__(self, store: TaskStore, clock: Callable[[], datetime]) -> None:
         self._store = store
         self._clock = clock
-        #: Runs whose call has ended and whose terminal write is under way, with the reads
-        #: waiting for that write.
-        self._finishing: dict[str, set[asyncio.Future[Task | None]]] = {}
+        #: Runs whose call has ended and whose terminal write is under way: their task's
+        #: owner, and the reads waiting for that write.
+        self._finishing: dict[str, tuple[str, set[asyncio.Future[Task | None]]]] = {}
         #: Runs whose call is under way and young: the loop time their window closes at,
         #: their task's owner, and the owner's reads waiting for the call's end.
         self._young: dict[str, tuple[float, str, set[asyncio.Future[Task | None]]]] = {}
@@ -64,19 +66,26 @@ class Landings:
                 reader.set_result(None)
 
     async def early_end(self, task_id: object, owner: str, now: datetime) -> Task | None:
-        """For `owner`'s read of a task whose call is young: the task as its terminal write
-        left it, once that has landed within the window; None at once for any other read
+        """For `owner`'s read of a task whose call is young, or has ended with its terminal
+        write under way: the task as that write left it, once it has landed (within the
+        window, or `_FINISH_WAIT` for a write under way); None at once for any other read
         (another caller's too), and None when the window closes first, or the task changes
         otherwise, or it has expired meanwhile: then the caller reads the task itself."""
-        young = self._young.get(task_id) if isinstance(task_id, str) else None
+        if not isinstance(task_id, str):
+            return None
         loop = asyncio.get_running_loop()
-        if young is None or young[1] != owner or young[0] <= loop.time():
+        if (young := self._young.get(task_id)) is not None:
+            if young[1] != owner or (wait := young[0] - loop.time()) <= 0:
+                return None
+            readers = young[2]
+        elif (finishing := self._finishing.get(task_id)) is not None and finishing[0] == owner:
+            wait, readers = _FINISH_WAIT, finishing[1]
+        else:
             return None
         landed: asyncio.Future[Task | None] = loop.create_future()
-        readers = young[2]
         readers.add(landed)
         try:
-            async with timers.deadline(young[0] - loop.time()):
+            async with timers.deadline(wait):
                 written = await landed
         except TimeoutError:
             return None
@@ -85,13 +94,14 @@ class Landings:
         return written if written is not None and not written.expired(now) else None
 
     async def land(
-        self, task_id: str, status: TaskStatus, message: str | None, outcome: Outcome
+        self, task: Task, status: TaskStatus, message: str | None, outcome: Outcome
     ) -> Task | None:
-        """A run's terminal write (None: the task had ended already), tried again while a
+        """A run's terminal write of `task` (None: it had ended already), tried again while a
         shared store is unreachable: the outcome is in hand and is the one thing not to lose.
         A shutdown meanwhile cancels this and leaves the task live, for the next process (or
         a surviving replica) to settle."""
-        with self.under_way(task_id) as landed:
+        task_id = task.task_id
+        with self.under_way(task_id, task.owner) as landed:
             delay = 0.1
             while True:
                 try:
@@ -108,12 +118,13 @@ class Landings:
                     delay = min(delay * 2, 5.0)
 
     @contextlib.contextmanager
-    def under_way(self, task_id: str) -> Iterator[list[Task | None]]:
-        """Around a task's terminal write: the reads that came meanwhile resume after it,
-        with the task as written when the block appended it (None: they read it again)."""
+    def under_way(self, task_id: str, owner: str) -> Iterator[list[Task | None]]:
+        """Around the terminal write of `owner`'s task: the reads that came meanwhile resume
+        after it, with the task as written when the block appended it (None: they read it
+        again)."""
         young = self._young.pop(task_id, None)  # the reads waiting for the end wait for this
         readers: set[asyncio.Future[Task | None]] = young[2] if young is not None else set()
-        self._finishing[task_id] = readers
+        self._finishing[task_id] = (owner, readers)
         landed: list[Task | None] = []
         try:
             yield landed
@@ -131,14 +142,14 @@ class Landings:
         Taken after the read, a write landing between the two would go unseen, and a poll
         that came after the call's end would read `working`.
         """
-        readers = self._finishing.get(task_id) if isinstance(task_id, str) else None
-        if readers is None:
+        finishing = self._finishing.get(task_id) if isinstance(task_id, str) else None
+        if finishing is None:
             return None
         # A future of this read's own, resolved by the run itself: the read resumes on the
         # loop's next turn after the write, where waiting on a shared one (which a cancelled
         # read must not cancel, so behind a shield) took two more.
         landed: asyncio.Future[Task | None] = asyncio.get_running_loop().create_future()
-        readers.add(landed)
+        finishing[1].add(landed)
         return landed
 
     async def current(self, task: Task, landing: asyncio.Future[Task | None] | None) -> Task:
@@ -156,7 +167,7 @@ class Landings:
         except TimeoutError:
             return task  # the store is slow or away: the status as last written
         finally:
-            readers = self._finishing.get(task.task_id)
-            if readers is not None:
-                readers.discard(landing)  # (a store away for long meets many reads)
+            finishing = self._finishing.get(task.task_id)
+            if finishing is not None:
+                finishing[1].discard(landing)  # (a store away for long meets many reads)
         return written or await self._store.get_task(task.task_id) or task

@@ -231,7 +231,7 @@ class TaskRunner:
                     # The terminal write comes first: what the host does with the end of
                     # the call (its session may be gone) cannot keep the task from ending.
                     status, message = status_for(outcome)
-                    done = await self._landings.land(task.task_id, status, message, outcome)
+                    done = await self._landings.land(task, status, message, outcome)
                     if done is not None:
                         # With a question open, a waiting tasks/result hears of the end once
                         # `end_task_call` has withdrawn it on its stream, not from the write.
