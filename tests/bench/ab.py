@@ -81,8 +81,8 @@ def summary(a: Side, b: Side) -> str:
     cpu = [cb / ca for ca, cb in zip(a.gateway_ms, b.gateway_ms, strict=True) if ca > 0]
     lines = []
     for side in (a, b):
-        database = f", its database {statistics.median(side.database_ms):.3f}" * bool(
-            side.database_ms
+        database = (
+            f", its database {statistics.median(side.database_ms):.3f}" if side.database_ms else ""
         )
         lines.append(
             f"{side.name}: median {statistics.median(side.rates):.0f} ops/s, rounds "
