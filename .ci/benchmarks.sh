@@ -24,6 +24,7 @@ if [ "$part" != counts ]; then
   python -m tests.bench.tasks --seconds 1 --warmup 0.5 --rounds 1 --tasks-in-flight 1000 --reference both
   # Two versions in one run (here the same one twice: the smoke form of the method).
   python -m tests.bench.ab --base HEAD --rounds 1 --seconds 1 --warmup 0.5
+  python -m tests.bench.ab --base HEAD --store postgres --rounds 1 --seconds 1 --warmup 0.5
 fi
 if [ "$part" != timed ]; then
   bash .ci/valgrind.sh
