@@ -22,7 +22,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import UpstreamUnavailable
-from gateway.upstream import http1_pool
+from gateway.upstream import http1, http1_pool
 from gateway.upstream.http1 import Http1Error
 from gateway.upstream.http1_pool import Http1Pool
 from gateway.upstream.streamable_http import StreamableHttpTransport
@@ -309,6 +309,42 @@ async def test_a_slow_reader_pauses_the_upstream(raw: Start) -> None:
             await asyncio.sleep(0.3)  # the upstream writes; nobody reads
             assert resp._buffered < size // 2
             assert len(await resp.read()) == size
+    finally:
+        pool.close()
+
+
+async def test_a_body_whose_last_bytes_cross_the_high_water_mark_leaves_its_connection_reading(
+    raw: Start,
+) -> None:
+    """The read that pauses a connection can also end its response: the connection goes back
+    to the pool then, and the next POST on it must be read (it hung, paused, before)."""
+    first = http1.HIGH_WATER - 10
+
+    async def script(
+        server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        await server.read_request(reader)
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n" % (first + 20))
+        writer.write(b"x" * first)
+        await writer.drain()
+        await asyncio.sleep(0.1)  # read by then: the next 20 bytes cross the mark and end it
+        writer.write(b"y" * 20)
+        await writer.drain()
+        await server.read_request(reader)
+        writer.write(json_response(b'{"b":2}'))
+        await writer.drain()
+        await reader.read()
+
+    server = await raw(script)
+    pool = Http1Pool(server.url, 5)
+    try:
+        async with await pool.post({}, b"{}") as resp:
+            await asyncio.sleep(0.3)  # the whole body arrives before it is read
+            assert len(await resp.read()) == first + 20
+        async with asyncio.timeout(5):
+            async with await pool.post({}, b"{}") as resp:
+                assert await resp.read() == b'{"b":2}'
+        assert server.connections == 1
     finally:
         pool.close()
 

@@ -30,7 +30,7 @@ import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
 #: Reading pauses while this much of a response's body waits for its reader.
-_HIGH_WATER = 256 * 1024
+HIGH_WATER = 256 * 1024
 #: A response head larger than this is refused (aiohttp's own limits come to about as much).
 MAX_HEAD_BYTES = 64 * 1024
 
@@ -68,7 +68,7 @@ class Http1Response:
             while self._chunks:
                 chunk = self._chunks.popleft()
                 self._buffered -= len(chunk)
-                if self._connection is not None and self._buffered < _HIGH_WATER:
+                if self._connection is not None and self._buffered < HIGH_WATER:
                     self._connection.resume()
                 yield chunk
             if self._error is not None:
@@ -103,7 +103,7 @@ class Http1Response:
     def _feed(self, chunk: bytes) -> None:
         self._chunks.append(chunk)
         self._buffered += len(chunk)
-        if self._buffered >= _HIGH_WATER and self._connection is not None:
+        if self._buffered >= HIGH_WATER and self._connection is not None:
             self._connection.pause()
         self._wake()
 
@@ -198,6 +198,9 @@ class Connection(asyncio.Protocol):
         keep = self._parser.should_keep_alive() and not self._until_close
         response._finish()
         if keep and self.open:
+            # The read that paused it for a slow reader may have ended the response too: the
+            # reader can no longer resume it, and the next POST on it would never be read.
+            self.resume()
             self._pool.release(self)
         else:
             self.abandon()
