@@ -809,6 +809,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print((tmpdir / "gateway.log").read_text(errors="replace")[-3000:], file=sys.stderr)
             if summary is None:
                 return 2
+            if not summary["ok"]:  # what the servers said of it, before their logs go
+                for name in ("gateway", "upstream"):
+                    tail = (tmpdir / f"{name}.log").read_text(errors="replace")[-3000:]
+                    print(f"the last of the {name}'s log:\n{tail}", file=sys.stderr)
         finally:
             gw.stop()
             upstream.stop()
