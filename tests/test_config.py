@@ -130,6 +130,29 @@ def test_env_references_are_resolved(tmp_path: Path) -> None:
             )
             for window in (-1, 10_001, 1e18, "soon", None)
         ),
+        *(
+            # Durations past a century overflowed the dates and timers they became, and caps
+            # past the databases' integers failed every creation.
+            (
+                {"routes": [{**ROUTES[0], "tasks": {key: value}}]},
+                f"f.yaml: routes[0].tasks.{key}:",
+            )
+            for key, value in (
+                ("max_ttl_ms", 10**16),
+                ("default_ttl_ms", 10**16),
+                ("poll_interval_ms", 10**20),
+                ("time_limit_seconds", 1e300),
+                ("input_timeout_seconds", 1e300),
+            )
+        ),
+        *(
+            ({"limits": {key: 10**20}, "routes": ROUTES}, f"f.yaml: limits.{key}:")
+            for key in ("active_tasks_per_principal", "sessions_per_principal", "max_ttl_ms")
+        ),
+        (
+            {"routes": [{**ROUTES[0], "limits": {"active_tasks_per_principal": 10**20}}]},
+            "f.yaml: routes[0].limits.active_tasks_per_principal:",
+        ),
     ],
 )
 def test_bad_config_names_the_file_and_the_key(data: object, expected: str) -> None:

@@ -10,7 +10,7 @@ from typing import Annotated, Literal
 from pydantic import Field, field_validator, model_validator
 
 from gateway.config.auth import AuthConfig
-from gateway.config.base import Section, refusal
+from gateway.config.base import CENTURY_MS, CENTURY_SECONDS, Section, refusal
 from gateway.config.sections import LimitsOverride
 from gateway.config.tokens import ScopeToken
 from gateway.config.tools import ToolsConfig
@@ -33,11 +33,11 @@ class TaskPolicy(Section):
     enabled: bool = True
     default: TaskSupport = "optional"
     tools: dict[str, TaskSupport] = Field(default_factory=dict)
-    default_ttl_ms: int = Field(3_600_000, gt=0)
-    max_ttl_ms: int = Field(86_400_000, gt=0)
-    poll_interval_ms: int = Field(1000, gt=0)
-    time_limit_seconds: float | None = Field(3600.0, gt=0)
-    input_timeout_seconds: float | None = Field(600.0, gt=0)
+    default_ttl_ms: int = Field(3_600_000, gt=0, le=CENTURY_MS)
+    max_ttl_ms: int = Field(86_400_000, gt=0, le=CENTURY_MS)
+    poll_interval_ms: int = Field(1000, gt=0, le=CENTURY_MS)
+    time_limit_seconds: float | None = Field(3600.0, gt=0, le=CENTURY_SECONDS)
+    input_timeout_seconds: float | None = Field(600.0, gt=0, le=CENTURY_SECONDS)
     immediate_response: str | None = None
     #: 2026-07-28 only: how long a call that may become a task runs first. An answer within
     #: it comes back directly (a `required` tool's as a finished task), a question within it

@@ -14,7 +14,7 @@ from pydantic import (
     model_validator,
 )
 
-from gateway.config.base import Section, refusal, secret_from_env
+from gateway.config.base import CENTURY_MS, MOST_COUNTED, Section, refusal, secret_from_env
 
 #: `store.pool_size`'s default, also that of a PostgreSQL store opened without the config.
 POOL_SIZE = 10
@@ -129,13 +129,13 @@ class ShutdownConfig(Section):
 class Limits(Section):
     """Abuse limits per principal (per session when no authentication is configured)."""
 
-    active_tasks_per_principal: int | None = Field(1000, ge=1)
+    active_tasks_per_principal: int | None = Field(1000, ge=1, le=MOST_COUNTED)
     requests_per_second: float | None = Field(100.0, gt=0)
     burst: int = Field(200, ge=1)
     #: Each session can keep one stdio child busy, and only busy children hold a route's
     #: cap: half of the default upstream.max_children leaves the other half to other callers.
-    sessions_per_principal: int | None = Field(16, ge=1)
-    max_ttl_ms: int | None = Field(None, gt=0)
+    sessions_per_principal: int | None = Field(16, ge=1, le=MOST_COUNTED)
+    max_ttl_ms: int | None = Field(None, gt=0, le=CENTURY_MS)
     max_body_bytes: int = Field(4 * 1024 * 1024, ge=1024)
     #: What a caller's tasks may keep in the store (results, and the requests of tools safe
     #: to repeat); past it new tasks are refused until some expire. Null: no quota.
@@ -145,11 +145,11 @@ class Limits(Section):
 class LimitsOverride(Section):
     """A route's changes to the global limits; null keys keep the global value."""
 
-    active_tasks_per_principal: int | None = Field(None, ge=1)
+    active_tasks_per_principal: int | None = Field(None, ge=1, le=MOST_COUNTED)
     requests_per_second: float | None = Field(None, gt=0)
     burst: int | None = Field(None, ge=1)
-    sessions_per_principal: int | None = Field(None, ge=1)
-    max_ttl_ms: int | None = Field(None, gt=0)
+    sessions_per_principal: int | None = Field(None, ge=1, le=MOST_COUNTED)
+    max_ttl_ms: int | None = Field(None, gt=0, le=CENTURY_MS)
     max_body_bytes: int | None = Field(None, ge=1024)
     stored_bytes_per_principal: int | None = Field(None, ge=1024)
 
