@@ -227,42 +227,49 @@ async def test_active_task_caps_hold_across_replicas_creating_at_once(pg_url: st
 async def test_active_task_caps_hold_whichever_form_each_creation_takes(pg_url: str) -> None:
     """A creation with no request to keep is one statement (the lock and the count in the
     function `live_below`), one with a request a transaction; a replica of the code before
-    schema 7 takes the same lock in five statements. Racing, they never pass the cap."""
-    cap = 4
+    schema 7 takes the same lock in five statements. Each counts the others' tasks, and
+    racing, they never pass the cap."""
+    cap = 5
 
-    async def older(n: int) -> bool:
-        conn = await asyncpg.connect(pg_url)
-        try:
-            async with conn.transaction():
-                lock = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
-                await conn.execute(lock, LOCKS + OWNER_LOCK, "alice")
-                if await conn.fetchval(SQL.count_live, "alice", cap) >= cap:
-                    return False
-                await conn.execute(*tasks.inserting(make_task(f"old{n}"), "c"))
-                return True
-        finally:
+    async def older(conn: asyncpg.Connection[Any], task_id: str) -> bool:
+        async with conn.transaction():
+            lock = "SELECT pg_advisory_xact_lock($1, hashtext($2))"
+            await conn.execute(lock, LOCKS + OWNER_LOCK, "alice")
+            if await conn.fetchval(SQL.count_live, "alice", cap) >= cap:
+                return False
+            sql, params = tasks.inserting(make_task(task_id), "c")
+            await conn.execute(sql, *params)
+            return True
+
+    # Connected before the race, so that the older replica's creations race from its start.
+    olds = [await asyncpg.connect(pg_url) for _ in range(4)]
+    try:
+        async with replicas(pg_url, "a", "b") as (a, b):
+            assert await a.create_task(make_task("one", repeatable=False), cap)
+            assert await b.create_task(make_task("kept"), cap, {"method": "x"})
+            assert await older(olds[0], "old")
+            creating = [
+                *(a.create_task(make_task(f"one{n}", repeatable=False), cap) for n in range(3)),
+                *(b.create_task(make_task(f"kept{n}"), cap, {"method": "x"}) for n in range(3)),
+                *(older(conn, f"old{n}") for n, conn in enumerate(olds[1:])),
+            ]
+
+            created = await asyncio.gather(*creating)
+
+            assert created.count(True) == cap - 3
+            live = await query(pg_url, "SELECT count(*) AS n FROM tasks WHERE owner = 'alice'")
+            assert live[0]["n"] == cap
+            # Bob's count is his own; a task of Alice's cancelled (on any replica, whichever
+            # ran it) makes room for one more.
+            assert await a.create_task(make_task("bob1", owner="bob", repeatable=False), cap)
+            cancelled = TaskStatus.CANCELLED
+            assert await a.finish_task("old", cancelled, None, None, T0) is not None
+            assert await a.create_task(make_task("again", repeatable=False), cap)
+            assert not await a.create_task(make_task("over", repeatable=False), cap)
+            assert not await older(olds[0], "over-old")
+    finally:
+        for conn in olds:
             await conn.close()
-
-    async with replicas(pg_url, "a", "b") as (a, b):
-        creating = [
-            *(a.create_task(make_task(f"one{n}", repeatable=False), cap) for n in range(4)),
-            *(b.create_task(make_task(f"kept{n}"), cap, {"method": "x"}) for n in range(4)),
-            *(older(n) for n in range(4)),
-        ]
-
-        created = await asyncio.gather(*creating)
-
-        assert created.count(True) == cap
-        live = await query(pg_url, "SELECT count(*) AS n FROM tasks WHERE owner = 'alice'")
-        assert live[0]["n"] == cap
-        # Bob's count is his own; a task of Alice's cancelled (on any replica, whichever ran
-        # it) makes room for one more.
-        assert await a.create_task(make_task("bob1", owner="bob", repeatable=False), cap)
-        done = (await query(pg_url, "SELECT task_id FROM tasks WHERE owner = 'alice'"))[0]
-        cancelled = TaskStatus.CANCELLED
-        assert await a.finish_task(done["task_id"], cancelled, None, None, T0) is not None
-        assert await a.create_task(make_task("again", repeatable=False), cap)
-        assert not await a.create_task(make_task("over", repeatable=False), cap)
 
 
 async def test_a_watching_replica_hears_the_writes_waited_for_and_not_progress(
