@@ -100,12 +100,12 @@ class ModernTaskApi:
         try:
             task_id = jsonrpc.param(request, "taskId")
             if request.method == "tasks/get":
-                # A young call polled by its owner: its end, read-free (see `Landings`).
-                task = await self._runner.early_end(task_id, owner, self._clock())
-                if task is None:
-                    landing = self._runner.landing(task_id)  # before the read, as a watch is
-                    task = await find(self._store, task_id, owner, principal, self._clock)
-                    task = await self._runner.current(task, landing)
+                task = await self._runner.latest(
+                    task_id,
+                    owner,
+                    self._clock(),
+                    lambda: find(self._store, task_id, owner, principal, self._clock),
+                )
                 return ok(request, {"resultType": "complete", **await self._get(task)})
             task = await find(self._store, task_id, owner, principal, self._clock)
             if request.method == "tasks/update":

@@ -67,13 +67,10 @@ class TaskApi:
             if request.method == "tasks/result":
                 return await self._result(session, request, task_id)
             if request.method == "tasks/get":
-                # A young call polled by its owner: its end, read-free (see `Landings`).
-                ended = await self._runner.early_end(task_id, session.owner, self._clock())
-                if ended is not None:
-                    return ok(request, ended.wire())
-                landing = self._runner.landing(task_id)  # before the read, as a watch is
-                task = await self._find(session, task_id)
-                return ok(request, (await self._runner.current(task, landing)).wire())
+                task = await self._runner.latest(
+                    task_id, session.owner, self._clock(), lambda: self._find(session, task_id)
+                )
+                return ok(request, task.wire())
             task = await self._find(session, task_id)
             return ok(request, (await self._runner.cancel(task)).wire())
         except TaskError as exc:

@@ -14,6 +14,7 @@ poll once at once and then every `pollInterval` (the Python SDK's `poll_task` do
 the wait, a quick tool's task was `working` at that first poll, and seen a whole interval later.
 The owner's read that comes once the call has ended, while its terminal write is under way (a
 busy shared store takes milliseconds), waits for that write in the same way, read-free.
+`latest` is all of it in order, as a poll (`tasks/get`, in either generation) makes it.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from datetime import datetime
 
 from gateway.aio import timers
@@ -92,6 +93,21 @@ class Landings:
         finally:
             readers.discard(landed)  # (the same set, moved to `_finishing` once it ends)
         return written if written is not None and not written.expired(now) else None
+
+    async def latest(
+        self, task_id: object, owner: str, now: datetime, read: Callable[[], Awaitable[Task]]
+    ) -> Task:
+        """The task a poll of `owner`'s answers with: its young call's end, read-free
+        (`early_end`), else `read()` made after `landing()` and brought up to a terminal write
+        that was under way meanwhile (`current`).
+
+        Raises: what `read` raises (the task is not found, or not `owner`'s).
+        """
+        ended = await self.early_end(task_id, owner, now)
+        if ended is not None:
+            return ended
+        landing = self.landing(task_id)  # before the read, as a watch is
+        return await self.current(await read(), landing)
 
     async def land(
         self, task: Task, status: TaskStatus, message: str | None, outcome: Outcome

@@ -84,10 +84,9 @@ class TaskRunner:
         self._asking: set[str] = set()
         self.idle = self._runs.idle  # (the drain before a stop waits here)
         self._landings = Landings(store, clock)
-        #: Taken before a read of a task, then the task as read (see `Landings`).
-        self.landing = self._landings.landing
-        self.current = self._landings.current
-        self.early_end = self._landings.early_end
+        #: A read of a task as its owner's poll answers it, and its parts (see `Landings`).
+        self.latest, self.early_end = self._landings.latest, self._landings.early_end
+        self.landing, self.current = self._landings.landing, self._landings.current
         losses = Losses(store, clock, self._telemetry, self._runs, self._changed)
         #: After a loss (see `losses`): at shutdown, from another replica, of a lost process.
         self.interrupt_all = losses.interrupt_all
