@@ -214,6 +214,45 @@ async def test_the_owners_first_poll_of_a_quick_task_reads_nothing_back(
     assert reads == []
 
 
+async def test_the_owners_poll_during_the_terminal_write_waits_for_it_and_reads_nothing(
+    start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No window here: a poll that comes once the call has ended, its terminal write still
+    under way (milliseconds on a busy shared store, held here), is answered from that write
+    when it lands, with no read of its own."""
+    base = await start_gateway(route(poll_window_ms=0))
+    url = f"{base}/t/mcp"
+    reads: list[str] = []
+    find_task, finish_task = SqliteTaskStore.find_task, SqliteTaskStore.finish_task
+    writing, gate = asyncio.Event(), asyncio.Event()
+
+    async def counted(self: SqliteTaskStore, task_id: str, owner: str) -> Task | None:
+        reads.append(task_id)
+        return await find_task(self, task_id, owner)
+
+    async def held(self: SqliteTaskStore, *args: Any) -> Task | None:
+        writing.set()
+        await gate.wait()
+        return await finish_task(self, *args)
+
+    monkeypatch.setattr(SqliteTaskStore, "find_task", counted)
+    monkeypatch.setattr(SqliteTaskStore, "finish_task", held)
+    async with aiohttp.ClientSession() as http:
+        session_id, _ = await raw_session(http, url)
+        task_id = await start_task(http, url, session_id, "slow", {"seconds": 0.1, "steps": 1})
+        async with asyncio.timeout(10):
+            await writing.wait()
+        polling = asyncio.ensure_future(
+            rpc(http, url, session_id, "tasks/get", {"taskId": task_id})
+        )
+        await asyncio.sleep(0.2)
+        assert not polling.done()
+        gate.set()
+        polled = await polling
+    assert polled["result"]["status"] == "completed"
+    assert reads == []
+
+
 async def test_the_owners_tasks_result_for_a_young_call_is_its_answer_as_json_with_no_read(
     start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch
 ) -> None:
