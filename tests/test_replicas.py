@@ -612,8 +612,14 @@ class Cable:
         await self._server.wait_closed()
 
     async def _pipe(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # Known before its other end is: a connection accepted just before a cut, still
+        # connecting onwards, went through the cut alive (a write "during" it then landed).
+        self._writers.add(writer)
         up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self._target)
-        self._writers |= {writer, up_writer}
+        self._writers.add(up_writer)
+        if writer.transport.is_closing():  # cut meanwhile
+            up_writer.transport.abort()
+            return
 
         async def copy(source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
             try:
@@ -643,8 +649,11 @@ async def test_a_database_that_goes_away_is_a_503_to_retry_and_service_resumes_w
             # Its call ends while the database is away: its outcome waits, it is not lost.
             running = await start_task(http, route, session, "slow", {"seconds": 1, "steps": 2})
             await cable.cut()
-            body = {"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": before}}
-            async with http.post(route, json=body, headers=headers(session)) as resp:
+            # A read of the running task: one of the finished `before` may be answered from
+            # this replica's copy (`kept`) until its listener has noticed the cut.
+            params = {"taskId": running}
+            during = {"jsonrpc": "2.0", "id": 3, "method": "tasks/get", "params": params}
+            async with http.post(route, json=during, headers=headers(session)) as resp:
                 down, retry_after, answer = (
                     resp.status,
                     resp.headers.get("Retry-After"),
@@ -652,6 +661,7 @@ async def test_a_database_that_goes_away_is_a_503_to_retry_and_service_resumes_w
                 )
             await asyncio.sleep(1.5)
             await cable.mend()
+            body = {"jsonrpc": "2.0", "id": 4, "method": "tasks/get", "params": {"taskId": before}}
             async with asyncio.timeout(10):
                 while True:  # the pool reconnects on its next use
                     async with http.post(route, json=body, headers=headers(session)) as resp:
