@@ -586,6 +586,49 @@ async def test_sqlite_polls_read_what_was_committed_whether_kept_in_memory_or_no
     await store.close()
 
 
+async def test_sqlite_a_terminal_write_made_from_the_kept_copy_returns_what_the_file_holds(
+    tmp_path: Path,
+) -> None:
+    # The terminal write of a task kept in memory makes the moved task from that copy rather
+    # than reading the row back: whatever happened to the row before, in earlier commits or
+    # earlier in the same batch, the task returned is the one a fresh store reads.
+    path = tmp_path / "tasks.db"
+    store = await open_store(path)
+    for name in ("plain", "noted", "asked", "rerun", "cancelled"):
+        assert await store.create_task(make_task(name))
+    later = T0 + timedelta(seconds=1)
+    await store.note_task("noted", "3/10", later)
+    await store.update_task("asked", INPUT, "a question", later)
+    # Not UTC: the copy must hold the time as the file does.
+    end = datetime(2025, 3, 4, 7, 6, 9, 123456, tzinfo=timezone(timedelta(hours=2)))
+    returned = {
+        name: await store.finish_task(name, COMPLETED, "done", RESULT, end)
+        for name in ("plain", "noted", "asked")
+    }
+    # Its run begun again in the same batch as the terminal write of the kept attempt 1.
+    begun, returned["rerun"] = await asyncio.gather(
+        store.begin_attempt("rerun", 2, "running again", later),
+        store.finish_task("rerun", COMPLETED, "done", RESULT, end),
+    )
+    assert begun is not None and begun.attempt == 2
+    # Cancelled earlier in the same batch as the completion, both made from the kept copy.
+    returned["cancelled"], late = await asyncio.gather(
+        store.finish_task("cancelled", CANCELLED, "by the client", None, later),
+        store.finish_task("cancelled", COMPLETED, "done", RESULT, end),
+    )
+    assert late is None
+    await store.close()
+
+    reopened = await open_store(path)
+    for name, task in returned.items():
+        assert task is not None and task == await reopened.get_task(name), name
+        assert task.updated_at.tzinfo is UTC  # as read back, so printed the same
+    statuses = [task.status if task else None for task in returned.values()]
+    assert statuses == [COMPLETED] * 4 + [CANCELLED]
+    assert returned["rerun"] is not None and returned["rerun"].attempt == 2
+    await reopened.close()
+
+
 async def finished(tmp_path: Path, bodies: dict[str, Any]) -> tuple[TaskStore, list[str]]:
     """A SQLite store with a task completed with each of `bodies`, in order, and the reads it
     makes from then on."""

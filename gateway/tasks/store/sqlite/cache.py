@@ -72,6 +72,10 @@ class TaskCache:
         ended = self._ended.get(task_id)
         return None if ended is None else ended[0]
 
+    def live(self, task_id: str) -> Task | None:
+        """The task as last committed while it was live, if kept."""
+        return self._live.get(task_id)
+
     def outcome(self, task_id: str) -> Outcome | None:
         ended = self._ended.get(task_id)
         return None if ended is None else ended[1]

@@ -124,9 +124,13 @@ class SqliteTaskStore(SharedReads):
         now: datetime,
     ) -> Task | None:
         sources = finish_sources(status)
+        kept = self._cache.live(task_id)
 
         def finish(db: sqlite3.Connection) -> tuple[Task | None, int]:
-            moved = tasks.transition(db, task_id, sources, status, status_message, now)
+            if kept is None:
+                moved = tasks.transition(db, task_id, sources, status, status_message, now)
+            else:
+                moved = tasks.transition_kept(db, kept, sources, status, status_message, now)
             size = tasks.ending(db, moved, outcome, now)
             return next(iter(moved), None), size
 
