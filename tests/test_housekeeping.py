@@ -5,20 +5,27 @@ The gateway runs in-process on a real port with its real store, runner and sessi
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import aiohttp
+import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
+from gateway.aio import TaskSet
 from gateway.app import create_app
 from gateway.config import ListenConfig, Settings
 from gateway.demo.server import Message, Tool, ToolContext, text_result
 from gateway.demo.tools import NoArgs
 from gateway.http import listen
 from gateway.http.keys import STORE
+from gateway.protocol.errors import StoreUnreachable
+from gateway.tasks.notifier import Notifier
+from gateway.tasks.progress import ProgressNotes
 
 from .conftest import DEMO
 from .fakes import legacy_sse_app
@@ -106,3 +113,33 @@ async def test_a_burst_of_progress_is_a_few_status_writes_and_the_latest_message
         release.set()
         await runner.cleanup()
         await upstream.close()
+
+
+async def test_progress_that_finds_the_store_unreachable_is_one_warning_and_the_next_is_kept(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # A database outage, not a defect: the latest message is lost (a newer one follows), and
+    # the operator reads one line per lost write rather than a traceback from the task set.
+    class Outage:
+        def __init__(self) -> None:
+            self.down = True
+            self.noted: list[str] = []
+
+        async def note_task(self, task_id: str, message: str, now: datetime) -> object:
+            if self.down:
+                raise StoreUnreachable("the task store cannot be reached")
+            self.noted.append(message)
+            return object()
+
+    store, tasks = Outage(), TaskSet("task runner")
+    notes = ProgressNotes(store, Notifier(), lambda: datetime.now(UTC), tasks, 0.0)  # type: ignore[arg-type]
+    notes.heard("t1", {"progress": 1, "total": 2})
+    await asyncio.sleep(0.05)
+    store.down = False
+    notes.heard("t1", {"progress": 2, "total": 2})
+    await asyncio.sleep(0.05)
+    await tasks.close()
+    assert store.noted == ["2/2"]
+    warnings = [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert [(r.levelname, r.exc_info) for r in warnings] == [("WARNING", None)]
+    assert "store is unreachable" in warnings[0].getMessage()

@@ -9,14 +9,18 @@ then only the latest, at most once per interval, for as long as more comes.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Callable
 from datetime import datetime
 from typing import Any
 
 from gateway.aio import TaskSet
+from gateway.protocol.errors import StoreUnreachable
 from gateway.tasks.models import storable_text
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.store import TaskStore
+
+log = logging.getLogger(__name__)
 
 
 def progress_message(params: dict[str, Any]) -> str | None:
@@ -64,7 +68,14 @@ class ProgressNotes:
         try:
             while (message := self._pending[task_id]) is not None:
                 self._pending[task_id] = None
-                if await self._store.note_task(task_id, message, self._clock()) is None:
+                try:
+                    noted = await self._store.note_task(task_id, message, self._clock())
+                except StoreUnreachable:
+                    # Only the latest message is lost, and the next notification brings a
+                    # newer one: a line for the operator, not a traceback per task.
+                    log.warning("a task's progress was not kept: the store is unreachable")
+                    return
+                if noted is None:
                     return  # terminal: later progress has nothing to show
                 self._notifier.task_changed(task_id)
                 await asyncio.sleep(self._interval)
