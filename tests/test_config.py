@@ -153,6 +153,26 @@ def test_env_references_are_resolved(tmp_path: Path) -> None:
             {"routes": [{**ROUTES[0], "limits": {"active_tasks_per_principal": 10**20}}]},
             "f.yaml: routes[0].limits.active_tasks_per_principal:",
         ),
+        *(
+            # Lax validation read a yes/no as 1 or 0: a 1 ms poll interval, a cap of none.
+            (data, f"f.yaml: {key}: a number is expected, not true or false")
+            for data, key in (
+                (
+                    {"routes": [{**ROUTES[0], "tasks": {"poll_interval_ms": True}}]},
+                    "routes[0].tasks.poll_interval_ms",
+                ),
+                ({"listen": {"port": True}, "routes": ROUTES}, "listen.port"),
+                (
+                    {"limits": {"active_tasks_per_principal": False}, "routes": ROUTES},
+                    "limits.active_tasks_per_principal",
+                ),
+                (
+                    {"routes": [{**ROUTES[0], "tasks": {"time_limit_seconds": True}}]},
+                    "routes[0].tasks.time_limit_seconds",
+                ),
+                ({"tracing": {"sample_ratio": True}, "routes": ROUTES}, "tracing.sample_ratio"),
+            )
+        ),
     ],
 )
 def test_bad_config_names_the_file_and_the_key(data: object, expected: str) -> None:

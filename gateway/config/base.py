@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import types
+import typing
+from typing import Any
+
 from pydantic import (
     BaseModel,
     ConfigDict,
     ValidationInfo,
+    model_validator,
 )
 from pydantic_core import PydanticCustomError
 
@@ -29,6 +34,45 @@ def refusal(key: str, message: str) -> PydanticCustomError:
 
 class Section(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _numbers_are_not_yes_or_no(cls, data: Any) -> Any:
+        # Lax validation reads `true` as 1 and `false` as 0: a number written as a yes or no
+        # (a careless edit, a value meant for the key beside it) would run as a 1 ms poll
+        # interval or a cap of no tasks at all.
+        if isinstance(data, dict):
+            numeric = _numeric_keys(cls)
+            for key, value in data.items():
+                if isinstance(value, bool) and key in numeric:
+                    raise refusal(key, "a number is expected, not true or false")
+        return data
+
+
+_NUMBERS = (int, float)
+_numeric: dict[type[BaseModel], frozenset[str]] = {}
+
+
+def _numeric_keys(model: type[BaseModel]) -> frozenset[str]:
+    """The keys of `model` (as a file writes them) whose values are numbers, never yes/no."""
+    keys = _numeric.get(model)
+    if keys is None:
+        keys = _numeric[model] = frozenset(
+            field.alias or name
+            for name, field in model.model_fields.items()
+            if _is_number(field.annotation)
+        )
+    return keys
+
+
+def _is_number(annotation: Any) -> bool:
+    """An int or a float, alone or with None (or another type that is not a bool)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        choices = typing.get_args(annotation)
+        return bool not in choices and any(_is_number(choice) for choice in choices)
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _is_number(typing.get_args(annotation)[0])
+    return annotation in _NUMBERS
 
 
 def secret_from_env(info: ValidationInfo, name: str) -> str:
