@@ -25,6 +25,7 @@ if [ "$part" != counts ]; then
   # Two versions in one run (here the same one twice: the smoke form of the method).
   python -m tests.bench.ab --base HEAD --rounds 1 --seconds 1 --warmup 0.5
   python -m tests.bench.ab --base HEAD --store postgres --rounds 1 --seconds 1 --warmup 0.5
+  python -m tests.bench.ab --base HEAD --kind modern --rounds 1 --seconds 1 --warmup 0.5
 fi
 if [ "$part" != timed ]; then
   bash .ci/valgrind.sh

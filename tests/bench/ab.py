@@ -4,9 +4,9 @@ A shared 2-core machine moves timed runs of the same code by 10-20 % (docs/bench
 which hides most single changes; the instruction count (`tests.bench.instructions`) sees
 them but not what they do to latency, such as a turn of the event loop fewer on every
 durable write. This serves the task benchmark's load (`tests.bench.tasks`: a task's whole
-lifecycle, polled or blocking, or creation, at concurrency 32; a blocking round also prints
-its tasks/result waits) to the gateway as it is in this checkout (B) and
-as it was at `--base` (A, a git revision, checked out into a temporary worktree), both
+lifecycle, polled or blocking, creation, or the 2026-07-28 pattern, at concurrency 32; a
+blocking round also prints its tasks/result waits) to the gateway as it is in this checkout
+(B) and as it was at `--base` (A, a git revision, checked out into a temporary worktree), both
 running at once on their own SQLite files (or, with `--store postgres`, their own fresh
 databases on the benchmark's PostgreSQL) behind the same upstream. Rounds alternate which
 goes first, and each round's B/A ratios of the rate and of the gateway's CPU per operation
@@ -114,7 +114,8 @@ def run(args: argparse.Namespace) -> int:
             else:
                 database = stack.enter_context(fresh_database(postgres))
                 store = postgres_store(database, POOL_SIZE)
-            config = gateway_config(port, store, f"http://{HOST}:{up}/mcp", 4)
+            modern = args.kind in SESSIONLESS
+            config = gateway_config(port, store, f"http://{HOST}:{up}/mcp", 4, modern=modern)
             proc = stack.enter_context(
                 gateway(f"gateway-{tag}", config, port, logdir, Stopped(), root)
             )
@@ -149,8 +150,8 @@ def run(args: argparse.Namespace) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--base", required=True, help="the git revision to compare against (A)")
-    # (Not the 2026-07-28 pattern: its route setting is one older gateways do not know.)
-    p.add_argument("--kind", choices=sorted(set(OPS) - SESSIONLESS), default="lifecycle")
+    # (The 2026-07-28 pattern's route settings are ones a base older than them refuses.)
+    p.add_argument("--kind", choices=sorted(OPS), default="lifecycle")
     p.add_argument(
         "--store",
         choices=("sqlite", "postgres"),
