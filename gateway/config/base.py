@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import types
 import typing
 from typing import Any
@@ -50,19 +51,16 @@ class Section(BaseModel):
 
 
 _NUMBERS = (int, float)
-_numeric: dict[type[BaseModel], frozenset[str]] = {}
 
 
+@functools.cache
 def _numeric_keys(model: type[BaseModel]) -> frozenset[str]:
     """The keys of `model` (as a file writes them) whose values are numbers, never yes/no."""
-    keys = _numeric.get(model)
-    if keys is None:
-        keys = _numeric[model] = frozenset(
-            field.alias or name
-            for name, field in model.model_fields.items()
-            if _is_number(field.annotation)
-        )
-    return keys
+    return frozenset(
+        field.alias or name
+        for name, field in model.model_fields.items()
+        if _is_number(field.annotation)
+    )
 
 
 def _is_number(annotation: Any) -> bool:
