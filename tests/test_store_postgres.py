@@ -281,6 +281,8 @@ async def test_a_watching_replica_hears_the_writes_waited_for_and_not_progress(
         loud = ["finished", "moved", "answered", "withdrawn", "begun", "failed"]
         for task_id in ["quiet", *loud]:
             await a.create_task(make_task(task_id))
+            # b waits for each of them; the sentinel below is news to a, its runner.
+            assert await b.heed_task(task_id) == make_task(task_id)
         await a.note_task("quiet", "50%", T0)
         await a.update_task("quiet", WORKING, "60%", T0)
         await a.add_input(ask("k", "answered"))
@@ -305,6 +307,67 @@ async def test_a_watching_replica_hears_the_writes_waited_for_and_not_progress(
             assert await heard.get() == "sentinel"
 
 
+async def test_a_runners_own_writes_are_news_only_where_they_are_waited_for(
+    pg_url: str,
+) -> None:
+    # Every replica's listener reads every notification sent: one per write to every replica
+    # cost a fifth of a lifecycle's gateway CPU with three replicas (docs/performance.md).
+    async with replicas(pg_url, "a", "b") as (a, b):
+        heard: asyncio.Queue[str | None] = asyncio.Queue()
+        await b.watch(heard.put_nowait)
+        for task_id in ("unwatched", "watched", "cancelled", "operator", "older", "after"):
+            await a.create_task(make_task(task_id))
+        await b.heed_task("watched")
+        assert await b.heed_task("nothing") is None
+
+        await a.finish_task("unwatched", COMPLETED, None, RESULT, T0)
+        await a.finish_task("watched", COMPLETED, None, RESULT, T0)
+        await b.finish_task("cancelled", CANCELLED, None, None, T0)  # a's task, b's write
+        # An operator's SQL names no replica: news to all.
+        await query(pg_url, "UPDATE tasks SET status = 'failed' WHERE task_id = 'operator'")
+        # A replica of an older gateway waits without marking: while its lease runs, every
+        # write is news; once it has lapsed, no more.
+        older = "INSERT INTO replicas (replica, lease_until) VALUES ('old', now() + interval '1 h')"
+        await query(pg_url, older)
+        await a.finish_task("older", COMPLETED, None, RESULT, T0)
+        await expire(pg_url, "old")
+        await a.finish_task("after", COMPLETED, None, RESULT, T0)
+        await a.create_task(make_task("sentinel"))
+        await b.finish_task("sentinel", CANCELLED, None, None, T0)
+
+        async with asyncio.timeout(1):
+            heard_ids = [await heard.get() for _ in range(5)]
+        assert heard_ids == ["watched", "cancelled", "operator", "older", "sentinel"]
+
+
+async def test_a_mark_and_a_write_to_the_task_take_turns_so_no_wake_up_is_lost(
+    pg_url: str,
+) -> None:
+    async with replicas(pg_url, "a", "b") as (a, b):
+        heard: asyncio.Queue[str | None] = asyncio.Queue()
+        await b.watch(heard.put_nowait)
+        await a.create_task(make_task("t"))
+        await a.create_task(make_task("u"))
+        # The runner's terminal write holds the row when b marks it: the mark waits for the
+        # write, and returns the task as it left it, though no wake-up was sent.
+        runner = await asyncpg.connect(pg_url, server_settings={"mcp_gateway.replica": "a"})
+        try:
+            async with runner.transaction():
+                await runner.execute("UPDATE tasks SET status = 'completed' WHERE task_id = 't'")
+                marking = asyncio.ensure_future(b.heed_task("t"))
+                await asyncio.sleep(0.2)
+                assert not marking.done()
+            assert (await marking).status is COMPLETED  # type: ignore[union-attr]
+            # Marked first: the runner's write then waits for the mark, and is news to b.
+            assert (await b.heed_task("u")).status is WORKING  # type: ignore[union-attr]
+            await runner.execute("UPDATE tasks SET status = 'completed' WHERE task_id = 'u'")
+        finally:
+            await runner.close()
+        async with asyncio.timeout(1):
+            assert await heard.get() == "u"
+        assert heard.empty()
+
+
 async def test_the_listener_reconnects_after_losing_its_connection_and_asks_for_a_rescan(
     pg_url: str,
 ) -> None:
@@ -319,6 +382,7 @@ async def test_the_listener_reconnects_after_losing_its_connection_and_asks_for_
 
         async with asyncio.timeout(5):
             assert await heard.get() is None
+        await b.heed_task("t")
         await a.finish_task("t", COMPLETED, None, RESULT, T0)
         async with asyncio.timeout(1):
             assert await heard.get() == "t"

@@ -124,6 +124,7 @@ async def test_a_task_finished_here_reads_back_without_the_database_until_delete
 ) -> None:
     async with watched_and_other(pg_url) as (a, b):
         await a.store.create_task(make_task("t"))
+        await b.heed_task("t")  # so its terminal write sends a wake-up, which reaches a too
         done = await a.store.finish_task("t", TaskStatus.COMPLETED, None, RESULT, T0)
         async with asyncio.timeout(1):  # its own wake-up comes back, and changes nothing
             assert await a.heard.get() == "t"

@@ -122,6 +122,10 @@ class TaskApi:
             if ended is not None and outcomes:
                 return _final_answer(request.id, task_id, retrieved(task_id, outcomes[0]))
             task = await self._find(session, task_id)
+            if not task.status.terminal and not self._runner.runs_here(task_id):
+                # Its call runs on another replica, whose own writes reach this one only for
+                # a task marked as waited for (the mark's return includes any write before).
+                task = await self._store.heed_task(task_id) or task
             if task.status.terminal:
                 return await self._final(request.id, task_id)
             stream = session.task_host.open_result_stream(task_id)

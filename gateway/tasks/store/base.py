@@ -204,6 +204,13 @@ class TaskStore(Protocol):
         cannot start listening.
         """
 
+    async def heed_task(self, task_id: str) -> Task | None:
+        """This process is about to wait for `task_id`'s changes, and no call of it runs here:
+        from now on every write to it reaches `watch` here, whoever writes it. Returns the task
+        as it is from then on (with whatever was written before), None if there is none.
+        PostgreSQL marks the task's row for it (a write); SQLite reads the task, since no
+        other process writes to the file."""
+
     async def save_session(self, record: SessionRecord) -> None:
         """Insert or update a record; an update keeps the record's last-seen time."""
 

@@ -29,8 +29,9 @@ _FORGET_REPLICAS_AFTER = "1 hour"
 # Renews, and counts the live replicas in the same statement: the others whose lease runs
 # now (the statement's snapshot predates its own insert), and this one.
 RENEW = (
-    "WITH renewed AS (INSERT INTO replicas VALUES ($1, now() + $2::float8 * interval '1 second')"
-    " ON CONFLICT (replica) DO UPDATE SET lease_until = excluded.lease_until)"
+    "WITH renewed AS (INSERT INTO replicas (replica, lease_until, marks_waits)"
+    " VALUES ($1, now() + $2::float8 * interval '1 second', true)"
+    " ON CONFLICT (replica) DO UPDATE SET lease_until = excluded.lease_until, marks_waits = true)"
     " SELECT 1 + count(*) FROM replicas WHERE replica <> $1 AND lease_until > now()"
 )
 
@@ -61,8 +62,10 @@ _FORGET = "DELETE FROM task_calls WHERE task_id = ANY($1::text[])"
 # SKIP LOCKED: replicas claiming at once each take what the others have not locked, and a
 # row claimed meanwhile fails the re-checked lease condition, so no task is claimed twice.
 # A task whose runner is this replica is never its orphan, even were its own lease late.
+# A claimed task is marked watched: whoever waited for it without marking (its runner was
+# the replica it waited on) hears of it from its new runner.
 _CLAIM = f"""
-    UPDATE tasks SET runner = $1 WHERE task_id IN (
+    UPDATE tasks SET runner = $1, watched = true WHERE task_id IN (
         SELECT task_id FROM tasks AS t WHERE {LIVE_SQL} AND runner <> $1 AND NOT EXISTS (
             SELECT 1 FROM replicas WHERE replica = t.runner AND lease_until > now()
         )

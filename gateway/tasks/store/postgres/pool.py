@@ -18,7 +18,7 @@ import asyncpg
 from asyncpg import Record
 
 from gateway.protocol.errors import StoreUnreachable
-from gateway.tasks.store.postgres.schema import Connection
+from gateway.tasks.store.postgres.schema import REPLICA_SETTING, Connection
 
 if TYPE_CHECKING:
     from asyncpg.pool import PoolAcquireContext
@@ -86,7 +86,11 @@ class Pool:
             min_size=1,
             max_size=size,
             reset=_keep_session,
-            server_settings={"application_name": application_name(replica)},
+            # The triggers tell a replica's own writes from others' by the setting.
+            server_settings={
+                "application_name": application_name(replica),
+                REPLICA_SETTING: replica,
+            },
         )
         return cls(pool, on_timing, size)
 

@@ -57,12 +57,6 @@ _SESSIONS_KEPT = 10_000
 _ENDED_KEPT = 1024
 _ENDED_BODY_BYTES = 16 * 1024
 
-_STORED_BYTES = (
-    "SELECT coalesce(sum(octet_length(o.body)), 0) + coalesce(sum(octet_length(c.request)), 0)"
-    " FROM tasks t LEFT JOIN outcomes o USING (task_id) LEFT JOIN task_calls c USING (task_id)"
-    " WHERE t.owner = $1"
-)
-
 
 class PostgresTaskStore(KeptReads):
     """`TaskStore` on a PostgreSQL database, as the replica `replica`."""
@@ -150,7 +144,7 @@ class PostgresTaskStore(KeptReads):
             self._ended.drop(None)
 
     async def stored_bytes(self, owner: str) -> int:
-        rows = await self._read(_STORED_BYTES, owner)
+        rows = await self._read(tasks.STORED_BYTES, owner)
         return int(rows[0][0])
 
     async def add_input(self, request: InputRequest) -> bool:
@@ -216,6 +210,9 @@ class PostgresTaskStore(KeptReads):
         await listener.start()
         self._listener = listener
         self._sessions.live = self._ended.live = lambda: listener.connected
+
+    async def heed_task(self, task_id: str) -> Task | None:
+        return next(map(task_from_row, await self._db.commit(tasks.HEED, task_id)), None)
 
     async def save_session(self, record: SessionRecord) -> None:
         epoch = self._sessions.epoch

@@ -26,6 +26,17 @@ from gateway.tasks.store.writes import change
 #: A write of one or more task rows, returning the tasks it moved.
 Move = Callable[[Connection], Awaitable[list[Task]]]
 
+#: An owner's stored bytes: outcomes and kept requests.
+STORED_BYTES = (
+    "SELECT coalesce(sum(octet_length(o.body)), 0) + coalesce(sum(octet_length(c.request)), 0)"
+    " FROM tasks t LEFT JOIN outcomes o USING (task_id) LEFT JOIN task_calls c USING (task_id)"
+    " WHERE t.owner = $1"
+)
+
+#: A task marked as waited for by a replica that does not run it (schema 8, `heed_task`):
+#: one statement, the row as the mark left it.
+HEED = f"SELECT {TASK_COLUMNS} FROM heed_task($1)"
+
 _INTO = f"INSERT INTO tasks ({TASK_COLUMNS}, expires_at, runner, history, history_dropped)"
 _VALUES = ", ".join(f"${n}" for n in range(1, 18))
 _INSERT = f"{_INTO} VALUES ({_VALUES}, 0)"

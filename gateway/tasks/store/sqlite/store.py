@@ -219,6 +219,9 @@ class SqliteTaskStore(SharedReads):
     async def watch(self, changed: Callable[[str | None], None]) -> None:
         """Nothing: no other process writes to the file."""
 
+    async def heed_task(self, task_id: str) -> Task | None:
+        return await self.get_task(task_id)
+
     async def save_session(self, record: SessionRecord) -> None:
         await self._write(lambda db: sessions.save(db, record))
 
