@@ -15,6 +15,10 @@ are printed with their medians::
     .venv/bin/python -m tests.bench.ab --base HEAD~1
     .venv/bin/python -m tests.bench.ab --base main --kind create --rounds 12 --seconds 5
     .venv/bin/python -m tests.bench.ab --base HEAD~1 --store postgres
+    .venv/bin/python -m tests.bench.ab --base HEAD~1 --store postgres --replicas 3
+
+With `--replicas N` each side is N gateways on its database, each client on one of them
+in turn (as the tasks benchmark spreads its clients), and the CPU is theirs together.
 
 A median within a few percent of 1.00 is no effect; the spread of the per-round ratios says
 how far to trust it. A script, not a test.
@@ -45,7 +49,7 @@ from tests.bench.tasks import Stopped, gateway, gateway_config, measure, sqlite_
 @dataclass
 class Side:
     name: str
-    url: str
+    urls: list[str]
     probe: CpuProbe
     rates: list[float] = field(default_factory=list)
     #: Milliseconds of the gateway's CPU per operation, and of its database's backends'.
@@ -107,7 +111,6 @@ def run(args: argparse.Namespace) -> int:
         postgres = postgres_server() if args.store == "postgres" else None
         sides = []
         for name, root in ((f"A ({args.base})", base), ("B (this checkout)", REPO_ROOT)):
-            port = free_port()
             tag = name[0]
             if postgres is None:
                 store, database = sqlite_store(logdir / f"{tag}.db"), None
@@ -115,21 +118,26 @@ def run(args: argparse.Namespace) -> int:
                 database = stack.enter_context(fresh_database(postgres))
                 store = postgres_store(database, POOL_SIZE)
             modern = args.kind in SESSIONLESS
-            config = gateway_config(port, store, f"http://{HOST}:{up}/mcp", 4, modern=modern)
-            proc = stack.enter_context(
-                gateway(f"gateway-{tag}", config, port, logdir, Stopped(), root)
-            )
+            pids, urls = [], []
+            for replica in range(args.replicas):
+                port = free_port()
+                config = gateway_config(port, store, f"http://{HOST}:{up}/mcp", 4, modern=modern)
+                proc = stack.enter_context(
+                    gateway(f"gateway-{tag}{replica}", config, port, logdir, Stopped(), root)
+                )
+                pids.append(proc.pid)
+                urls.append(f"http://{HOST}:{port}/bench/mcp")
             probe = (
-                CpuProbe([proc.pid])
+                CpuProbe(pids)
                 if database is None
-                else CpuProbe([proc.pid], postmaster_of(database), database_of(database))
+                else CpuProbe(pids, postmaster_of(database), database_of(database))
             )
-            sides.append(Side(name, f"http://{HOST}:{port}/bench/mcp", probe))
+            sides.append(Side(name, urls, probe))
         a, b = sides
         for index in range(args.rounds):
             for side in (a, b) if index % 2 == 0 else (b, a):
                 m = asyncio.run(
-                    measure(args.kind, [side.url], 32, args.seconds, args.warmup, side.probe)
+                    measure(args.kind, side.urls, 32, args.seconds, args.warmup, side.probe)
                 )
                 if m.errors.count:
                     print(f"{side.name}: errors, e.g. {m.errors.samples[:3]}", file=sys.stderr)
@@ -142,7 +150,7 @@ def run(args: argparse.Namespace) -> int:
                     side.database_ms.append(1000 * m.db_cpu_s / ops)
                 note = round_note(m)  # the blocking pattern: its tasks/result waits
                 print(f"round {index + 1}/{args.rounds} {side.name}: {side.rates[-1]:.0f}/s{note}")
-        store = args.store if postgres is None else "one PostgreSQL replica each"
+        store = args.store if postgres is None else f"{args.replicas} PostgreSQL replica(s) each"
         print(f"\n{args.kind} at c=32 on {store}, {args.seconds:g}s per round\n" + summary(a, b))
     return 0
 
@@ -159,10 +167,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="each side's store: a SQLite file, or a fresh database on the benchmark's"
         " PostgreSQL (as the tasks benchmark starts or finds it) (sqlite)",
     )
+    p.add_argument(
+        "--replicas", type=int, default=1, help="gateways per side, with --store postgres (1)"
+    )
     p.add_argument("--rounds", type=int, default=8, help="rounds, each measuring A and B (8)")
     p.add_argument("--seconds", type=float, default=4.0, help="measured time per side (4)")
     p.add_argument("--warmup", type=float, default=1.0, help="warm-up per side (1)")
-    return run(p.parse_args(argv))
+    args = p.parse_args(argv)
+    if args.replicas < 1 or (args.replicas > 1 and args.store != "postgres"):
+        p.error("--replicas: one or more, and more than one only with --store postgres")
+    return run(args)
 
 
 if __name__ == "__main__":
