@@ -319,6 +319,11 @@ async def test_a_runners_own_writes_are_news_only_where_they_are_waited_for(
             await a.create_task(make_task(task_id))
         await b.heed_task("watched")
         assert await b.heed_task("nothing") is None
+        # Marked once: asking again (a client's tasks/result after tasks/result) writes nothing.
+        version = "SELECT xmin::text FROM tasks WHERE task_id = 'watched'"
+        before = await query(pg_url, version)
+        assert await b.heed_task("watched") == make_task("watched")
+        assert await query(pg_url, version) == before
 
         await a.finish_task("unwatched", COMPLETED, None, RESULT, T0)
         await a.finish_task("watched", COMPLETED, None, RESULT, T0)

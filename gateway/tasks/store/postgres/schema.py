@@ -233,10 +233,15 @@ MIGRATIONS = [
     DROP FUNCTION task_changed();
     CREATE FUNCTION heed_task(id TEXT) RETURNS SETOF tasks LANGUAGE plpgsql AS $$
     BEGIN
-        -- A mark lost with a crash of the server costs a wait its backstop, nothing more:
-        -- it is not worth a flush to disk.
-        SET LOCAL synchronous_commit = off;
-        RETURN QUERY UPDATE tasks SET watched = true WHERE task_id = id RETURNING *;
+        -- Marked already: every later write is news, and the row is written no more (a
+        -- client asking again and again for a task's result costs reads, not writes).
+        RETURN QUERY SELECT * FROM tasks WHERE task_id = id AND watched;
+        IF NOT FOUND THEN
+            -- A mark lost with a crash of the server costs a wait its backstop, nothing
+            -- more: it is not worth a flush to disk.
+            SET LOCAL synchronous_commit = off;
+            RETURN QUERY UPDATE tasks SET watched = true WHERE task_id = id RETURNING *;
+        END IF;
     END $$;
     """,
 ]
