@@ -3,13 +3,15 @@
 
 from __future__ import annotations
 
+import base64
+import time
 from datetime import UTC, datetime
 
 import pytest
 
 from gateway.protocol import jsonrpc
 from gateway.protocol.outcome import Outcome
-from gateway.tasks.creation import new_task
+from gateway.tasks.creation import new_task, new_task_id
 from gateway.tasks.models import (
     INPUT_MESSAGE,
     INPUT_MESSAGE_2026,
@@ -141,3 +143,20 @@ def test_new_tasks_share_the_set_of_their_given_fields_and_a_changed_copy_takes_
     changed = first.model_copy(update={"status_message": "3/10", "attempt": 2})
     assert {"status_message", "attempt"} <= changed.model_fields_set
     assert second.model_fields_set == given
+
+
+def test_task_ids_sort_by_age_and_each_holds_144_random_bits() -> None:
+    # "Task IDs MUST be unique among all tasks controlled by the receiver", and without
+    # context-binding "cryptographically secure ... with enough entropy to prevent guessing".
+    before = time.time_ns() // 1_000_000
+    ids = [new_task_id() for _ in range(1000)]
+    after = time.time_ns() // 1_000_000
+    assert len(set(ids)) == len(ids)
+    made_at = [task_id[:11] for task_id in ids]
+    assert made_at == sorted(made_at)
+    for task_id in ids:
+        made, randomness = int(task_id[:11], 16), task_id[11:]
+        assert before <= made <= after
+        assert len(base64.urlsafe_b64decode(randomness)) * 8 == 144
+    # The same millisecond: the random part alone tells them apart, in no order.
+    assert len({i[11:] for i in ids}) == len(ids)
