@@ -145,10 +145,11 @@ def appending(moved: str) -> str:
 
 _PRAGMAS = "PRAGMA synchronous = FULL; PRAGMA busy_timeout = 5000; PRAGMA foreign_keys = ON;"
 
-#: The writer's page cache (SQLite's default is 2 MiB): task ids are random, so each new task
-#: and outcome lands on a leaf page of its own in the id indexes, and with the default cache
-#: most of those were read again from the file on every write, on the event loop (see
-#: `writer`). 32 MiB holds them for some hundred thousand tasks.
+#: The writer's page cache (SQLite's default is 2 MiB). Wholly random task ids (the ids made
+#: before they began with their time, which a store keeps for their ttl) put each task and
+#: outcome on a leaf page of its own in the id indexes, and with the default cache most of
+#: those were read again from the file on every write, on the event loop (see `writer`).
+#: 32 MiB holds them for some hundred thousand tasks.
 _WRITER_CACHE = "PRAGMA cache_size = -32768"
 
 
