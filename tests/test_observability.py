@@ -179,6 +179,23 @@ def test_a_stuck_audit_disk_holds_up_no_caller_and_a_clean_stop_writes_every_lin
     assert [json.loads(line)["task_id"] for line in disk.lines] == [f"t{n}" for n in range(200)]
 
 
+def test_the_lines_queued_meanwhile_reach_a_configured_handler_joined_in_bounded_records() -> None:
+    # One record a line cost creations a tenth of their rate (docs/performance.md): each
+    # write gave the GIL to the event loop and took it back.
+    disk = StuckDisk()
+    audit.start(disk, 1000)
+    try:
+        for n in range(200):
+            audit.audit("task_created", task_id=f"t{n}", route="demo")
+        disk.unstick.set()
+    finally:
+        forget_audit_handlers()
+    records = disk.lines
+    lines = [line for record in records for line in record.split("\n")]
+    assert [json.loads(line)["task_id"] for line in lines] == [f"t{n}" for n in range(200)]
+    assert len(records) < 40 and all(len(record) <= 1000 for record in records)
+
+
 def blocked_signals(thread: threading.Thread) -> set[signal.Signals]:
     """The signals `thread` blocks, as Linux reports them (SigBlk: a hex bit mask)."""
     status = Path(f"/proc/self/task/{thread.native_id}/status").read_text()
@@ -234,6 +251,7 @@ def test_audit_log_is_json_lines_in_a_rotating_file(tmp_path: Path) -> None:
         forget_audit_handlers()
     files = sorted(tmp_path.iterdir())
     assert [f.name for f in files] == ["audit.log", "audit.log.1", "audit.log.2"]
+    assert all(f.stat().st_size < 1024 for f in files)  # rotated between records, as asked
     records = [json.loads(line) for line in path.read_text().splitlines()]
     assert records and all(r["event"] == "auth_failed" and r["time"].endswith("Z") for r in records)
 
