@@ -52,9 +52,9 @@ async def start(app: web.Application, notifier: Notifier, tasks: TaskSet) -> Non
             notifier.all_changed()
         else:
             notifier.task_changed(task_id)
-        # Every replica hears every write, most of them to tasks whose calls run elsewhere
-        # (or here, ending by this replica's own write): for those nothing more is done,
-        # so that a replica's cost per task does not grow with the number of replicas.
+        # News sent for one replica reaches them all (a cancel for the runner, a result for
+        # a replica waiting on it): of a task whose call runs elsewhere only the waiters here
+        # hear, so that a replica's cost per task does not grow with the number of replicas.
         if task_id is None or runner.runs_here(task_id):
             tasks.spawn(runner.changed_elsewhere(task_id), name="task changed elsewhere")
         if task_id is None or answers.hosted(task_id):

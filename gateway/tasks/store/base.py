@@ -195,10 +195,12 @@ class TaskStore(Protocol):
         file (1)."""
 
     async def watch(self, changed: Callable[[str | None], None]) -> None:
-        """Until `close()`, `changed(task_id)` hears of the writes someone waits for, by any
-        replica: a status or attempt moved, a question answered or withdrawn, a task deleted
-        (not a statusMessage alone). `changed(None)`: news may have been lost (the listener
-        reconnected), re-read whatever is waited on. SQLite: nothing, one process per file.
+        """Until `close()`, `changed(task_id)` hears of the writes that are news here: a status
+        or attempt moved, a question answered or withdrawn (not a statusMessage alone), by
+        another replica or an operator, to a task this process runs or has heeded
+        (`heed_task`); and every task deleted. (It may hear of more: news sent for one replica
+        reaches all.) `changed(None)`: news may have been lost (the listener reconnected),
+        re-read whatever is waited on. SQLite: nothing, one process per file.
 
         Raises: RuntimeError if the store is watched already; what the backend raises when it
         cannot start listening.
