@@ -136,6 +136,17 @@ async def test_created_task_reads_back_with_every_field(store: TaskStore) -> Non
     assert await store.get_task("unknown") is None
 
 
+async def test_a_heeded_task_reads_back_as_it_is_whatever_its_status(store: TaskStore) -> None:
+    await store.create_task(make_task("live"))
+    await store.create_task(make_task("done"))
+    done = await store.finish_task("done", COMPLETED, None, None, T0)
+
+    assert await store.heed_task("live") == make_task("live")
+    assert await store.heed_task("live") == make_task("live")  # twice: the same
+    assert await store.heed_task("done") == done
+    assert await store.heed_task("unknown") is None
+
+
 async def test_list_pages_by_keyset_over_one_owners_live_tasks(store: TaskStore) -> None:
     second = T0 + timedelta(microseconds=1)
     mine = [make_task("a", at=T0), make_task("b", at=T0), make_task("c", at=second)]
