@@ -49,6 +49,17 @@ async def replicas(url: str, *names: str) -> AsyncIterator[list[PostgresTaskStor
             await store.close()
 
 
+@asynccontextmanager
+async def b_listening(
+    url: str,
+) -> AsyncIterator[tuple[PostgresTaskStore, PostgresTaskStore, asyncio.Queue[str | None]]]:
+    """Replicas a and b, and the news b's listener hears, in order."""
+    async with replicas(url, "a", "b") as (a, b):
+        heard: asyncio.Queue[str | None] = asyncio.Queue()
+        await b.watch(heard.put_nowait)
+        yield a, b, heard
+
+
 async def test_replicas_starting_together_migrate_the_schema_exactly_once(pg_url: str) -> None:
     stores = await asyncio.gather(*(open_postgres_store(pg_url, f"r{n}") for n in range(3)))
 
@@ -275,9 +286,7 @@ async def test_active_task_caps_hold_whichever_form_each_creation_takes(pg_url: 
 async def test_a_watching_replica_hears_the_writes_waited_for_and_not_progress(
     pg_url: str,
 ) -> None:
-    async with replicas(pg_url, "a", "b") as (a, b):
-        heard: asyncio.Queue[str | None] = asyncio.Queue()
-        await b.watch(heard.put_nowait)
+    async with b_listening(pg_url) as (a, b, heard):
         loud = ["finished", "moved", "answered", "withdrawn", "begun", "failed"]
         for task_id in ["quiet", *loud]:
             await a.create_task(make_task(task_id))
@@ -312,9 +321,7 @@ async def test_a_runners_own_writes_are_news_only_where_they_are_waited_for(
 ) -> None:
     # Every replica's listener reads every notification sent: one per write to every replica
     # cost a fifth of a lifecycle's gateway CPU with three replicas (docs/performance.md).
-    async with replicas(pg_url, "a", "b") as (a, b):
-        heard: asyncio.Queue[str | None] = asyncio.Queue()
-        await b.watch(heard.put_nowait)
+    async with b_listening(pg_url) as (a, b, heard):
         for task_id in ("unwatched", "watched", "cancelled", "operator", "older", "after"):
             await a.create_task(make_task(task_id))
         await b.heed_task("watched")
@@ -348,9 +355,7 @@ async def test_a_runners_own_writes_are_news_only_where_they_are_waited_for(
 async def test_a_mark_and_a_write_to_the_task_take_turns_so_no_wake_up_is_lost(
     pg_url: str,
 ) -> None:
-    async with replicas(pg_url, "a", "b") as (a, b):
-        heard: asyncio.Queue[str | None] = asyncio.Queue()
-        await b.watch(heard.put_nowait)
+    async with b_listening(pg_url) as (a, b, heard):
         await a.create_task(make_task("t"))
         await a.create_task(make_task("u"))
         # The runner's terminal write holds the row when b marks it: the mark waits for the
@@ -376,9 +381,7 @@ async def test_a_mark_and_a_write_to_the_task_take_turns_so_no_wake_up_is_lost(
 async def test_the_listener_reconnects_after_losing_its_connection_and_asks_for_a_rescan(
     pg_url: str,
 ) -> None:
-    async with replicas(pg_url, "a", "b") as (a, b):
-        heard: asyncio.Queue[str | None] = asyncio.Queue()
-        await b.watch(heard.put_nowait)
+    async with b_listening(pg_url) as (a, b, heard):
         await a.create_task(make_task("t"))
         listener = "SELECT pid FROM pg_stat_activity WHERE application_name = $1"
         (before,) = await query(pg_url, listener, "mcp-task-gateway b listener")
