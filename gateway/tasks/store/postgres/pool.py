@@ -41,8 +41,9 @@ async def _keep_session(_conn: object) -> None:
     """A connection's reset on its way back to the pool: none beyond asyncpg's own (which
     rolls back a transaction left open). The default reset is a statement of its own, a
     round trip after every read and write, to undo what the store never does on a pooled
-    connection: LISTEN (the listener has its own), session settings, cursors, session-level
-    advisory locks (the store's locks are the transaction's)."""
+    connection: LISTEN (the listener has its own), session settings (but the replica's name,
+    set once at connect, which is to stay), cursors, session-level advisory locks (the
+    store's locks are the transaction's)."""
 
 
 def application_name(replica: str) -> str:
@@ -81,16 +82,20 @@ class Pool:
         size: int,
     ) -> Pool:
         """Raises: what asyncpg raises when the database cannot be reached."""
+
+        async def named(conn: asyncpg.Connection[Record]) -> None:
+            # The triggers tell a replica's own writes from others' by this setting. Set once a
+            # connection, not in the startup packet, which poolers such as PgBouncer refuse
+            # for any setting they do not know.
+            await conn.execute("SELECT set_config($1, $2, false)", REPLICA_SETTING, replica)
+
         pool = await asyncpg.create_pool(
             url,
             min_size=1,
             max_size=size,
             reset=_keep_session,
-            # The triggers tell a replica's own writes from others' by the setting.
-            server_settings={
-                "application_name": application_name(replica),
-                REPLICA_SETTING: replica,
-            },
+            init=named,
+            server_settings={"application_name": application_name(replica)},
         )
         return cls(pool, on_timing, size)
 
