@@ -378,6 +378,38 @@ async def test_a_mark_and_a_write_to_the_task_take_turns_so_no_wake_up_is_lost(
         assert heard.empty()
 
 
+async def test_a_schema_7_database_with_an_older_replica_live_is_upgraded_and_all_is_news(
+    pg_url: str,
+) -> None:
+    # A rolling upgrade: a replica of the code before schema 8 runs a task and holds a lease
+    # when the first new one migrates; it waits without marking, so every write is news.
+    conn = await asyncpg.connect(pg_url)
+    try:
+        await conn.execute("CREATE TABLE schema_versions (version INTEGER PRIMARY KEY)")
+        for number, script in enumerate(MIGRATIONS[:7], start=1):
+            await conn.execute(script)
+            await conn.execute("INSERT INTO schema_versions VALUES ($1)", number)
+        await conn.execute("INSERT INTO replicas VALUES ('old', now() + interval '1 hour')")
+        sql, params = tasks.inserting(make_task("theirs"), "old")
+        await conn.execute(sql, *params)
+    finally:
+        await conn.close()
+
+    async with b_listening(pg_url) as (a, b, heard):
+        assert await a.get_task("theirs") == make_task("theirs")
+        await a.create_task(make_task("mine"))
+        await a.finish_task("mine", COMPLETED, None, RESULT, T0)
+        async with asyncio.timeout(1):
+            assert await heard.get() == "mine"
+        await expire(pg_url, "old")  # replaced: a's own writes are its own business again
+        await a.create_task(make_task("later"))
+        await a.finish_task("later", COMPLETED, None, RESULT, T0)
+        await b.finish_task("theirs", CANCELLED, None, None, T0)  # news for its runner
+        async with asyncio.timeout(1):
+            assert await heard.get() == "theirs"
+        assert heard.empty()
+
+
 async def test_the_listener_reconnects_after_losing_its_connection_and_asks_for_a_rescan(
     pg_url: str,
 ) -> None:
