@@ -122,7 +122,7 @@ class _Writer(threading.Thread):
             self._stopping.wait(_REST_SECONDS)
 
     def _write(self, lines: list[str]) -> None:
-        text = lines[0] if len(lines) == 1 else "\n".join(lines)
+        text = "\n".join(lines)
         self.handler.handle(log.makeRecord(log.name, logging.INFO, __file__, 0, text, (), None))
 
     def stop(self) -> None:
