@@ -49,6 +49,21 @@ async def replicas(url: str, *names: str) -> AsyncIterator[list[PostgresTaskStor
             await store.close()
 
 
+async def schema_of(url: str, version: int, *statements: str) -> None:
+    """The database at `url` as a gateway of schema `version` left it, then `statements` run
+    there (rows that gateway wrote)."""
+    conn = await asyncpg.connect(url)
+    try:
+        await conn.execute("CREATE TABLE schema_versions (version INTEGER PRIMARY KEY)")
+        for number, script in enumerate(MIGRATIONS[:version], start=1):
+            await conn.execute(script)
+            await conn.execute("INSERT INTO schema_versions VALUES ($1)", number)
+        for statement in statements:
+            await conn.execute(statement)
+    finally:
+        await conn.close()
+
+
 @asynccontextmanager
 async def b_listening(
     url: str,
@@ -383,17 +398,9 @@ async def test_a_schema_7_database_with_an_older_replica_live_is_upgraded_and_al
 ) -> None:
     # A rolling upgrade: a replica of the code before schema 8 runs a task and holds a lease
     # when the first new one migrates; it waits without marking, so every write is news.
-    conn = await asyncpg.connect(pg_url)
-    try:
-        await conn.execute("CREATE TABLE schema_versions (version INTEGER PRIMARY KEY)")
-        for number, script in enumerate(MIGRATIONS[:7], start=1):
-            await conn.execute(script)
-            await conn.execute("INSERT INTO schema_versions VALUES ($1)", number)
-        await conn.execute("INSERT INTO replicas VALUES ('old', now() + interval '1 hour')")
-        sql, params = tasks.inserting(make_task("theirs"), "old")
-        await conn.execute(sql, *params)
-    finally:
-        await conn.close()
+    await schema_of(pg_url, 7, "INSERT INTO replicas VALUES ('old', now() + interval '1 hour')")
+    sql, params = tasks.inserting(make_task("theirs"), "old")
+    await query(pg_url, sql, *params)
 
     async with b_listening(pg_url) as (a, b, heard):
         assert await a.get_task("theirs") == make_task("theirs")

@@ -12,15 +12,12 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import timedelta
 
-import asyncpg
-
 from gateway.tasks.models import SessionRecord, TaskStatus
 from gateway.tasks.store.postgres import PostgresTaskStore, open_postgres_store
 from gateway.tasks.store.postgres.kept import KEPT_SECONDS
-from gateway.tasks.store.postgres.schema import MIGRATIONS
 
 from .test_store_attempts import RESULT, T0, make_task
-from .test_store_postgres import query
+from .test_store_postgres import query, schema_of
 
 RECORD = SessionRecord(
     session_id="s",
@@ -148,14 +145,7 @@ async def test_a_database_of_schema_4_is_upgraded_and_its_deletions_and_sessions
     pg_url: str,
 ) -> None:
     # The schema before replicas kept copies: its triggers sent deletions on the tasks' channel.
-    conn = await asyncpg.connect(pg_url)
-    try:
-        await conn.execute("CREATE TABLE schema_versions (version INTEGER PRIMARY KEY)")
-        for number, script in enumerate(MIGRATIONS[:4], start=1):
-            await conn.execute(script)
-            await conn.execute("INSERT INTO schema_versions VALUES ($1)", number)
-    finally:
-        await conn.close()
+    await schema_of(pg_url, 4)
 
     async with watched_and_other(pg_url) as (a, b):
         await a.store.create_task(make_task("t"))
