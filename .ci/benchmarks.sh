@@ -4,7 +4,8 @@
 # .ci/run inside the project's venv, after .ci/ts-tasks.sh has installed the second reference.
 #
 #   bash .ci/benchmarks.sh timed    the timed ones (wrk's load, the task patterns beside the
-#                                   references, two versions in one run): CI runs them alone
+#                                   references, two versions in one run, replicas each under
+#                                   the same load): CI runs them alone
 #   bash .ci/benchmarks.sh counts   the instruction counts under valgrind, which no other load
 #                                   moves: CI runs them beside other sections
 #   bash .ci/benchmarks.sh          both
@@ -26,6 +27,8 @@ if [ "$part" != counts ]; then
   python -m tests.bench.ab --base HEAD --rounds 1 --seconds 1 --warmup 0.5
   python -m tests.bench.ab --base HEAD --store postgres --rounds 1 --seconds 1 --warmup 0.5
   python -m tests.bench.ab --base HEAD --kind modern --rounds 1 --seconds 1 --warmup 0.5
+  # Each gateway process under the same paced load: SQLite, one replica, three replicas.
+  python -m tests.bench.per_replica --rounds 1 --seconds 1 --warmup 0.5
 fi
 if [ "$part" != timed ]; then
   bash .ci/valgrind.sh

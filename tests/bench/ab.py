@@ -38,23 +38,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from gateway.config import POOL_SIZE
-from tests.bench.cpu import CpuProbe, database_of, postmaster_of
 from tests.bench.lifecycles import OPS, SESSIONLESS
 from tests.bench.passthrough import HOST, REPO_ROOT, THIS_FILE, free_port, server
 from tests.bench.pattern_report import round_note
 from tests.bench.replicas import fresh_database, postgres_server, postgres_store
-from tests.bench.tasks import Stopped, gateway, gateway_config, measure, sqlite_store
+from tests.bench.stores import Gateways, start_gateways
+from tests.bench.tasks import measure, sqlite_store
 
 
 @dataclass
-class Side:
-    name: str
-    urls: list[str]
-    probe: CpuProbe
-    rates: list[float] = field(default_factory=list)
-    #: Milliseconds of the gateway's CPU per operation, and of its database's backends'.
-    gateway_ms: list[float] = field(default_factory=list)
-    database_ms: list[float] = field(default_factory=list)
+class Side(Gateways):
     requests_per_op: list[float] = field(default_factory=list)
 
 
@@ -118,19 +111,9 @@ def run(args: argparse.Namespace) -> int:
                 database = stack.enter_context(fresh_database(postgres))
                 store = postgres_store(database, POOL_SIZE)
             modern = args.kind in SESSIONLESS
-            pids, urls = [], []
-            for replica in range(args.replicas):
-                port = free_port()
-                config = gateway_config(port, store, f"http://{HOST}:{up}/mcp", 4, modern=modern)
-                proc = stack.enter_context(
-                    gateway(f"gateway-{tag}{replica}", config, port, logdir, Stopped(), root)
-                )
-                pids.append(proc.pid)
-                urls.append(f"http://{HOST}:{port}/bench/mcp")
-            probe = (
-                CpuProbe(pids)
-                if database is None
-                else CpuProbe(pids, postmaster_of(database), database_of(database))
+            upstream_url = f"http://{HOST}:{up}/mcp"
+            urls, probe = start_gateways(
+                stack, tag, store, database, args.replicas, upstream_url, logdir, root, modern
             )
             sides.append(Side(name, urls, probe))
         a, b = sides

@@ -159,6 +159,7 @@ async def _drive(
     errors: ErrorLog,
     latencies: list[float],
     http_requests: list[int],
+    pause: float = 0.0,
 ) -> None:
     for seq in range(MAX_OPS_PER_WORKER):
         if time.perf_counter() >= deadline or errors.count >= MAX_ERRORS_PER_MEASUREMENT:
@@ -172,6 +173,8 @@ async def _drive(
             continue
         latencies.append(time.perf_counter() - started)
         http_requests.append(sent)
+        if pause:
+            await asyncio.sleep(pause)
 
 
 async def measure(
@@ -181,9 +184,11 @@ async def measure(
     seconds: float,
     warmup: float,
     probe: CpuProbe | None = None,
+    pause: float = 0.0,
 ) -> TaskMeasurement:
     """`concurrency` workers, worker i on urls[i mod len(urls)] (with a session of its own,
-    unless the pattern is session-less); `probe` measures the CPU of the measured seconds."""
+    unless the pattern is session-less); `probe` measures the CPU of the measured seconds.
+    Each worker rests `pause` seconds after each operation (not part of its latency)."""
     op = OPS[kind]
     errors = ErrorLog()
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
@@ -206,7 +211,7 @@ async def measure(
             warm_deadline = time.perf_counter() + warmup
             await asyncio.gather(
                 *(
-                    _drive(op, c, f"warm{i}", warm_deadline, errors, scratch, scratch_sent)
+                    _drive(op, c, f"warm{i}", warm_deadline, errors, scratch, scratch_sent, pause)
                     for i, c in enumerate(clients)
                 )
             )
@@ -218,7 +223,7 @@ async def measure(
             deadline = started + seconds
             await asyncio.gather(
                 *(
-                    _drive(op, c, f"w{i}", deadline, errors, latencies[i], sent[i])
+                    _drive(op, c, f"w{i}", deadline, errors, latencies[i], sent[i], pause)
                     for i, c in enumerate(clients)
                 )
             )
