@@ -6,9 +6,9 @@ from what the machine does.
 third of it, every process's loop wakes for fewer requests at a time, and the machine runs
 flat out; its CPU per lifecycle then grows for those reasons as much as for any cost of having
 replicas. Here each gateway process gets the same paced load (``--clients`` workers each,
-resting ``--pause-ms`` after each operation, so that the machine is not saturated), and each
-store's gateway and PostgreSQL CPU per operation is set beside SQLite's and beside one
-replica's. Rounds alternate the stores; medians are shown::
+each starting an operation every ``--every-ms``: a load that leaves the machine idle part of
+the time), and each store's gateway and PostgreSQL CPU per operation is set beside SQLite's
+and beside one replica's. Rounds alternate the stores; medians are shown::
 
     .venv/bin/python -m tests.bench.per_replica
     .venv/bin/python -m tests.bench.per_replica --replicas 3 --rounds 5 --seconds 5
@@ -66,7 +66,7 @@ async def _round(store: Store, kind: str, args: argparse.Namespace) -> None:
     clients = args.clients * len(store.urls)
     before = _machine()
     m = await measure(
-        kind, store.urls, clients, args.seconds, args.warmup, store.probe, args.pause_ms / 1000
+        kind, store.urls, clients, args.seconds, args.warmup, store.probe, args.every_ms / 1000
     )
     after = _machine()
     store.errors += m.errors.count
@@ -170,17 +170,20 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--patterns", type=_patterns, default=["lifecycle", "blocking"])
     p.add_argument("--replicas", type=int, default=3, help="replicas of the last store (3)")
-    p.add_argument("--clients", type=int, default=4, help="workers per gateway process (4)")
+    p.add_argument("--clients", type=int, default=3, help="workers per gateway process (3)")
     p.add_argument(
-        "--pause-ms", type=float, default=20.0, help="each worker's rest after an operation (20)"
+        "--every-ms",
+        type=float,
+        default=30.0,
+        help="each worker starts an operation this often (30)",
     )
     p.add_argument("--rounds", type=int, default=3, help="rounds; medians shown (3)")
     p.add_argument("--seconds", type=float, default=4.0, help="measured time per round (4)")
     p.add_argument("--warmup", type=float, default=1.0, help="warm-up per round (1)")
     p.add_argument("--pool-size", type=int, default=POOL_SIZE, help="each replica's pool")
     args = p.parse_args(argv)
-    if args.replicas < 2 or args.clients < 1 or args.rounds < 1 or args.pause_ms < 0:
-        p.error("--replicas at least 2, --clients and --rounds at least 1, --pause-ms >= 0")
+    if args.replicas < 2 or args.clients < 1 or args.rounds < 1 or args.every_ms <= 0:
+        p.error("--replicas at least 2, --clients and --rounds at least 1, --every-ms above 0")
     return args
 
 

@@ -159,7 +159,7 @@ async def _drive(
     errors: ErrorLog,
     latencies: list[float],
     http_requests: list[int],
-    pause: float = 0.0,
+    every: float = 0.0,
 ) -> None:
     for seq in range(MAX_OPS_PER_WORKER):
         if time.perf_counter() >= deadline or errors.count >= MAX_ERRORS_PER_MEASUREMENT:
@@ -173,8 +173,8 @@ async def _drive(
             continue
         latencies.append(time.perf_counter() - started)
         http_requests.append(sent)
-        if pause:
-            await asyncio.sleep(pause)
+        if every:  # the next one starts `every` after this one started (at once if late)
+            await asyncio.sleep(started + every - time.perf_counter())
 
 
 async def measure(
@@ -184,11 +184,12 @@ async def measure(
     seconds: float,
     warmup: float,
     probe: CpuProbe | None = None,
-    pause: float = 0.0,
+    every: float = 0.0,
 ) -> TaskMeasurement:
     """`concurrency` workers, worker i on urls[i mod len(urls)] (with a session of its own,
     unless the pattern is session-less); `probe` measures the CPU of the measured seconds.
-    Each worker rests `pause` seconds after each operation (not part of its latency)."""
+    With `every`, each worker starts an operation every that many seconds (or, when one
+    takes longer, as soon as it ends), not back to back."""
     op = OPS[kind]
     errors = ErrorLog()
     connector = aiohttp.TCPConnector(limit=concurrency + 4)
@@ -211,7 +212,7 @@ async def measure(
             warm_deadline = time.perf_counter() + warmup
             await asyncio.gather(
                 *(
-                    _drive(op, c, f"warm{i}", warm_deadline, errors, scratch, scratch_sent, pause)
+                    _drive(op, c, f"warm{i}", warm_deadline, errors, scratch, scratch_sent, every)
                     for i, c in enumerate(clients)
                 )
             )
@@ -223,7 +224,7 @@ async def measure(
             deadline = started + seconds
             await asyncio.gather(
                 *(
-                    _drive(op, c, f"w{i}", deadline, errors, latencies[i], sent[i], pause)
+                    _drive(op, c, f"w{i}", deadline, errors, latencies[i], sent[i], every)
                     for i, c in enumerate(clients)
                 )
             )
