@@ -382,3 +382,28 @@ async def test_sighup_without_a_config_file_only_says_so(
         routes = app[ROUTES].copy()
         await _hang_up(lambda: "no --config file to re-read" in caplog.text)
         assert app[ROUTES] == routes
+
+
+async def test_a_path_served_at_start_answers_as_the_table_in_force_says(
+    tmp_path: Path, recorder: TestServer
+) -> None:
+    # aiohttp finds the start's route paths as fixed resources (`urls.add_routes`), all to
+    # the handler that looks the path up in the table in force: a reload moves them.
+    config = tmp_path / "gateway.yaml"
+    _write(config, routes=[{"name": "a", "upstream": _recorded(recorder), "path": "/x/mcp"}])
+    async with _serving(config) as (app, base), aiohttp.ClientSession() as http:
+
+        async def server_at(path: str) -> str | int:
+            async with http.post(f"{base}{path}", json=INIT, headers=headers()) as resp:
+                if resp.status != 200:
+                    return resp.status
+                return str((await resp.json())["result"]["serverInfo"]["name"])
+
+        assert await server_at("/x/mcp") == "recorder"
+        _write(config, routes=[{"name": "b", "upstream": DEMO, "path": "/x/mcp"}])
+        assert (await reload(app, config)).outcome == "applied"
+        assert await server_at("/x/mcp") != "recorder"  # the demo now
+        _write(config, routes=[{"name": "c", "upstream": _recorded(recorder)}])
+        assert (await reload(app, config)).outcome == "applied"
+        assert await server_at("/x/mcp") == 404
+        assert await server_at("/c/mcp") == "recorder"  # a path new since the start
