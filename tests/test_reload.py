@@ -402,7 +402,7 @@ async def test_a_path_served_at_start_answers_as_the_table_in_force_says(
         assert await server_at("/x/mcp") == "recorder"
         _write(config, routes=[{"name": "b", "upstream": DEMO, "path": "/x/mcp"}])
         assert (await reload(app, config)).outcome == "applied"
-        assert await server_at("/x/mcp") != "recorder"  # the demo now
+        assert await server_at("/x/mcp") == "gateway-demo"
         _write(config, routes=[{"name": "c", "upstream": _recorded(recorder)}])
         assert (await reload(app, config)).outcome == "applied"
         assert await server_at("/x/mcp") == 404
