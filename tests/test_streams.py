@@ -10,6 +10,7 @@ import logging
 import pytest
 
 from gateway.protocol import jsonrpc
+from gateway.session import streams as streams_module
 from gateway.session.streams import EventStream, Streams
 
 from .helpers import take, until_end
@@ -175,6 +176,17 @@ def test_old_closed_streams_are_pruned_while_one_left_open_is_kept() -> None:
         closed.append(stream.key)
     assert streams.get(waiting.key) is waiting
     assert streams.get(closed[0]) is None and streams.get(closed[-1]) is not None
+
+
+def test_closed_streams_are_kept_to_the_bound_the_oldest_going_first() -> None:
+    streams = Streams(8, "tag")
+    keys = []
+    for _ in range(3 * streams_module._KEPT_STREAMS):
+        stream = streams.new()
+        stream.close()
+        keys.append(stream.key)
+    kept = [key for key in keys if streams.get(key) is not None]
+    assert kept == keys[-streams_module._KEPT_STREAMS :]
 
 
 async def test_a_message_for_a_closed_stream_goes_to_the_get_stream_then_nowhere() -> None:

@@ -204,7 +204,10 @@ class Streams:
         stream = EventStream(key, self._capacity)
         self._kept[stream.key] = stream
         excess = len(self._kept) - _KEPT_STREAMS
-        if excess > 0:
+        # The usual case first, without the scan: one over, and the oldest is closed.
+        if excess == 1 and (oldest := next(iter(self._kept.values()))).closed:
+            del self._kept[oldest.key]
+        elif excess > 0:
             # The oldest closed ones go, also past streams still open: one stream open for
             # long (a tasks/result waiting on a long task) must not keep every later one.
             closed = (key for key, kept in self._kept.items() if kept.closed)
