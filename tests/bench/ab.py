@@ -125,12 +125,8 @@ def run(args: argparse.Namespace) -> int:
                 if m.errors.count:
                     print(f"{side.name}: errors, e.g. {m.errors.samples[:3]}", file=sys.stderr)
                     return 1
-                side.rates.append(m.requests / m.elapsed_s if m.elapsed_s else 0.0)
+                side.record(m)
                 side.requests_per_op.append(m.http_requests / max(1, m.requests))
-                ops = max(1, m.requests)
-                side.gateway_ms.append(1000 * (m.gateway_cpu_s or 0.0) / ops)
-                if m.db_cpu_s is not None:
-                    side.database_ms.append(1000 * m.db_cpu_s / ops)
                 note = round_note(m)  # the blocking pattern: its tasks/result waits
                 print(f"round {index + 1}/{args.rounds} {side.name}: {side.rates[-1]:.0f}/s{note}")
         store = args.store if postgres is None else f"{args.replicas} PostgreSQL replica(s) each"

@@ -74,11 +74,7 @@ async def _round(store: Store, kind: str, args: argparse.Namespace) -> None:
         print(f"  {store.name}: {line}", file=sys.stderr)
     if not m.requests:
         return
-    store.rates.append(m.rps)
-    if m.gateway_cpu_s is not None:
-        store.gateway_ms.append(1000 * m.gateway_cpu_s / m.requests)
-    if m.db_cpu_s is not None:
-        store.database_ms.append(1000 * m.db_cpu_s / m.requests)
+    store.record(m)
     total = after[1] - before[1]
     store.idle.append((after[0] - before[0]) / total if total else 0.0)
 
@@ -98,11 +94,12 @@ def report(kind: str, stores: list[Store]) -> bool:
     for s in stores:
         rate = _median(s.rates) or 0.0
         gw, db, idle = _median(s.gateway_ms), _median(s.database_ms), _median(s.idle)
+        several = s.name not in ("sqlite", "postgres1")
         print(
             f"{s.name:12} {len(s.urls):>5} {rate:>8.1f} {rate / len(s.urls):>8.1f}"
             f" {100 * (idle or 0):>4.0f}% {_ms(gw):>9} {_ms(db):>9} {_ratio(gw, base_gw):>12}"
-            f" {_ratio(gw, one_gw) if s.name not in ('sqlite', 'postgres1') else '-':>8}"
-            f" {_ratio(db, one_db) if s.name not in ('sqlite', 'postgres1') else '-':>8}"
+            f" {_ratio(gw, one_gw) if several else '-':>8}"
+            f" {_ratio(db, one_db) if several else '-':>8}"
         )
     for s in stores:
         if s.name != "sqlite":

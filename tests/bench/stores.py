@@ -10,6 +10,7 @@ from pathlib import Path
 
 from tests.bench.cpu import CpuProbe, database_of, postmaster_of
 from tests.bench.passthrough import HOST, REPO_ROOT, free_port
+from tests.bench.pattern_report import TaskMeasurement
 from tests.bench.tasks import KEY_CONCURRENCY, Stopped, gateway, gateway_config
 
 
@@ -22,6 +23,15 @@ class Gateways:
     #: Milliseconds of the gateways' CPU per operation, and of their database's backends'.
     gateway_ms: list[float] = field(default_factory=list)
     database_ms: list[float] = field(default_factory=list)
+
+    def record(self, m: TaskMeasurement) -> None:
+        """One round's rate, and the CPU per operation its probe measured."""
+        ops = max(1, m.requests)
+        self.rates.append(m.rps)
+        if m.gateway_cpu_s is not None:
+            self.gateway_ms.append(1000 * m.gateway_cpu_s / ops)
+        if m.db_cpu_s is not None:
+            self.database_ms.append(1000 * m.db_cpu_s / ops)
 
 
 def start_gateways(
