@@ -100,9 +100,9 @@ def add_routes(
     # aiohttp finds a fixed path by one lookup, where a route's path fell through each of its
     # prefixes to the catch-all's regular expression (10,000 instructions of a relayed call's
     # 722,000). A path aiohttp would read as a pattern is left to the catch-all.
-    for path in [route.path for route in app[ROUTES].values()]:
-        if "{" not in path and "}" not in path:
-            app.router.add_route("*", path, serve)
+    for route in app[ROUTES].values():
+        if "{" not in route.path and "}" not in route.path:
+            app.router.add_route("*", route.path, serve)
     # Last, and indexed under "/": aiohttp tries the fixed paths above first. Any method, so
     # that the router never answers itself: every answer passes the guard.
     app.router.add_route("*", "/{path:.*}", serve)
