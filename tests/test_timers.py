@@ -4,6 +4,8 @@ asyncio.timeout does (the relay's time limits and JSON window run on them)."""
 from __future__ import annotations
 
 import asyncio
+import gc
+import weakref
 
 import pytest
 
@@ -89,3 +91,36 @@ async def test_an_alarm_set_by_another_of_its_delay_goes_off_once_and_in_its_tur
     assert rang == ["first", "second", "set"]
     assert errors == []
     assert loop not in timers._queues or not timers._queues[loop]
+
+
+async def test_a_cancelled_alarm_lets_go_of_what_its_callback_would_have_used() -> None:
+    # It waits in its queue until due, which for a call's time limit may be hours away.
+    class Held:
+        pass
+
+    held = Held()
+    alarm = timers.after(3600, lambda _: None, held)
+    alarm.cancel()
+    gone = weakref.ref(held)
+    del held
+    assert gone() is None
+
+
+async def test_a_finished_deadline_leaves_no_cycle_for_the_garbage_collector() -> None:
+    # One per relayed call: a cycle kept the call's task, coroutine and context alive until
+    # a collection, and made the collector's work.
+    async def call() -> None:
+        async with timers.deadline(3600):
+            await asyncio.sleep(0)
+
+    gc.collect()
+    gc.disable()
+    try:
+        task = asyncio.create_task(call())  # noqa: TID251 - awaited at once
+        await task
+        gone = weakref.ref(task)
+        del task
+        await asyncio.sleep(0)  # the loop lets go of the callback that woke this test
+        assert gone() is None, "freed by its reference count, without a collection"
+    finally:
+        gc.enable()

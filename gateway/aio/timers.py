@@ -45,7 +45,15 @@ class Alarm:
     def cancel(self) -> None:
         if not self.cancelled:
             self.cancelled = True
+            # A cancelled alarm waits in its queue until due (a call's time limit: up to
+            # hours) or compacted away: it must not keep its callback's objects alive so long.
+            self.callback = _nothing
+            self.args = ()
             self._queue.dropped()
+
+
+def _nothing() -> None:
+    """A cancelled alarm's callback, never called."""
 
 
 class _Queue:
@@ -158,6 +166,10 @@ class deadline:  # noqa: N801 - used as asyncio.timeout is: `async with deadline
     ) -> None:
         if self._alarm is not None:
             self._alarm.cancel()
+            # The alarm's callback is a method of ours: a reference cycle (with the task, its
+            # coroutine and context hanging off it) that only the garbage collector would
+            # break, one per upstream call.
+            self._alarm = None
         if (
             self._expired
             and self._task.uncancel() <= self._cancelling
