@@ -448,3 +448,15 @@ async def test_progress_during_the_task_goes_to_the_runner(hosted: Host) -> None
         jsonrpc.Notification(jsonrpc="2.0", method="notifications/progress", params=progress)
     )
     assert task.progress == [progress]
+
+
+async def test_an_ended_task_call_lets_go_of_its_host_and_the_runners_hooks(hosted: Host) -> None:
+    """The call, its host and the runner's hooks refer to one another while the task runs:
+    left so, each task's request and answer would wait for a garbage collection."""
+    task = await hosted()
+    task.upstream.answer(task.sent, DONE)
+    async with asyncio.timeout(5):
+        await task.host.end_task_call(task.sent.id)
+    assert task.call.hooks is None
+    task.host.progress({"progressToken": task.call.token, "progress": 1})
+    assert task.progress == []

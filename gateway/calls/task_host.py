@@ -31,6 +31,10 @@ log = logging.getLogger(__name__)
 TIMED_OUT = "nobody answered within tasks.input_timeout_seconds"
 
 
+def _ignored(params: jsonrpc.JsonObject) -> None:
+    """Progress before the run's hooks are set, or after the call ended."""
+
+
 class CallTaskHost:
     def __init__(
         self,
@@ -48,7 +52,7 @@ class CallTaskHost:
         self._tasks = TaskSet("2026-07-28 task")
         self._timers: dict[str, asyncio.Task[None]] = {}
         self._task_id = ""
-        self._on_progress: Callable[[jsonrpc.JsonObject], None] = lambda _: None
+        self._on_progress: Callable[[jsonrpc.JsonObject], None] = _ignored
         self._on_input: Callable[[bool], asyncio.Task[None]] | None = None
         #: The latest status write for input; the next waits for it, so they land in order.
         self._input_write: asyncio.Task[None] | None = None
@@ -94,7 +98,15 @@ class CallTaskHost:
         for timer in self._timers.values():
             timer.cancel()
         await self._tasks.close()
-        await self.call.end(None if not self.call.pending else "the task ended")
+        try:
+            await self.call.end(None if not self.call.pending else "the task ended")
+        finally:
+            # The call and this host refer to each other, and this host to the run's hooks,
+            # which refer back: cycles that only a collection frees, each holding the call's
+            # request and answer. The call is over, so nothing reports through them now.
+            self.call.hooks = None
+            self._on_progress = _ignored
+            self._on_input = None
 
     def withdraw_questions(self, task_id: str, reason: str) -> None:
         # The terminal write withdrew the stored rows; the call itself is being stopped.
