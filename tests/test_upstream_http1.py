@@ -434,6 +434,88 @@ async def test_a_lost_connection_is_upstream_unavailable(raw: Start) -> None:
     pool.close()
 
 
+def sse_answers(end_after: float | None) -> Script:
+    """Answer each request with a chunked SSE stream holding its answer, then end the stream
+    `end_after` seconds later (None: never), as the SDK servers end theirs at once."""
+
+    async def script(
+        server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
+    ) -> None:
+        while True:
+            request = json.loads(await server.read_request(reader))
+            answer = json.dumps({"jsonrpc": "2.0", "id": request["id"], "result": {}})
+            event = f"event: message\r\ndata: {answer}\r\n\r\n".encode()
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Type: text/event-stream\r\n"
+                b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(event), event)
+            )
+            await writer.drain()
+            if end_after is None:
+                await reader.read()
+                return
+            await asyncio.sleep(end_after)
+            writer.write(b"0\r\n\r\n")
+            await writer.drain()
+
+    return script
+
+
+async def send_pings(url: str, pool: Http1Pool, count: int) -> list[jsonrpc.Message]:
+    """`count` pings through a Streamable HTTP transport on `pool`; what it heard."""
+    received: list[jsonrpc.Message] = []
+
+    class Sink:
+        def on_message(self, message: jsonrpc.Message, related: object) -> None:
+            received.append(message)
+
+        def on_stream(self, related: object, interrupted: bool) -> None:
+            pass
+
+    async def no_headers() -> dict[str, str]:
+        return {}
+
+    config = UpstreamConfig(transport="streamable_http", url=url)
+    async with aiohttp.ClientSession() as http:
+        transport = StreamableHttpTransport(Sink(), config, http, no_headers, pool)  # type: ignore[arg-type]
+        for n in range(count):
+            async with asyncio.timeout(5):
+                await transport.send(jsonrpc.Request(jsonrpc="2.0", id=n, method="ping"))
+            await asyncio.sleep(0.02)  # the stream's end arrives meanwhile
+    return received
+
+
+async def test_a_connection_whose_sse_answer_ends_just_after_it_is_kept(raw: Start) -> None:
+    server = await raw(sse_answers(end_after=0.005))
+    pool = Http1Pool(server.url, 5)
+    try:
+        received = await send_pings(server.url, pool, 3)
+        assert [m.id for m in received if isinstance(m, jsonrpc.Response)] == [0, 1, 2]
+        assert server.connections == 1  # not one a call, as when it was closed at the answer
+    finally:
+        pool.close()
+
+
+async def test_a_connection_whose_sse_answer_never_ends_is_closed_after_a_moment(
+    raw: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The answer is the caller's at once; the connection waits a moment for the stream's end,
+    which a stream resumed or held open by its server may never send, and then goes."""
+    monkeypatch.setattr(http1, "END_GRACE_SECONDS", 1.0)
+    server = await raw(sse_answers(end_after=None))
+    pool = Http1Pool(server.url, 5)
+    try:
+        received = await send_pings(server.url, pool, 1)
+        assert [m.id for m in received if isinstance(m, jsonrpc.Response)] == [0]
+        assert len(pool._all) == 1 and pool._idle == []  # answered before the moment passed
+        await asyncio.sleep(1.2)
+        assert pool._all == set()
+        received = await send_pings(server.url, pool, 1)
+        assert [m.id for m in received if isinstance(m, jsonrpc.Response)] == [0]
+        assert server.connections == 2
+    finally:
+        pool.close()
+
+
 async def test_https_upstreams_are_verified(tmp_path: Path) -> None:
     """TLS is verified as aiohttp verifies it: a certificate no trusted CA signed is refused."""
     key = ec.generate_private_key(ec.SECP256R1())

@@ -13,9 +13,12 @@ resumption and the DELETE stay on aiohttp: they are rare.
 
 This module is one connection and its response; `http1_pool` keeps the connections and
 sends the POST. A connection goes back to the pool only after a whole response was read from
-it; a response abandoned midway (cancelled, too large, answered early on an SSE stream) closes
-its connection. Like aiohttp, a POST is never sent twice: a kept-alive connection that the
-upstream closed at the moment it was reused fails the call (`Http1Error`), as it would there.
+it; a response abandoned midway (cancelled, too large) closes its connection. One whose
+caller has what it needs before the body ends (the answer on an SSE stream) is left to end
+for a moment (`finish_soon`): the SDK servers end an answer's stream just after it, and
+closing at once cost a new connection for every call. Like aiohttp, a POST is never sent
+twice: a kept-alive connection that the upstream closed at the moment it was reused fails
+the call (`Http1Error`), as it would there.
 """
 
 from __future__ import annotations
@@ -29,10 +32,15 @@ from typing import Protocol, cast
 import httptools
 from multidict import CIMultiDict, CIMultiDictProxy
 
+from gateway.aio import timers
+
 #: Reading pauses while this much of a response's body waits for its reader.
 HIGH_WATER = 256 * 1024
 #: A response head larger than this is refused (aiohttp's own limits come to about as much).
 MAX_HEAD_BYTES = 64 * 1024
+#: How long a body may take to end after `finish_soon` before its connection is closed rather
+#: than kept: the SDK servers end an answer's SSE stream with the answer or just after it.
+END_GRACE_SECONDS = 0.1
 
 
 class Owner(Protocol):
@@ -61,6 +69,9 @@ class Http1Response:
         self._waiter: asyncio.Future[None] | None = None
         self._complete = False
         self._error: Http1Error | None = None
+        #: Set by `finish_soon`: the connection is closed when it goes off, unless the body
+        #: ended before; nobody reads what still comes.
+        self._lingering: timers.Alarm | None = None
 
     async def iter_chunks(self) -> AsyncIterator[bytes]:
         """The body, chunk by chunk as it arrives. Raises Http1Error if it is cut short."""
@@ -93,7 +104,24 @@ class Http1Response:
         return b"".join([chunk async for chunk in self.iter_chunks()])
 
     def close(self) -> None:
-        """Done with it, read whole or not: an unfinished response takes its connection."""
+        """Done with it, read whole or not: an unfinished response takes its connection
+        (after `finish_soon`, only once that has given up waiting)."""
+        if self._lingering is None:
+            self._give_up()
+
+    def finish_soon(self) -> None:
+        """Done with it before its body ended: the connection goes back to the pool if the
+        body ends within `END_GRACE_SECONDS`, and is closed otherwise."""
+        connection = self._connection
+        if connection is None or self._complete or self._lingering is not None:
+            self.close()
+            return
+        self._chunks.clear()
+        self._buffered = 0
+        connection.resume()
+        self._lingering = timers.after(END_GRACE_SECONDS, self._give_up, loop=connection.loop)
+
+    def _give_up(self) -> None:
         connection, self._connection = self._connection, None
         if connection is not None and not self._complete:
             connection.abandon()
@@ -101,6 +129,8 @@ class Http1Response:
     # -- fed by the connection
 
     def _feed(self, chunk: bytes) -> None:
+        if self._lingering is not None:
+            return
         self._chunks.append(chunk)
         self._buffered += len(chunk)
         if self._buffered >= HIGH_WATER and self._connection is not None:
@@ -113,6 +143,8 @@ class Http1Response:
         else:
             self._error = error
         self._connection = None  # given back to the pool, or being closed
+        if self._lingering is not None:
+            self._lingering.cancel()
         self._wake()
 
     def _wake(self) -> None:
@@ -138,7 +170,7 @@ class Connection(asyncio.Protocol):
         self._pool = pool
         # Made by loop.create_connection, so on the running loop; kept, as each lookup of
         # the running loop is a getpid() system call on Python 3.11.
-        self._loop = asyncio.get_running_loop()
+        self.loop = asyncio.get_running_loop()
         self._parser = httptools.HttpResponseParser(self)
         self.transport: asyncio.Transport | None = None
         self._head: asyncio.Future[Http1Response] | None = None
@@ -157,7 +189,7 @@ class Connection(asyncio.Protocol):
 
     def send(self, data: bytes) -> asyncio.Future[Http1Response]:
         assert self.transport is not None
-        self._head = self._loop.create_future()
+        self._head = self.loop.create_future()
         self._headers = CIMultiDict()
         self._head_bytes = 0
         self.transport.write(data)

@@ -49,20 +49,24 @@ class _Answer:
     headers: Mapping[str, str]
     content_length: int | None
     chunks: AsyncIterator[bytes]
-    close: Callable[[], None]
+    #: Once the answer was read from a stream that has not ended: what lets go of the rest.
+    answered: Callable[[], None]
     #: The whole body if it has all arrived (most JSON answers come with their head), read
     #: without running the chunk iterator; None if it has not.
     whole: Callable[[], bytes | None] | None = None
 
     @classmethod
     def of_aiohttp(cls, resp: aiohttp.ClientResponse) -> _Answer:
+        # Closing the connection is the only way out: aiohttp would wait for the body's end,
+        # and a resumed stream may stay open after the answer.
         chunks = resp.content.iter_any()
         return cls(resp.status, resp.headers, resp.content_length, chunks, resp.close)
 
     @classmethod
     def of_http1(cls, resp: Http1Response) -> _Answer:
         chunks = resp.iter_chunks()
-        return cls(resp.status, resp.headers, resp.content_length, chunks, resp.close, resp.whole)
+        answered = resp.finish_soon
+        return cls(resp.status, resp.headers, resp.content_length, chunks, answered, resp.whole)
 
 
 class StreamableHttpTransport(Transport):
@@ -251,9 +255,7 @@ class StreamableHttpTransport(Transport):
                 and isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
                 and message.id == related
             ):
-                # Done. A resumed stream may stay open after the answer; closing the
-                # connection is the only way out, as aiohttp would wait for the body's end.
-                resp.close()
+                resp.answered()
                 return last_id, retry_ms, True
         return last_id, retry_ms, False
 
