@@ -1,0 +1,117 @@
+"""What a request leaves for the cyclic garbage collector: nothing of the gateway's.
+
+An object caught in a reference cycle outlives its request until a collection, with whatever
+it refers to (a call's task, coroutine and context, its request and answer), and every
+collection must walk it. Under load that was a cycle per relayed call (a call's time limit)
+and one per 2026-07-28 task (the call, its host and the runner's hooks): `docs/performance.md`.
+Each flow runs over real HTTP against a real upstream, then the collector says what it found.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import gc
+import hashlib
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import aiohttp
+import pytest
+
+from .conftest import DEMO, StartGateway
+from .helpers import (
+    WITH_TASKS,
+    get_task,
+    modern_rpc,
+    open_session,
+    result_request,
+    route,
+    rpc,
+    start_task,
+    task_terminal,
+    upstream_of,
+)
+
+
+@contextmanager
+def cycles_of_the_gateway() -> Iterator[list[str]]:
+    """Collects what became cyclic garbage inside the block; yields (filled at its end) the
+    names of the gateway's types among it."""
+    gc.collect()
+    gc.disable()
+    gc.set_debug(gc.DEBUG_SAVEALL)
+    found: list[str] = []
+    try:
+        yield found
+        gc.collect()
+        found += sorted(
+            {type(o).__qualname__ for o in gc.garbage if type(o).__module__.startswith("gateway.")}
+        )
+    finally:
+        gc.set_debug(0)
+        gc.garbage.clear()
+        gc.enable()
+
+
+@pytest.mark.parametrize("kind", ["stdio", "streamable_http"])
+async def test_relayed_calls_and_tasks_of_a_session_leave_no_cycle(
+    start_gateway: StartGateway, request: pytest.FixtureRequest, kind: str
+) -> None:
+    base = await start_gateway(route(upstream_of(kind, request)))
+    url = f"{base}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session = await open_session(http, url)
+        await rpc(http, url, session, "tools/call", {"name": "echo", "arguments": {"text": "-"}})
+        with cycles_of_the_gateway() as found:
+            for n in range(5):
+                echo = {"name": "echo", "arguments": {"text": f"call {n}"}}
+                answer = await rpc(http, url, session, "tools/call", echo, request_id=10 + n)
+                assert answer["result"]["content"][0]["text"] == f"call {n}"
+            polled = await start_task(http, url, session, "echo", {"text": "polled"})
+            assert (await task_terminal(http, url, session, polled))["status"] == "completed"
+            waited = await start_task(http, url, session, "echo", {"text": "waited"})
+            async with http.post(url, json=result_request(waited), headers=_json(session)) as r:
+                assert (await r.json())["result"]["content"][0]["text"] == "waited"
+            assert (await get_task(http, url, session, waited))["status"] == "completed"
+    assert found == [], found
+
+
+async def test_a_2026_07_28_task_leaves_no_cycle(start_gateway: StartGateway) -> None:
+    # A caller with a name: its calls share one held upstream session, as in service. (An
+    # anonymous caller's call gets a session of its own, closed with the call, and a session's
+    # parts refer to one another: that is one collection's work per session, not per call.)
+    key = "garbage-key-0123456789"
+    auth = {"mode": "api_keys", "api_keys": [{"principal": "ada", "sha256": sha256(key)}]}
+    base = await start_gateway([{"name": "t", "upstream": DEMO, "auth": auth}])
+    url, ada = f"{base}/t/mcp", {"Authorization": f"Bearer {key}"}
+    slow = {"name": "slow", "arguments": {"seconds": 0.3, "steps": 1}}
+    echo = {"name": "echo", "arguments": {"text": "-"}}
+    async with aiohttp.ClientSession() as http:
+        await modern_rpc(http, url, "tools/call", echo, extra=ada)
+        with cycles_of_the_gateway() as found:
+            for _ in range(3):
+                _, created = await modern_rpc(http, url, "tools/call", slow, WITH_TASKS, extra=ada)
+                task_id = created["result"]["taskId"]
+                async with asyncio.timeout(20):
+                    while True:
+                        got = {"taskId": task_id}
+                        _, body = await modern_rpc(
+                            http, url, "tasks/get", got, WITH_TASKS, extra=ada
+                        )
+                        if body["result"]["status"] != "working":
+                            break
+                        await asyncio.sleep(0.05)
+                assert body["result"]["status"] == "completed"
+    assert found == [], found
+
+
+def sha256(key: str) -> str:
+    return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _json(session: str) -> dict[str, str]:
+    return {
+        "Accept": "application/json, text/event-stream",
+        "Content-Type": "application/json",
+        "Mcp-Session-Id": session,
+    }
