@@ -53,7 +53,7 @@ def cycles_of_the_gateway() -> Iterator[list[str]]:
         gc.enable()
 
 
-@pytest.mark.parametrize("kind", ["stdio", "streamable_http"])
+@pytest.mark.parametrize("kind", ["stdio", "streamable_http", "mcp2"])
 async def test_relayed_calls_and_tasks_of_a_session_leave_no_cycle(
     start_gateway: StartGateway, request: pytest.FixtureRequest, kind: str
 ) -> None:
