@@ -14,11 +14,13 @@ import gc
 import hashlib
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 import aiohttp
 import pytest
+from mcp import types
 
-from .conftest import DEMO, StartGateway
+from .conftest import DEMO, StartGateway, mcp_client
 from .helpers import (
     WITH_TASKS,
     get_task,
@@ -29,7 +31,9 @@ from .helpers import (
     rpc,
     start_task,
     task_terminal,
+    text,
     upstream_of,
+    wait_terminal,
 )
 
 
@@ -73,6 +77,28 @@ async def test_relayed_calls_and_tasks_of_a_session_leave_no_cycle(
             async with http.post(url, json=result_request(waited), headers=_json(session)) as r:
                 assert (await r.json())["result"]["content"][0]["text"] == "waited"
             assert (await get_task(http, url, session, waited))["status"] == "completed"
+    assert found == [], found
+
+
+async def test_questions_and_a_cancelled_task_leave_no_cycle(start_gateway: StartGateway) -> None:
+    base = await start_gateway(route())
+
+    async def elicit(ctx: Any, params: types.ElicitRequestParams) -> types.ElicitResult:
+        return types.ElicitResult(action="accept", content={"name": "Ada"})
+
+    async with mcp_client(f"{base}/t/mcp", elicitation_callback=elicit) as client:
+        await client.call_tool("echo", {"text": "-"})
+        with cycles_of_the_gateway() as found:
+            asked = await client.call_tool("ask", {})
+            assert "Ada" in text(asked)
+            created = await client.experimental.call_tool_as_task("ask", {})
+            result = await client.experimental.get_task_result(
+                created.task.taskId, types.CallToolResult
+            )
+            assert "Ada" in text(result)
+            slow = await client.experimental.call_tool_as_task("slow", {"seconds": 30})
+            await client.experimental.cancel_task(slow.task.taskId)
+            assert (await wait_terminal(client, slow.task.taskId)).status == "cancelled"
     assert found == [], found
 
 

@@ -45,6 +45,13 @@ class Question:
     #: Its input row's key, when it is kept in a store that replicas share.
     key: str | None = None
 
+    def stop_timer(self) -> None:
+        # A cancelled task keeps its CancelledError, whose traceback holds the timer's frame
+        # and so this question: a cycle only a collection frees, unless the question lets go.
+        if self.timer is not None:
+            self.timer.cancel()
+            self.timer = None
+
 
 class Delivery:
     """Where a task's question goes on the session's streams, and its withdrawal there."""

@@ -230,8 +230,7 @@ class Questions:
         for question in [q for q in self._waiting.values() if q.task_id == task_id]:
             del self._waiting[question.down_id]
             self._asked.pop(question.down_id, None)
-            if question.timer is not None:
-                question.timer.cancel()
+            question.stop_timer()
             self._delivery.withdraw(question, reason)
         self._status_writes.pop(task_id, None)
         if self._shared is not None:
@@ -310,8 +309,8 @@ class Questions:
             self._shared.unshare(question)
 
     def _settled(self, question: Question) -> None:
-        if question.timer is not None and question.timer is not asyncio.current_task():
-            question.timer.cancel()
+        if question.timer is not asyncio.current_task():
+            question.stop_timer()
         waiting = any(q.task_id == question.task_id for q in self._waiting.values())
         if not waiting:
             self._status_writes.pop(question.task_id, None)
