@@ -434,9 +434,10 @@ async def test_a_lost_connection_is_upstream_unavailable(raw: Start) -> None:
     pool.close()
 
 
-def sse_answers(end_after: float | None) -> Script:
+def sse_answers(end_after: float | None, then: bytes = b"") -> Script:
     """Answer each request with a chunked SSE stream holding its answer, then end the stream
-    `end_after` seconds later (None: never), as the SDK servers end theirs at once."""
+    `end_after` seconds later (None: never), as the SDK servers end theirs at once; `then`
+    is sent (as one chunk) a moment after the answer."""
 
     async def script(
         server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -450,6 +451,10 @@ def sse_answers(end_after: float | None) -> Script:
                 b"Transfer-Encoding: chunked\r\n\r\n%x\r\n%s\r\n" % (len(event), event)
             )
             await writer.drain()
+            if then:
+                await asyncio.sleep(0.1)  # the answer has been read by then
+                writer.write(b"%x\r\n%s\r\n" % (len(then), then))
+                await writer.drain()
             if end_after is None:
                 await reader.read()
                 return
@@ -512,6 +517,25 @@ async def test_a_connection_whose_sse_answer_never_ends_is_closed_after_a_moment
         received = await send_pings(server.url, pool, 1)
         assert [m.id for m in received if isinstance(m, jsonrpc.Response)] == [0]
         assert server.connections == 2
+    finally:
+        pool.close()
+
+
+async def test_a_connection_flooded_after_its_sse_answer_is_closed_at_once(
+    raw: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """What comes after the answer is read only to find the stream's end: an upstream that
+    sends more than a reader may leave unread (`HIGH_WATER`) loses the connection then."""
+    monkeypatch.setattr(http1, "END_GRACE_SECONDS", 30.0)
+    flood = b": " + b"x" * (http1.HIGH_WATER + 1024) + b"\n\n"
+    server = await raw(sse_answers(end_after=None, then=flood))
+    pool = Http1Pool(server.url, 5)
+    try:
+        received = await send_pings(server.url, pool, 1)
+        assert [m.id for m in received if isinstance(m, jsonrpc.Response)] == [0]
+        async with asyncio.timeout(5):  # not the 30 s of grace
+            while pool._all:  # noqa: ASYNC110 - the pool has no event for a connection's end
+                await asyncio.sleep(0.02)
     finally:
         pool.close()
 

@@ -130,6 +130,11 @@ class Http1Response:
 
     def _feed(self, chunk: bytes) -> None:
         if self._lingering is not None:
+            # Read to find the body's end, and dropped; an upstream that keeps sending after
+            # the answer gets as much as a reader may leave unread, then its connection goes.
+            self._buffered += len(chunk)
+            if self._buffered > HIGH_WATER:
+                self._give_up()
             return
         self._chunks.append(chunk)
         self._buffered += len(chunk)
