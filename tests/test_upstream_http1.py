@@ -1,6 +1,7 @@
 """The lean HTTP/1.1 client of upstream POSTs (`gateway.upstream.http1` and `http1_pool`),
-against raw servers that write exactly the bytes each case needs; and through a Streamable
-HTTP transport, a redirect that it leaves to aiohttp."""
+against raw servers that write exactly the bytes each case needs; through a Streamable HTTP
+transport, a redirect that it leaves to aiohttp; and through the gateway, the connections
+the SDK servers' SSE answers leave it."""
 
 from __future__ import annotations
 
@@ -26,6 +27,9 @@ from gateway.upstream import http1, http1_pool
 from gateway.upstream.http1 import Http1Error
 from gateway.upstream.http1_pool import Http1Pool
 from gateway.upstream.streamable_http import StreamableHttpTransport
+
+from .conftest import StartGateway
+from .helpers import open_session, route, rpc, upstream_of
 
 Script = Callable[["RawServer", asyncio.StreamReader, asyncio.StreamWriter], Awaitable[None]]
 
@@ -538,6 +542,36 @@ async def test_a_connection_flooded_after_its_sse_answer_is_closed_at_once(
                 await asyncio.sleep(0.02)
     finally:
         pool.close()
+
+
+@pytest.mark.parametrize("kind", ["streamable_http", "mcp2"])
+async def test_calls_to_an_sdk_server_answering_on_sse_share_one_connection(
+    kind: str,
+    start_gateway: StartGateway,
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """mcp 1.30's FastMCP and mcp 2.3's MCPServer answer each POST on an SSE stream, which
+    they end just after the answer: the next call goes out on the same connection."""
+    made: list[http1.Connection] = []
+    connection_init = http1.Connection.__init__
+
+    def counted(self: http1.Connection, pool: http1.Owner) -> None:
+        made.append(self)
+        connection_init(self, pool)
+
+    monkeypatch.setattr(http1.Connection, "__init__", counted)
+    base = await start_gateway(route(upstream_of(kind, request)))
+    url = f"{base}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        session = await open_session(http, url)
+        opened = len(made)
+        for n in range(10):
+            echo = {"name": "echo", "arguments": {"text": f"call {n}"}}
+            answer = await rpc(http, url, session, "tools/call", echo, request_id=10 + n)
+            assert answer["result"]["content"][0]["text"] == f"call {n}"
+            await asyncio.sleep(0.01)  # a client's pause between calls: the stream's end lands
+    assert len(made) - opened <= 1  # one for the calls, at most, beside the handshake's
 
 
 async def test_https_upstreams_are_verified(tmp_path: Path) -> None:
