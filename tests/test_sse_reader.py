@@ -4,6 +4,9 @@ ends a stream early."""
 
 from __future__ import annotations
 
+import contextlib
+import gc
+import sys
 from collections.abc import AsyncIterator
 
 import pytest
@@ -122,3 +125,22 @@ async def test_a_line_exactly_at_the_cap_is_read() -> None:
     line = b"data: " + b"x" * 44  # 50 bytes
     (event,) = [e async for e in sse_reader.events(chunked(line + b"\n\n", 7), limit=50)]
     assert event.data == "x" * 44
+
+
+async def test_a_reader_stopped_at_its_answer_leaves_the_loop_no_generator_to_close() -> None:
+    """An async generator left suspended is closed by the loop's finalizer hook: a thread-safe
+    call and a task, for each generator of each answer read from a stream that had not ended.
+    Closing `events` closes what it reads, down to the body's own chunks."""
+    hooks = sys.get_asyncgen_hooks()
+    finalized: list[object] = []
+    sys.set_asyncgen_hooks(firstiter=hooks.firstiter, finalizer=finalized.append)
+    try:
+        body = chunked(b"data: answer\n\ndata: after\n\n", 3)
+        async with contextlib.aclosing(sse_reader.events(body)) as events:
+            async for event in events:
+                assert event.data == "answer"
+                break
+        gc.collect()
+    finally:
+        sys.set_asyncgen_hooks(*hooks)
+    assert finalized == []

@@ -155,18 +155,19 @@ async def _read_stream(
     request_id: jsonrpc.RequestId,
     on_note: Callable[[jsonrpc.Notification], None],
 ) -> Answer:
-    async for event in sse_reader.events(resp.content.iter_any()):
-        if event.event != "message" or not event.data:
-            continue
-        message = unreadable.read(event.data, event.broken)
-        if isinstance(message, unreadable.Unreadable):
-            raise UpstreamProtocolError(f"the upstream sent an invalid event: {message.reason}")
-        if isinstance(message, jsonrpc.Notification):
-            on_note(message)
-        elif isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse):
-            if message.id == request_id:
-                return message
-        else:
-            # 2026-07-28 has no server-to-client requests: MRTR carries those.
-            log.warning("the upstream sent a request on a 2026-07-28 stream; ignored")
+    async with contextlib.aclosing(sse_reader.events(resp.content.iter_any())) as events:
+        async for event in events:
+            if event.event != "message" or not event.data:
+                continue
+            message = unreadable.read(event.data, event.broken)
+            if isinstance(message, unreadable.Unreadable):
+                raise UpstreamProtocolError(f"the upstream sent an invalid event: {message.reason}")
+            if isinstance(message, jsonrpc.Notification):
+                on_note(message)
+            elif isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse):
+                if message.id == request_id:
+                    return message
+            else:
+                # 2026-07-28 has no server-to-client requests: MRTR carries those.
+                log.warning("the upstream sent a request on a 2026-07-28 stream; ignored")
     raise UpstreamUnavailable("the upstream closed the response stream before answering")

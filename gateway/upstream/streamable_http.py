@@ -8,6 +8,7 @@ A stream that ends before the answer is resumed with `Last-Event-ID`, as the spe
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass
@@ -240,23 +241,26 @@ class StreamableHttpTransport(Transport):
     ) -> tuple[str | None, int | None, bool]:
         last_id: str | None = None
         retry_ms: int | None = None
-        async for event in sse_reader.events(resp.chunks, self.max_message_bytes):
-            last_id = event.id or last_id
-            retry_ms = event.retry or retry_ms
-            if event.event != "message" or not event.data:
-                continue
-            message = unreadable.read(event.data, event.broken)
-            if isinstance(message, unreadable.Unreadable):
-                # Everything on this stream belongs to `related`, so that call fails now.
-                raise UpstreamProtocolError(f"the upstream sent an invalid event: {message.reason}")
-            self.sink.on_message(message, related)
-            if (
-                related is not None
-                and isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
-                and message.id == related
-            ):
-                resp.answered()
-                return last_id, retry_ms, True
+        reading = sse_reader.events(resp.chunks, self.max_message_bytes)
+        async with contextlib.aclosing(reading) as events:
+            async for event in events:
+                last_id = event.id or last_id
+                retry_ms = event.retry or retry_ms
+                if event.event != "message" or not event.data:
+                    continue
+                message = unreadable.read(event.data, event.broken)
+                if isinstance(message, unreadable.Unreadable):
+                    # Everything on this stream belongs to `related`, so that call fails now.
+                    invalid = f"the upstream sent an invalid event: {message.reason}"
+                    raise UpstreamProtocolError(invalid)
+                self.sink.on_message(message, related)
+                if (
+                    related is not None
+                    and isinstance(message, jsonrpc.Response | jsonrpc.ErrorResponse)
+                    and message.id == related
+                ):
+                    resp.answered()
+                    return last_id, retry_ms, True
         return last_id, retry_ms, False
 
     async def _listen(self) -> None:
