@@ -122,7 +122,13 @@ async def test_upstream_sse_answer_reaches_the_client_as_sse(
             f"{base}/p/mcp", json=call(4, "sse"), headers=headers(session_id)
         ) as resp:
             assert resp.content_type == "text/event-stream"
-            _, answer = await read_events(resp, 2)
+            # Answered within the JSON window: the stream goes out whole, in one write with
+            # a length, not as a chunk per event.
+            assert resp.content_length is not None
+            assert "Transfer-Encoding" not in resp.headers
+            priming, answer = await read_events(resp, 2)
+            assert await resp.content.read() == b""
+    assert priming["data"] == "" and priming["id"].endswith(":0")
     assert json.loads(answer["data"])["result"]["content"][0]["text"] == "sse answered"
 
 

@@ -136,9 +136,29 @@ async def test_the_json_window_ends_at_the_first_event_or_when_its_time_is_up() 
     framed = EventStream("f", 8)
     async with asyncio.TaskGroup() as group:
         turned = group.create_task(framed.first_change(30))
-        await asyncio.sleep(0)
         framed.want_sse()
+        await asyncio.sleep(0.05)
+        # The upstream's SSE framing alone does not end the window: an answer that comes
+        # within it goes out whole (`take_rest`). Its stream closed early (SSE polling) does.
+        assert not turned.done()
+        framed.interrupt()
         await asyncio.wait_for(turned, 1)
+
+
+async def test_a_closed_stream_is_handed_out_whole_and_an_open_or_cut_one_is_not() -> None:
+    stream = EventStream("s", capacity=8)
+    stream.push("progress")
+    assert stream.take_rest(0) is None  # still open: to be followed
+    stream.push("answer")
+    stream.close()
+    assert stream.take_rest(0) == [(1, "progress"), (2, "answer")]
+    assert stream.sent == 2 and stream.ever_read and not stream.attached
+    assert stream.take_rest(2) == []  # a resumption after the last event: nothing more
+    cut = EventStream("c", capacity=8)
+    cut.push("before")
+    cut.interrupt()
+    cut.close()
+    assert cut.take_rest(0) is None  # the reading connection must end at the cut
 
 
 async def test_an_event_can_be_taken_back_only_until_a_reader_was_handed_it() -> None:

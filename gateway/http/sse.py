@@ -52,6 +52,13 @@ async def serve(
     config: HttpConfig,
 ) -> web.StreamResponse:
     """Write `stream` to the client from event `after` on, with keep-alive comments."""
+    rest = stream.take_rest(after)
+    if rest is not None:
+        # All of it is here (an upstream's SSE answer, come within the JSON window): one
+        # response with a length, written at once, where a stream is a write per event.
+        first = [encode(stream.event_id(after), "", config.sse_retry_ms)] if prime else []
+        body = b"".join(first + [encode(stream.event_id(seq), data) for seq, data in rest])
+        return web.Response(status=200, headers=SSE_HEADERS, body=body)
     response = web.StreamResponse(status=200, headers=SSE_HEADERS)
     await response.prepare(request)
     request[STARTED] = True

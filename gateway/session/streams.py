@@ -76,8 +76,9 @@ class EventStream:
         self._wake()
 
     def want_sse(self) -> None:
+        # No wake-up: the JSON window still waits for the answer, which then goes out as an
+        # SSE response all at once (`sse.serve`); only events or the stream's end start one.
         self.sse = True
-        self._wake()
 
     def interrupt(self) -> None:
         """End the connection reading now (or the next one) after the events pushed so far.
@@ -116,10 +117,11 @@ class EventStream:
         await self._changed.wait()
 
     async def first_change(self, seconds: float) -> None:
-        """Returns at the stream's first event, its close or its turn to SSE framing, or
-        after `seconds`, whichever comes first: the window in which a POST's answer may
-        still go back as plain JSON. (One alarm and one future: this runs per request.)"""
-        if self._next > 1 or self.closed or self.sse:
+        """Returns at the stream's first event, its close or its interruption, or after
+        `seconds`, whichever comes first: the window in which a POST's answer may still go
+        back whole, as plain JSON or (`sse`) as one SSE response. (One alarm and one future:
+        this runs per request.)"""
+        if self._next > 1 or self.closed or self._cut_at is not None:
             return
         loop = asyncio.get_running_loop()
         first = self._first = loop.create_future()
@@ -139,6 +141,19 @@ class EventStream:
 
     def event_id(self, seq: int) -> str:
         return f"{self.key}:{seq}"
+
+    def take_rest(self, after: int) -> list[tuple[int, str]] | None:
+        """Every event after `after` of a stream that is closed and has no cut waiting, handed
+        out at once to a reader that ends with them, as `follow` would hand them; None for
+        any other stream (follow it)."""
+        if not self.closed or self._cut_at is not None:
+            return None
+        self._reader += 1
+        self._wake()  # a previous reader sees it was replaced and ends
+        rest = [event for event in self._events if event[0] > after]
+        if rest:
+            self.sent = rest[-1][0]
+        return rest
 
     async def follow(self, after: int, idle: float) -> AsyncGenerator[tuple[int, str] | None, None]:
         """Events after `after`, then new ones as they come; None after `idle` quiet seconds.
