@@ -21,6 +21,8 @@ esac
 if [ "$part" != counts ]; then
   bash .ci/wrk.sh
   python -m tests.bench.passthrough --seconds 1 --warmup 0.5 --rounds 1
+  # In front of the SDK's FastMCP server, which answers on SSE streams.
+  python -m tests.bench.passthrough --upstream sdk --concurrency 4 --seconds 1 --warmup 0.5 --rounds 1
   # Against both in-memory references (Python and TypeScript SDKs): their answers are checked too.
   python -m tests.bench.tasks --seconds 1 --warmup 0.5 --rounds 1 --tasks-in-flight 1000 --reference both
   # Two versions in one run (here the same one twice: the smoke form of the method).

@@ -6,6 +6,11 @@ Compares three targets that all end at the same near-zero-cost upstream:
 * ``proxy``   -- a bare aiohttp byte-forwarding proxy, the baseline the gateway is judged against;
 * ``gateway`` -- ``python -m gateway --config FILE``, served at ``/bench/mcp``.
 
+With ``--upstream sdk`` the three end at the MCP Python SDK's FastMCP server instead
+(``tests/sdk_upstream.py``: stateful, answering each POST on an SSE stream, as users run it),
+whose own cost then bounds the rate: the gateway's CPU per call against the forwarder's is
+the figure to read.
+
 Every server runs in its own subprocess so that the load generator does not share a CPU-bound
 event loop with the code under test. The load comes from wrk where it is installed (``--load
 wrk``, the default then: all connections in one MCP session; see ``tests/bench/wrk.py``), else
@@ -16,6 +21,7 @@ This is a script, not a pytest test::
 
     .venv/bin/python -m tests.bench.passthrough --rounds 3 --pick median  # c=1 and c=32
     .venv/bin/python -m tests.bench.passthrough --targets direct,proxy --seconds 3 --json
+    .venv/bin/python -m tests.bench.passthrough --upstream sdk --concurrency 8 --rounds 5
 
 The internal ``--serve-upstream`` / ``--serve-proxy`` modes are what the subprocesses run.
 """
@@ -50,6 +56,8 @@ PROTOCOL_VERSION = "2025-11-25"
 HOST = "127.0.0.1"
 REPO_ROOT = Path(__file__).resolve().parents[2]
 THIS_FILE = Path(__file__).resolve()
+#: The MCP Python SDK's FastMCP server the tests run as an upstream (`--upstream sdk`).
+SDK_UPSTREAM_FILE = REPO_ROOT / "tests" / "sdk_upstream.py"
 
 ALL_TARGETS = ("direct", "proxy", "gateway")
 KEY_CONCURRENCY = 32
@@ -745,6 +753,12 @@ def parse_args(argv: Sequence[str] | None) -> argparse.Namespace:
         default="wrk" if wrk.available() else "python",
         help="the load generator: wrk (the default where installed) or this process",
     )
+    p.add_argument(
+        "--upstream",
+        choices=("bench", "sdk"),
+        default="bench",
+        help="the near-zero-cost upstream of this file, or the SDK's FastMCP server (bench)",
+    )
     p.add_argument("--json", action="store_true", help="also print a one-line JSON summary")
     p.add_argument("--serve-upstream", type=int, metavar="PORT", help=argparse.SUPPRESS)
     p.add_argument(
@@ -795,8 +809,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         urls: dict[str, str] = {}
         pids: dict[str, int] = {}
         try:
+            serve_upstream_argv = (
+                [*me, "--serve-upstream", str(up_port)]
+                if args.upstream == "bench"
+                else [sys.executable, str(SDK_UPSTREAM_FILE), str(up_port)]
+            )
             upstream = stack.enter_context(
-                server("upstream", [*me, "--serve-upstream", str(up_port)], up_port, tmpdir, 15)
+                server("upstream", serve_upstream_argv, up_port, tmpdir, 30)
             )
             if "direct" in targets:
                 urls["direct"] = upstream_url
