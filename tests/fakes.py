@@ -321,6 +321,8 @@ class ScriptedUpstream(Transport):
 
     def __init__(self, sink: Sink) -> None:
         super().__init__(sink)
+        #: The client it was made for (`sink` is let go once closed).
+        self.client = sink
         self.sent: list[jsonrpc.Message] = []
         self.starts = 0
         self.closes = 0

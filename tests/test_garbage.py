@@ -103,9 +103,7 @@ async def test_questions_and_a_cancelled_task_leave_no_cycle(start_gateway: Star
 
 
 async def test_a_2026_07_28_task_leaves_no_cycle(start_gateway: StartGateway) -> None:
-    # A caller with a name: its calls share one held upstream session, as in service. (An
-    # anonymous caller's call gets a session of its own, closed with the call, and a session's
-    # parts refer to one another: that is one collection's work per session, not per call.)
+    # A caller with a name: its calls share one held upstream session, as in service.
     key = "garbage-key-0123456789"
     auth = {"mode": "api_keys", "api_keys": [{"principal": "ada", "sha256": sha256(key)}]}
     base = await start_gateway([{"name": "t", "upstream": DEMO, "auth": auth}])
@@ -131,8 +129,44 @@ async def test_a_2026_07_28_task_leaves_no_cycle(start_gateway: StartGateway) ->
     assert found == [], found
 
 
+@pytest.mark.parametrize("kind", ["stdio", "streamable_http", "members"])
+async def test_ended_sessions_leave_no_cycle(
+    start_gateway: StartGateway, request: pytest.FixtureRequest, kind: str
+) -> None:
+    # An anonymous 2026-07-28 caller's call has an upstream session of its own, closed with
+    # the call; a 2025-11-25 session ends with DELETE. A session's parts refer to one another
+    # while it lives (its upstream client tells it what the upstream sends); once it has
+    # ended, none of them may be left to the collector: for an anonymous caller, that was a
+    # cycle of some forty objects a call.
+    if kind == "members":
+        sdk = {"name": "sdk", **upstream_of("streamable_http", request)}
+        members = [{"name": "demo", **DEMO}, sdk]
+        base = await start_gateway([{"name": "t", "upstreams": members}])
+        echo = {"name": "demo__echo", "arguments": {"text": "-"}}
+    else:
+        base = await start_gateway(route(upstream_of(kind, request)))
+        echo = {"name": "echo", "arguments": {"text": "-"}}
+    url = f"{base}/t/mcp"
+    async with aiohttp.ClientSession() as http:
+        await modern_rpc(http, url, "tools/call", echo)
+        with cycles_of_the_gateway() as found:
+            for _ in range(3):
+                status, body = await modern_rpc(http, url, "tools/call", echo)
+                assert status == 200 and _text(body) == "-", body
+                session = await open_session(http, url)
+                answer = await rpc(http, url, session, "tools/call", echo)
+                assert _text(answer) == "-", answer
+                async with http.delete(url, headers=_json(session)) as ended:
+                    assert ended.status < 300, ended.status
+    assert found == [], found
+
+
 def sha256(key: str) -> str:
     return hashlib.sha256(key.encode()).hexdigest()
+
+
+def _text(answer: dict[str, Any]) -> Any:
+    return answer["result"]["content"][0]["text"]
 
 
 def _json(session: str) -> dict[str, str]:

@@ -61,7 +61,7 @@ class Gateway:
 
     def upstream_of(self, session: Session) -> ScriptedUpstream:
         (found,) = [
-            t for t in self.upstreams[session.route.name].made if t.sink is session.upstream
+            t for t in self.upstreams[session.route.name].made if t.client is session.upstream
         ]
         return found
 

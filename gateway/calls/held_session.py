@@ -69,8 +69,9 @@ class HeldSession:
     ) -> None:
         self.route = route
         self.capabilities = capabilities
+        forwarded: dict[str, str] = {}
         #: The latest values of the client headers this route forwards upstream.
-        self.forwarded: dict[str, str] = {}
+        self.forwarded = forwarded
         self.last_used = time.monotonic()
         self.initialized: jsonrpc.JsonObject | None = None
         #: The one call of an exclusive lease: the upstream's questions are its.
@@ -84,7 +85,8 @@ class HeldSession:
         self.leases = 0
         self._open_lock = asyncio.Lock()
         self._tasks = TaskSet(f"held session on {route.name}")
-        self.upstream = route.upstream.client(self, lambda: self.forwarded, principal)
+        # (The dict, not `self`: a closure over the session, kept by its upstream, was a cycle.)
+        self.upstream = route.upstream.client(self, lambda: forwarded, principal)
 
     # Listener: what the upstream sends on its own.
     def on_server_message(

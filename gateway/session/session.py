@@ -66,8 +66,9 @@ class Session:
         #: Who opened it (None without authentication); only they can use it.
         self.principal = principal
         self.limit_key = limit_key
+        forwarded: dict[str, str] = {}
         #: The latest values of the client headers this route forwards upstream.
-        self.forwarded: dict[str, str] = {}
+        self.forwarded = forwarded
         #: What survives a restart; set once the upstream accepted the handshake.
         self.record: SessionRecord | None = None
         #: Writes `record` to the store (set by the registry).
@@ -79,7 +80,8 @@ class Session:
         self.last_seen = time.monotonic()
         self._streams = Streams(http.replay_buffer_events, self.tag)
         self._tasks = TaskSet(f"session {self.tag}")
-        self.upstream = route.upstream.client(self, lambda: self.forwarded, principal)
+        # (The dict, not `self`: a closure over the session, kept by its upstream, was a cycle.)
+        self.upstream = route.upstream.client(self, lambda: forwarded, principal)
         self.upstream.on_reestablished = self._upstream_reestablished
         self._calls = Calls(route, self.upstream, self._tasks, self.tag)
         self._questions = Questions(
@@ -87,7 +89,12 @@ class Session:
         )
         #: The runner's `TaskHost` for the tasks this session starts.
         self.task_host = SessionTaskHost(
-            self, self._calls, self._questions, self._streams, self._tasks
+            self.upstream,
+            (self.owner, principal, self.tag),
+            self._calls,
+            self._questions,
+            self._streams,
+            self._tasks,
         )
 
     @functools.cached_property

@@ -20,7 +20,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway.aio import TaskSet
 from gateway.protocol import jsonrpc
@@ -30,10 +30,7 @@ from gateway.session.questions import Questions
 from gateway.session.stored_questions import Settle
 from gateway.session.streams import EventStream, Streams
 from gateway.tasks.models import InputRequest, Task
-from gateway.upstream import Answer
-
-if TYPE_CHECKING:
-    from gateway.session.session import Session
+from gateway.upstream import Answer, UpstreamSession
 
 log = logging.getLogger(__name__)
 
@@ -43,13 +40,19 @@ class SessionTaskHost:
 
     def __init__(
         self,
-        session: Session,
+        upstream: UpstreamSession,
+        names: tuple[str, str | None, str],
         calls: Calls,
         questions: Questions,
         streams: Streams,
         tasks: TaskSet,
     ) -> None:
-        self._session = session
+        # The session's parts, not the session: the session holds this host, and a host that
+        # held it back made a cycle, left to the collector with all it refers to at the end of
+        # every session.
+        self._upstream = upstream
+        #: The session's owner, principal and tag.
+        self._owner, self._principal, self._tag = names
         self._calls = calls
         self._questions = questions
         self._streams = streams
@@ -60,15 +63,15 @@ class SessionTaskHost:
 
     @property
     def owner(self) -> str:
-        return self._session.owner
+        return self._owner
 
     @property
     def principal(self) -> str | None:
-        return self._session.principal
+        return self._principal
 
     @property
     def upstream_session_id(self) -> str | None:
-        return self._session.upstream.session_id
+        return self._upstream.session_id
 
     @property
     def running(self) -> bool:
@@ -92,15 +95,13 @@ class SessionTaskHost:
         return outgoing
 
     def run_task_call(self, request: jsonrpc.Request) -> Coroutine[Any, Any, Answer]:
-        return self._session.upstream.call(request, bounded=False)
+        return self._upstream.call(request, bounded=False)
 
     async def stop_task_call(self, request_id: jsonrpc.RequestId, reason: str) -> None:
         try:
-            await self._session.upstream.notify(jsonrpc.cancelled(request_id, reason))
+            await self._upstream.notify(jsonrpc.cancelled(request_id, reason))
         except GatewayError as exc:
-            log.info(
-                "session %s: could not tell the upstream a task ended: %s", self._session.tag, exc
-            )
+            log.info("session %s: could not tell the upstream a task ended: %s", self._tag, exc)
 
     async def end_task_call(self, upstream_id: jsonrpc.RequestId) -> None:
         """Forget a finished task call; an ended session releases its upstream with the last."""
@@ -110,7 +111,7 @@ class SessionTaskHost:
         self._task_calls -= 1
         if self._ended and self._task_calls == 0:
             await self._tasks.close()  # default answers still on their way: nobody waits now
-            await self._session.upstream.close()
+            await self._upstream.close()
 
     def withdraw_questions(self, task_id: str, reason: str) -> None:
         """The task no longer waits (its call ended or it was cancelled): tell the client."""

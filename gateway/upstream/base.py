@@ -170,3 +170,36 @@ class Transport(ABC):
     @abstractmethod
     async def close(self) -> None:
         """Release everything; must not raise."""
+
+    def detach(self) -> None:
+        """Closed for good: what a reader still hands on is dropped, and the sink (which holds
+        this transport) is let go, so that the two are no cycle for the collector to find."""
+        self.sink = DETACHED
+
+
+class _Detached:
+    """The sink, owner and listener of what has ended: every message dropped, never busy."""
+
+    busy = False
+    listening = False
+
+    def on_message(self, message: Message, related: RequestId | None) -> None:
+        pass
+
+    def on_server_message(self, message: Message, related: RequestId | None) -> None:
+        pass
+
+    def on_stream(self, related: RequestId, interrupted: bool) -> None:
+        pass
+
+    def on_unreadable(self, message: Unreadable) -> None:
+        pass
+
+    def on_lost(self, reason: str) -> None:
+        pass
+
+    def on_stopped(self, reason: str) -> None:
+        pass
+
+
+DETACHED = _Detached()

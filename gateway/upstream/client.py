@@ -22,7 +22,7 @@ from gateway.protocol import jsonrpc
 from gateway.protocol.errors import UpstreamUnavailable
 from gateway.protocol.jsonrpc import Answer
 from gateway.upstream.answers import Answers, CallLimit, timed_out
-from gateway.upstream.base import Listener, Transport
+from gateway.upstream.base import DETACHED, Listener, Transport
 from gateway.upstream.streamable_http import UpstreamSessionExpired
 from gateway.upstream.unreadable import Unreadable
 
@@ -275,3 +275,8 @@ class UpstreamClient:
                     await self._sent.wait()
         self._answers.fail_all("the session ended")
         await self._transport.close()
+        # The session above has ended: it, and the transport, are let go (each holds this
+        # client, and at the end of every session the collector found the three a cycle).
+        self._listener = DETACHED
+        self.on_reestablished = None
+        self._transport.detach()

@@ -25,7 +25,7 @@ from gateway.protocol.errors import (
 )
 from gateway.protocol.jsonrpc import Answer
 from gateway.upstream.answers import CallLimit
-from gateway.upstream.base import Listener
+from gateway.upstream.base import DETACHED, Listener
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.routing import Asks, MemberListener, Routing, Send
 
@@ -189,15 +189,14 @@ class MemberSessions:
             client.keep_upstream_session()
 
     async def stream_open(self) -> None:
-        await asyncio.gather(
-            *(c.stream_open() for n, c in self._clients.items() if n in self._up),
-            return_exceptions=True,
-        )
+        opened = (c.stream_open() for n, c in self._clients.items() if n in self._up)
+        await asyncio.gather(*opened, return_exceptions=True)
 
     async def close(self) -> None:
         self._closed = True  # what fails from now on failed by our doing, not the member's
         self._health.unwatch(self)
         await asyncio.gather(*(client.close() for client in self._clients.values()))
+        self._listener, self._on_reestablished = DETACHED, None  # (see `UpstreamClient.close`)
 
     # -- requests
 

@@ -10,6 +10,7 @@ What no member serves is -32601.
 from __future__ import annotations
 
 import asyncio
+import weakref
 from collections import OrderedDict
 from typing import TYPE_CHECKING
 
@@ -43,9 +44,11 @@ class Send:
 
 class Routing:
     def __init__(self, sessions: MemberSessions) -> None:
-        self._sessions = sessions
+        # Weakly: the sessions hold this for as long as they live, and a strong reference
+        # back made the three (with `lists`) a cycle left to the collector at their end.
+        self._sessions: MemberSessions = weakref.proxy(sessions)
         self._uris: OrderedDict[str, str] = OrderedDict()
-        self.lists = ListMerge(sessions, self)
+        self.lists = ListMerge(self._sessions, weakref.proxy(self))
 
     async def call(self, request: jsonrpc.Request, send: Send) -> Answer:
         """A request to the member it belongs to (a list: to every member, merged)."""

@@ -21,7 +21,7 @@ from gateway.aio import TaskSet
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import CapacityExceeded, UpstreamUnavailable
-from gateway.upstream.base import Sink, Transport
+from gateway.upstream.base import DETACHED, Sink, Transport
 from gateway.upstream.child_output import StderrTail, lines
 from gateway.upstream.unreadable import Unreadable
 
@@ -298,3 +298,7 @@ class StdioTransport(Transport):
             await exiting.wait()
         await self._tasks.close()
         self._slots.release(self)
+
+    def detach(self) -> None:
+        super().detach()
+        self._owner = DETACHED
