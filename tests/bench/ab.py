@@ -42,8 +42,8 @@ from tests.bench.lifecycles import OPS, SESSIONLESS
 from tests.bench.passthrough import HOST, REPO_ROOT, THIS_FILE, free_port, server
 from tests.bench.pattern_report import round_note
 from tests.bench.replicas import fresh_database, postgres_server, postgres_store
-from tests.bench.stores import Gateways, start_gateways
-from tests.bench.tasks import measure, sqlite_store
+from tests.bench.stores import Gateways, sqlite_store, start_gateways
+from tests.bench.tasks import measure
 
 
 @dataclass

@@ -38,7 +38,7 @@ from typing import Any
 
 import aiohttp
 
-from tests.bench import lifecycles, passthrough, tasks
+from tests.bench import lifecycles, passthrough, stores
 from tests.bench.passthrough import AUTHORIZATION, HOST, THIS_FILE, wait_for_port
 
 KINDS = ("relay", "create", "get", "result")
@@ -229,8 +229,8 @@ def count_tasks(
     for kind in kinds:
         port = unshared_port()
         config = logdir / f"{kind}.yaml"
-        store = tasks.sqlite_store(logdir / f"{kind}.db")
-        config.write_text(tasks.gateway_config(port, store, upstream_url, 4))
+        store = stores.sqlite_store(logdir / f"{kind}.db")
+        config.write_text(stores.gateway_config(port, store, upstream_url, 4))
         argv = [sys.executable, "-m", "gateway", "--config", str(config)]
         url = f"http://{HOST}:{port}/bench/mcp"
         server = Callgrind(argv, port, logdir, f"task-{kind}")

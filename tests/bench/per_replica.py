@@ -32,8 +32,8 @@ from gateway.config import POOL_SIZE
 from tests.bench.lifecycles import OPS, SESSIONLESS
 from tests.bench.passthrough import HOST, THIS_FILE, free_port, server
 from tests.bench.replicas import fresh_database, postgres_server, postgres_store
-from tests.bench.stores import Gateways, start_gateways
-from tests.bench.tasks import measure, sqlite_store
+from tests.bench.stores import Gateways, sqlite_store, start_gateways
+from tests.bench.tasks import measure
 
 
 @dataclass

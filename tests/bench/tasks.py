@@ -59,20 +59,19 @@ import json
 import math
 import os
 import resource
-import signal
 import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
-from contextlib import ExitStack, contextmanager
+from collections.abc import Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import aiohttp
 
 from gateway.config import POOL_SIZE
-from tests.bench.cpu import CpuProbe, cpu_row, database_of, postmaster_of
+from tests.bench.cpu import CpuProbe, cpu_row
 from tests.bench.lifecycles import (
     GATEWAY_ONLY,
     OPS,
@@ -80,14 +79,12 @@ from tests.bench.lifecycles import (
     SESSIONLESS,
     Op,
     TaskClient,
-    api_keys_section,
     legend,
     plan,
 )
 from tests.bench.passthrough import (
     HOST,
     MAX_ERROR_SAMPLES,
-    REPO_ROOT,
     REQUEST_TIMEOUT_S,
     BenchError,
     ErrorLog,
@@ -97,7 +94,6 @@ from tests.bench.passthrough import (
     free_port,
     server,
     summarise,
-    wait_for_port,
 )
 from tests.bench.passthrough import THIS_FILE as PASSTHROUGH_FILE
 from tests.bench.pattern_report import TaskMeasurement, report_patterns, round_note
@@ -110,9 +106,17 @@ from tests.bench.replicas import (
     postgres_store,
     report_stores,
 )
+from tests.bench.stores import (
+    GATEWAY_STOP_TIMEOUT_S,
+    KEY_CONCURRENCY,
+    Stopped,
+    gateway,
+    gateway_config,
+    sqlite_store,
+    start_gateways,
+)
 from tests.bench.task_refs import CHOICES, chosen, report_reference
 
-KEY_CONCURRENCY = 32
 CREATE_TARGET_PER_S = 2500.0
 MEMORY_TARGET_TASKS = 100_000
 MEMORY_TARGET_MIB = 600.0
@@ -136,11 +140,8 @@ SETTLE_S = 2.0
 CHECKS_PER_LEVEL = 20
 FD_HEADROOM = 1024
 
-GATEWAY_START_TIMEOUT_S = 30.0
-GATEWAY_STOP_TIMEOUT_S = 15.0
 #: The memory gateway's stop fails every task in flight: this much more per 1,000 of them.
 STOP_S_PER_1000_TASKS = 1.5
-CHILD_EXIT_TIMEOUT_S = 5.0
 
 MIB = 1024 * 1024
 CLIENT_ERRORS = (BenchError, aiohttp.ClientError, TimeoutError, ValueError)
@@ -309,40 +310,6 @@ def open_fds(pid: int) -> int | None:
         return None
 
 
-def child_pids(pid: int) -> list[int]:
-    """Direct children of `pid`, from /proc/*/stat (bounded by the number of processes)."""
-    found: list[int] = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # The comm field may contain spaces and parentheses; ppid is 2nd field after the last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and fields[1] == str(pid):
-            found.append(int(entry))
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
-
-
 @dataclass
 class Level:
     label: str
@@ -487,105 +454,6 @@ def ensure_fd_limit(sessions: int) -> int:
 # --------------------------------------------------------------------------------------------
 # Gateway subprocess: like passthrough.server(), but the pid is needed for /proc.
 # --------------------------------------------------------------------------------------------
-
-
-def sqlite_store(db_path: Path) -> str:
-    # json.dumps yields quoted scalars that are also valid YAML, so odd tmp paths stay safe.
-    return f"{{path: {json.dumps(str(db_path))}}}"
-
-
-def gateway_config(
-    port: int,
-    store: str,
-    upstream_url: str,
-    max_children: int,
-    modern: bool = False,
-    callers: int = KEY_CONCURRENCY,
-) -> str:
-    """`store`: the store section, sqlite_store() or replicas.postgres_store(); `modern`: the
-    bench route makes every 2026-07-28 echo a task, at once (keys older gateways reject);
-    `callers`: the API keys it knows (`lifecycles.caller_key`), one per client."""
-    window = ", sync_window_ms: 0, tools: {echo: required}" if modern else ""
-    return (
-        f"listen: {{host: {HOST}, port: {port}}}\n"
-        f"store: {store}\n"
-        "routes:\n"
-        "  - name: bench\n"
-        f"    upstream: {{transport: streamable_http, url: {json.dumps(upstream_url)}}}\n"
-        f"    tasks: {{default_ttl_ms: 600000{window}}}\n"
-        "  - name: demo\n"
-        "    upstream:\n"
-        "      transport: stdio\n"
-        "      command: [python, -m, gateway.demo]\n"
-        f"      max_children: {max_children}\n"
-        "sessions: {max_sessions: 5000}\n"
-        # The stop is measured with thousands of tasks in flight: failed at once, no drain.
-        "shutdown: {drain_seconds: 0}\n"
-        # Identity and limits on, as in service: each client a principal of its own, held to
-        # the default limits of tasks and sessions; only the request rate is raised, since one
-        # client polling back to back sends more than a principal's default 100 a second.
-        + api_keys_section(callers)
-        + "limits: {requests_per_second: 1000000, burst: 1000000}\n"
-    )
-
-
-@dataclass
-class Stopped:
-    seconds: float = 0.0
-    killed: bool = False
-    leftover_children: list[int] = field(default_factory=list)
-
-
-@contextmanager
-def gateway(
-    name: str,
-    config: str,
-    port: int,
-    logdir: Path,
-    stopped: Stopped,
-    root: Path = REPO_ROOT,
-    stop_timeout: float = GATEWAY_STOP_TIMEOUT_S,
-) -> Iterator[subprocess.Popen[bytes]]:
-    """The gateway of the checkout at `root` (another version's, for `tests.bench.ab`);
-    SIGKILL when SIGTERM has not stopped it within `stop_timeout` seconds."""
-    cfg = logdir / f"{name}.yaml"
-    cfg.write_text(config)
-    log = logdir / f"{name}.log"
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
-    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(root), env.get("PYTHONPATH")]))
-    argv = [sys.executable, "-m", "gateway", "--config", str(cfg)]
-    with log.open("wb") as out:
-        proc = subprocess.Popen(
-            argv, cwd=root, env=env, stdin=subprocess.DEVNULL, stdout=out, stderr=out
-        )
-    children: list[int] = []
-    try:
-        wait_for_port(proc, port, log, name, GATEWAY_START_TIMEOUT_S)
-        yield proc
-    finally:
-        if proc.poll() is None:
-            children = child_pids(proc.pid)
-            began = time.perf_counter()
-            proc.terminate()
-            try:
-                proc.wait(timeout=stop_timeout)
-            except subprocess.TimeoutExpired:
-                stopped.killed = True
-                proc.kill()
-                proc.wait(timeout=5)
-            stopped.seconds = time.perf_counter() - began
-        # Its stdio children should go with it; any that do not are ended here, by pid.
-        for _ in range(int(CHILD_EXIT_TIMEOUT_S / 0.1)):
-            if not any(_alive(c) for c in children):
-                break
-            time.sleep(0.1)
-        for c in children:
-            if _alive(c) and "gateway.demo" in _cmdline(c):
-                stopped.leftover_children.append(c)
-                try:
-                    os.kill(c, signal.SIGTERM)
-                except OSError:
-                    pass
 
 
 def ref_log(name: str) -> str:
@@ -930,19 +798,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                         # Entered before its gateways, so dropped after they have stopped.
                         db_url = stack.enter_context(fresh_database(pg_server))
                         section = postgres_store(db_url, args.pool_size)
-                        ports = [free_port() for _ in range(REPLICAS[name])]
-                        pids = []
-                        for i, port in enumerate(ports, 1):
-                            config = gateway_config(
-                                port, section, upstream_url, max_children, modern, callers
-                            )
-                            replica = gateway(
-                                f"gateway-{name}-{i}", config, port, tmpdir, Stopped()
-                            )
-                            pids.append(stack.enter_context(replica).pid)
-                        targets[name] = [f"http://{HOST}:{p}/bench/mcp" for p in ports]
-                        postmaster = postmaster_of(db_url)
-                        probes[name] = CpuProbe(pids, postmaster, database_of(db_url))
+                        targets[name], probes[name] = start_gateways(
+                            stack,
+                            f"{name}-",
+                            section,
+                            db_url,
+                            REPLICAS[name],
+                            upstream_url,
+                            tmpdir,
+                            modern=modern,
+                            callers=callers,
+                            max_children=max_children,
+                        )
                 stores, measured = asyncio.run(run_throughput(args, targets, probes))
                 if proc is not None and proc.poll() is None:
                     throughput_rss = rss_bytes(proc.pid)
@@ -953,7 +820,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"{ref.name} reference log tail:\n{tail}", file=sys.stderr)
             for name, summaries in stores.items():
                 if not all(s.valid for s in summaries):
-                    for i in range(1, REPLICAS[name] + 1):
+                    for i in range(REPLICAS[name]):
                         log = "gateway-throughput" if name == "sqlite" else f"gateway-{name}-{i}"
                         print(f"gateway log tail:\n{log_tail(tmpdir, log)}", file=sys.stderr)
 
