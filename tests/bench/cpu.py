@@ -27,7 +27,7 @@ from tests.bench.pattern_report import TaskMeasurement
 _TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
 
 
-def _stat_fields(pid: int) -> list[str] | None:
+def stat_fields(pid: int) -> list[str] | None:
     try:
         with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
             stat = f.read()
@@ -39,11 +39,11 @@ def _stat_fields(pid: int) -> list[str] | None:
 
 def cpu_seconds(pid: int) -> float:
     """utime + stime of `pid` in seconds; 0.0 for a process that is gone."""
-    fields = _stat_fields(pid)
+    fields = stat_fields(pid)
     return 0.0 if fields is None else (int(fields[11]) + int(fields[12])) * _TICK_S
 
 
-def _title(pid: int) -> str:
+def command_line(pid: int) -> str:
     try:
         with open(f"/proc/{pid}/cmdline", "rb") as f:
             return f.read().replace(b"\0", b" ").decode(errors="replace")
@@ -55,12 +55,8 @@ def backends(postmaster: int, database: str) -> list[int]:
     """The postmaster's children serving `database`."""
     found = []
     for entry in os.listdir("/proc"):
-        if (
-            entry.isdigit()
-            and (fields := _stat_fields(int(entry)))
-            and fields[1] == str(postmaster)
-        ):
-            if f" {database} " in _title(int(entry)):
+        if entry.isdigit() and (fields := stat_fields(int(entry))) and fields[1] == str(postmaster):
+            if f" {database} " in command_line(int(entry)):
                 found.append(int(entry))
     return found
 
@@ -74,7 +70,7 @@ def postmaster_of(url: str) -> int:
     async def backend_stat() -> list[str] | None:
         conn = await asyncpg.connect(url)
         try:  # (read while the backend lives: it ends with the connection)
-            return _stat_fields(await conn.fetchval("SELECT pg_backend_pid()"))
+            return stat_fields(await conn.fetchval("SELECT pg_backend_pid()"))
         finally:
             await conn.close()
 

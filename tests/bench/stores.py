@@ -17,7 +17,7 @@ from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tests.bench.cpu import CpuProbe, database_of, postmaster_of
+from tests.bench.cpu import CpuProbe, command_line, database_of, postmaster_of, stat_fields
 from tests.bench.lifecycles import api_keys_section
 from tests.bench.passthrough import HOST, REPO_ROOT, free_port, wait_for_port
 from tests.bench.pattern_report import TaskMeasurement
@@ -120,7 +120,7 @@ def gateway(
                 break
             time.sleep(0.1)
         for c in children:
-            if _alive(c) and "gateway.demo" in _cmdline(c):
+            if _alive(c) and "gateway.demo" in command_line(c):
                 stopped.leftover_children.append(c)
                 try:
                     os.kill(c, signal.SIGTERM)
@@ -132,34 +132,14 @@ def child_pids(pid: int) -> list[int]:
     """Direct children of `pid`, from /proc/*/stat (bounded by the number of processes)."""
     found: list[int] = []
     for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat", encoding="ascii", errors="replace") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        # The comm field may contain spaces and parentheses; ppid is 2nd field after the last ')'.
-        fields = stat[stat.rfind(")") + 2 :].split()
-        if len(fields) > 1 and fields[1] == str(pid):
+        if entry.isdigit() and (fields := stat_fields(int(entry))) and fields[1] == str(pid):
             found.append(int(entry))
     return found
 
 
 def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
-def _cmdline(pid: int) -> str:
-    try:
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            return f.read().replace(b"\0", b" ").decode(errors="replace")
-    except OSError:
-        return ""
+    fields = stat_fields(pid)
+    return fields is not None and fields[0] != "Z"
 
 
 @dataclass
