@@ -5,7 +5,8 @@
 * `faulty_streamable_app()`: Streamable HTTP (POST /mcp, JSON answers only) whose tools break the
   transport on purpose; `app[FAULT_HOOKS]` holds events tests await instead of sleeping.
 * `recording_upstream()`: Streamable HTTP answering everything with an empty result, and
-  keeping the headers of every request it got in `app[SEEN]`, its body in `app[RECEIVED]`.
+  keeping the headers of every request it got in `app[SEEN]`, its body in `app[RECEIVED]`;
+  it offers no GET stream (405), and keeps the headers of each GET in `app[STREAMS]`.
 * `ScriptedUpstream`: no server at all but the upstream seam itself, a `Transport` the test
   drives: it answers `initialize` and keeps the rest for the test to answer or speak to;
   `ScriptedRoute` gives a route's sessions one each.
@@ -282,6 +283,7 @@ async def _close_json_sessions(app: web.Application) -> None:
 
 
 RECEIVED = web.AppKey("received", list[dict[str, Any]])
+STREAMS = web.AppKey("streams", list[CIMultiDictProxy[str]])
 
 
 def recording_upstream() -> web.Application:
@@ -303,10 +305,16 @@ def recording_upstream() -> web.Application:
             }
         return web.json_response({"jsonrpc": "2.0", "id": message["id"], "result": result})
 
+    async def get(request: web.Request) -> web.Response:
+        request.app[STREAMS].append(request.headers)
+        return web.Response(status=405)  # no GET stream: the spec lets a server offer none
+
     app = web.Application()
     app[SEEN] = []
     app[RECEIVED] = []
+    app[STREAMS] = []
     app.router.add_post("/mcp", post)
+    app.router.add_get("/mcp", get)
     return app
 
 

@@ -6,6 +6,7 @@ import asyncio
 import sys
 from collections.abc import Callable
 
+import aiohttp
 import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
@@ -17,7 +18,9 @@ from gateway.observability.metrics import Metrics
 from gateway.protocol.errors import UpstreamError
 from gateway.route import Route
 
-from .conftest import DEMO
+from .conftest import DEMO, StartGateway
+from .fakes import RECEIVED, STREAMS
+from .helpers import modern_rpc
 
 
 async def test_two_releases_of_a_shared_session_that_never_opened_leave_it_once(
@@ -109,3 +112,25 @@ async def test_members_closed_under_their_handshake_are_not_counted_down(
         await route.close()
         await slow.close()
     assert "failed" not in caplog.text
+
+
+async def test_only_a_caller_that_may_be_asked_has_the_upstreams_get_stream_opened(
+    start_gateway: StartGateway, recorder: TestServer
+) -> None:
+    """Transports (2025-11-25): "The client MAY issue an HTTP GET to the MCP endpoint", to hear
+    what the server sends unasked. A held session opens it only when its caller declared a
+    capability the upstream may ask with: for any other, questions are refused and the
+    call's own messages come on its POST's stream, and the GET was an exchange and a stream
+    held open for nothing, for every anonymous call."""
+    upstream = {"transport": "streamable_http", "url": str(recorder.make_url("/mcp"))}
+    url = f"{await start_gateway([{'name': 't', 'upstream': upstream}])}/t/mcp"
+    echo = {"name": "echo", "arguments": {"text": "-"}}
+    async with aiohttp.ClientSession() as http:
+        for _ in range(2):
+            assert (await modern_rpc(http, url, "tools/call", echo))[0] == 200
+        initialized = [m for m in recorder.app[RECEIVED] if m["method"] == "initialize"]
+        assert len(initialized) == 2  # an anonymous caller's calls: a session each
+        assert recorder.app[STREAMS] == []
+        asking = {"elicitation": {}}
+        assert (await modern_rpc(http, url, "tools/call", echo, asking))[0] == 200
+        assert len(recorder.app[STREAMS]) == 1

@@ -94,6 +94,10 @@ class UpstreamSession(Protocol):
 
     def keep_upstream_session(self) -> None: ...
 
+    def quiet(self) -> None:
+        """Open no stream for what the upstream sends unasked: no question can be put to the
+        caller, and its call's own messages come on the call's stream."""
+
     async def stream_open(self) -> None: ...
 
     def call(
@@ -130,6 +134,9 @@ class Transport(ABC):
     #: With tracing on, HTTP transports send a request's `_meta` trace context (put there by
     #: the call's span) as the W3C headers too.
     trace_headers = False
+    #: Once initialized, open the upstream's stream of what it sends unasked, where there is
+    #: one to open (Streamable HTTP's GET stream); see `UpstreamSession.quiet`.
+    listens = True
 
     def __init__(self, sink: Sink) -> None:
         self.sink = sink

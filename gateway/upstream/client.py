@@ -161,6 +161,9 @@ class UpstreamClient:
         session_id = getattr(self._transport, "session_id", None)
         return session_id if isinstance(session_id, str) else None
 
+    def quiet(self) -> None:
+        self._transport.listens = False
+
     async def stream_open(self) -> None:
         """Returns once the upstream's unasked messages can reach us (`Transport.stream_open`)."""
         await self._transport.stream_open()

@@ -92,22 +92,17 @@ class MemberSessions:
     @property
     def session_id(self) -> str | None:
         """Each member's upstream session and protocol, as one string a record keeps."""
-        return names.sessions_text(
-            {
-                name: (sid, client.protocol_version)
-                for name, client in self._clients.items()
-                if (sid := client.session_id) is not None
-            }
-        )
+        of = self._clients.items()
+        ids = {n: (sid, c.protocol_version) for n, c in of if (sid := c.session_id) is not None}
+        return names.sessions_text(ids)
 
     async def initialize(self, request: jsonrpc.Request) -> Answer:
         """Every member's handshake at once. The members that answer make the server a client
         sees; one that does not is left out (and tried again on its next use), unless none
         answers."""
         self._handshake = (request, None)
-        answers = await asyncio.gather(
-            *(self._initialize(name, request) for name in self._order), return_exceptions=True
-        )
+        handshakes = (self._initialize(name, request) for name in self._order)
+        answers = await asyncio.gather(*handshakes, return_exceptions=True)
         results: dict[str, jsonrpc.JsonObject] = {}
         failures: list[str] = []
         refusal: jsonrpc.ErrorResponse | None = None
@@ -135,9 +130,8 @@ class MemberSessions:
         versions = [v for r in results.values() if isinstance(v := r.get("protocolVersion"), str)]
         # The oldest: what every member that answered speaks (revisions are dates).
         self.protocol_version = min(versions) if versions else None
-        merged = names.merged_initialize(
-            self._route, self.protocol_version or "", results, __version__
-        )
+        version = self.protocol_version or ""
+        merged = names.merged_initialize(self._route, version, results, __version__)
         return jsonrpc.Response(jsonrpc="2.0", id=request.id, result=merged)
 
     async def _initialize(self, name: str, request: jsonrpc.Request) -> Answer:
@@ -187,6 +181,10 @@ class MemberSessions:
     def keep_upstream_session(self) -> None:
         for client in self._clients.values():
             client.keep_upstream_session()
+
+    def quiet(self) -> None:
+        for client in self._clients.values():
+            client.quiet()
 
     async def stream_open(self) -> None:
         opened = (c.stream_open() for n, c in self._clients.items() if n in self._up)

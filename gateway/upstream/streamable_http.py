@@ -113,7 +113,7 @@ class StreamableHttpTransport(Transport):
     def initialized(self, protocol_version: str) -> None:
         self._version = protocol_version
         # A client that repeats notifications/initialized must not open a second GET stream.
-        if self._listener is None or self._listener.done():
+        if self.listens and (self._listener is None or self._listener.done()):
             self._listener = self._tasks.spawn(self._listen(), name="upstream-get-stream")
 
     @property
