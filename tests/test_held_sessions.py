@@ -131,6 +131,6 @@ async def test_only_a_caller_that_may_be_asked_has_the_upstreams_get_stream_open
         initialized = [m for m in recorder.app[RECEIVED] if m["method"] == "initialize"]
         assert len(initialized) == 2  # an anonymous caller's calls: a session each
         assert recorder.app[STREAMS] == []
-        asking = {"elicitation": {}}
-        assert (await modern_rpc(http, url, "tools/call", echo, asking))[0] == 200
+        elicits = await modern_rpc(http, url, "tools/call", echo, {"elicitation": {}})
+        assert elicits[0] == 200
         assert len(recorder.app[STREAMS]) == 1
