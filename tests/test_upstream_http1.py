@@ -469,8 +469,11 @@ def sse_answers(end_after: float | None, then: bytes = b"") -> Script:
     return script
 
 
-async def send_pings(url: str, pool: Http1Pool, count: int) -> list[jsonrpc.Message]:
-    """`count` pings through a Streamable HTTP transport on `pool`; what it heard."""
+async def send_pings(
+    url: str, pool: Http1Pool, count: int, close: bool = False
+) -> list[jsonrpc.Message]:
+    """`count` pings through a Streamable HTTP transport on `pool` (initialize's, the first
+    with `close`, after which the transport is closed); what it heard."""
     received: list[jsonrpc.Message] = []
 
     class Sink:
@@ -487,9 +490,12 @@ async def send_pings(url: str, pool: Http1Pool, count: int) -> list[jsonrpc.Mess
     async with aiohttp.ClientSession() as http:
         transport = StreamableHttpTransport(Sink(), config, http, no_headers, pool)  # type: ignore[arg-type]
         for n in range(count):
+            method = "initialize" if close and n == 0 else "ping"
             async with asyncio.timeout(5):
-                await transport.send(jsonrpc.Request(jsonrpc="2.0", id=n, method="ping"))
+                await transport.send(jsonrpc.Request(jsonrpc="2.0", id=n, method=method))
             await asyncio.sleep(0.02)  # the stream's end arrives meanwhile
+        if close:
+            await transport.close()
     return received
 
 
@@ -540,6 +546,29 @@ async def test_a_connection_flooded_after_its_sse_answer_is_closed_at_once(
         async with asyncio.timeout(5):  # not the 30 s of grace
             while pool._all:  # noqa: ASYNC110 - the pool has no event for a connection's end
                 await asyncio.sleep(0.02)
+    finally:
+        pool.close()
+
+
+async def test_a_sessions_delete_goes_on_its_kept_connection(raw: Start) -> None:
+    """Transports (2025-11-25): "Clients that no longer need a particular session [...]
+    SHOULD send an HTTP DELETE to the MCP endpoint with the Mcp-Session-Id header". It goes
+    on the connection the session's calls kept, not on one opened for it."""
+    initialized = json.dumps({"jsonrpc": "2.0", "id": 0, "result": {}}).encode()
+    ended = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n"
+    server = await raw(
+        keep_answering(json_response(initialized, b"Mcp-Session-Id: s-1\r\n"), ended)
+    )
+    pool = Http1Pool(server.url, 5)
+    try:
+        received = await send_pings(server.url, pool, 1, close=True)
+        assert [m.id for m in received if isinstance(m, jsonrpc.Response)] == [0]
+        heads = [request.split(b"\r\n", 1)[0] for request in server.requests]
+        assert heads == [b"POST /mcp?x=1 HTTP/1.1", b"DELETE /mcp?x=1 HTTP/1.1"]
+        assert b"Mcp-Session-Id: s-1\r\n" in server.requests[1]
+        assert server.connections == 1
+        await asyncio.sleep(0.05)
+        assert len(pool._idle) == 1  # the DELETE's answer ended: its connection was kept
     finally:
         pool.close()
 

@@ -171,6 +171,14 @@ class UpstreamProtocolError(UpstreamError):
 class ResultTooLarge(UpstreamProtocolError):
     """The upstream's message is larger than the route's max_result_bytes."""
 
+    @classmethod
+    def past(cls, what: str, limit: int) -> ResultTooLarge:
+        """`what` ("the upstream's answer is larger", say) than `limit` bytes."""
+        return cls(
+            f"{what} than {limit} bytes (routes[].max_result_bytes): it is neither relayed "
+            "nor stored"
+        )
+
 
 class TaskError(Exception):
     """A tasks/* request the task API refuses with -32602 (Invalid params)."""

@@ -34,10 +34,11 @@ class Http1Pool:
         default = parsed.port is None or parsed.is_default_port()
         self._host_header = host if default else f"{host}:{parsed.port}"
         self._target = parsed.raw_path_qs or "/"
-        self._start = (
-            f"POST {self._target} HTTP/1.1\r\nHost: {self._host_header}\r\n"
+        self._starts = {
+            method: f"{method} {self._target} HTTP/1.1\r\nHost: {self._host_header}\r\n"
             "Accept-Encoding: identity\r\nContent-Length: "
-        )
+            for method in ("POST", "DELETE")
+        }
         #: Header lines already checked, by name and value: a session sends the same few on
         #: every POST.
         self._lines: dict[tuple[str, str], str] = {}
@@ -46,13 +47,13 @@ class Http1Pool:
         self._all: set[Connection] = set()
         self._sweeper: asyncio.TimerHandle | None = None
 
-    def head(self, headers: Mapping[str, str], length: int) -> bytes:
-        """The request head of a POST of `length` bytes with `headers`.
+    def head(self, headers: Mapping[str, str], length: int, method: str = "POST") -> bytes:
+        """The request head of a POST (or a DELETE) of `length` bytes with `headers`.
 
         Raises:
             Http1Error: a header name or value could end the head early (CR, LF or NUL).
         """
-        lines = [self._start, str(length), "\r\n"]
+        lines = [self._starts[method], str(length), "\r\n"]
         checked = self._lines
         for item in headers.items():
             line = checked.get(item)
@@ -67,16 +68,18 @@ class Http1Pool:
         lines.append("\r\n")
         return "".join(lines).encode("latin-1", "strict")
 
-    async def post(self, headers: Mapping[str, str], body: bytes) -> Http1Response:
-        """Send a POST and return its response once its head arrived; `async with` it, or
-        close() it, so that its connection is given back or closed.
+    async def post(
+        self, headers: Mapping[str, str], body: bytes, method: str = "POST"
+    ) -> Http1Response:
+        """Send a POST (or, with no body, a DELETE) and return its response once its head
+        arrived; `async with` it, or close() it, so that its connection is given back or closed.
 
         Raises:
             Http1Error: no connection could be made, or it failed before the response head.
             TimeoutError: the connection was not made within the connect timeout.
         """
         try:
-            data = self.head(headers, len(body)) + body
+            data = self.head(headers, len(body), method) + body
         except UnicodeEncodeError as exc:
             raise Http1Error("a header holds a character HTTP/1.1 cannot carry") from exc
         connection = self._reuse() or await self._connect()

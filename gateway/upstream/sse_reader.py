@@ -36,10 +36,7 @@ class Event:
 
 
 def _too_long(limit: int) -> UpstreamProtocolError:
-    return ResultTooLarge(
-        f"the upstream sent an SSE line longer than {limit} bytes (routes[].max_result_bytes): "
-        "it is neither relayed nor stored"
-    )
+    return ResultTooLarge.past("the upstream sent an SSE line longer", limit)
 
 
 async def _lines(chunks: AsyncIterable[bytes], limit: int) -> AsyncGenerator[bytes, None]:

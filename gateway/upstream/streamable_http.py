@@ -35,6 +35,7 @@ from gateway.upstream.http1_pool import Http1Pool
 log = logging.getLogger(__name__)
 
 _RESUME_ATTEMPTS = 3
+_LARGER = "the upstream's answer is larger"
 
 
 class UpstreamSessionExpired(UpstreamUnavailable):
@@ -201,18 +202,18 @@ class StreamableHttpTransport(Transport):
     async def _read_body(self, resp: _Answer) -> bytes:
         """The answer's body, refused past the route's max_result_bytes before it is all read."""
         limit = self.max_message_bytes
-        if resp.content_length is not None and resp.content_length > limit:
-            raise _too_large(resp.content_length, limit)
+        if (size := resp.content_length) is not None and size > limit:
+            raise ResultTooLarge.past(f"the upstream's answer of {size} bytes is larger", limit)
         whole = resp.whole() if resp.whole is not None else None
         if whole is not None:
             if len(whole) > limit:
-                raise _too_large(None, limit)
+                raise ResultTooLarge.past(_LARGER, limit)
             return whole
         body = bytearray()
         async for chunk in resp.chunks:
             body += chunk
             if len(body) > limit:
-                raise _too_large(None, limit)
+                raise ResultTooLarge.past(_LARGER, limit)
         return bytes(body)
 
     async def _read_stream(self, resp: _Answer, related: jsonrpc.RequestId | None) -> None:
@@ -304,16 +305,11 @@ class StreamableHttpTransport(Transport):
         try:
             async with asyncio.timeout(2):
                 headers = await self._headers("application/json")
-                async with self._http.delete(self._url, headers=headers):
-                    pass
-        except (aiohttp.ClientError, TimeoutError, UpstreamUnavailable) as exc:
+                if self._pool is None:
+                    async with self._http.delete(self._url, headers=headers):
+                        pass
+                else:  # (its connection kept if the answer ends at once)
+                    (await self._pool.post(headers, b"", "DELETE")).finish_soon()
+        except (aiohttp.ClientError, Http1Error, TimeoutError, UpstreamUnavailable) as exc:
             log.debug("upstream DELETE failed: %s", exc)
         self._session_id = None
-
-
-def _too_large(size: int | None, limit: int) -> ResultTooLarge:
-    of = f"of {size} bytes " if size is not None else ""
-    return ResultTooLarge(
-        f"the upstream's answer {of}is larger than {limit} bytes (routes[].max_result_bytes): "
-        "it is neither relayed nor stored"
-    )
