@@ -92,8 +92,8 @@ class MemberSessions:
     @property
     def session_id(self) -> str | None:
         """Each member's upstream session and protocol, as one string a record keeps."""
-        of = self._clients.items()
-        ids = {n: (sid, c.protocol_version) for n, c in of if (sid := c.session_id) is not None}
+        clients = self._clients.items()
+        ids = {n: (i, c.protocol_version) for n, c in clients if (i := c.session_id) is not None}
         return names.sessions_text(ids)
 
     async def initialize(self, request: jsonrpc.Request) -> Answer:
