@@ -550,6 +550,36 @@ async def test_a_connection_flooded_after_its_sse_answer_is_closed_at_once(
         pool.close()
 
 
+async def test_a_caller_cancelled_after_its_whole_answer_leaves_the_connection_kept(
+    raw: Start,
+) -> None:
+    """The answer came whole and its connection went back to the pool before the caller, now
+    cancelled (a time limit, a client gone), could resume: the connection is no longer the
+    caller's to close, and the next request, maybe another's by then, goes on it. (Closing it
+    failed that other request, seen once in the soak run under load.)"""
+    answer = json_response(b'{"jsonrpc": "2.0", "id": 1, "result": {}}')
+    server = await raw(keep_answering(answer, answer))
+    pool = Http1Pool(server.url, 5)
+    release = pool.release
+    try:
+        caller = asyncio.create_task(pool.post({}, b"{}"))  # noqa: TID251 - awaited below
+
+        def released(connection: http1.Connection) -> None:
+            release(connection)
+            caller.cancel()  # before the caller's turn comes: it resumes cancelled
+
+        pool.release = released  # type: ignore[method-assign]
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        pool.release = release  # type: ignore[method-assign]
+        assert len(pool._idle) == 1 and pool._idle[0].open
+        async with await pool.post({}, b"{}") as again:
+            assert again.status == 200 and await again.read()
+        assert server.connections == 1
+    finally:
+        pool.close()
+
+
 async def test_a_sessions_delete_goes_on_its_kept_connection(raw: Start) -> None:
     """Transports (2025-11-25): "Clients that no longer need a particular session [...]
     SHOULD send an HTTP DELETE to the MCP endpoint with the Mcp-Session-Id header". It goes

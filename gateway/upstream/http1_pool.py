@@ -87,7 +87,13 @@ class Http1Pool:
         try:
             return await head
         except BaseException:
-            connection.abandon()  # cancelled or failed midway: nothing else may follow on it
+            if head.done() and not head.cancelled() and head.exception() is None:
+                # Cancelled once the head was in: a response that has also ended gave its
+                # connection back, which another request may be using already; one that has
+                # not takes it with it, as any unfinished response does.
+                head.result().close()
+            else:
+                connection.abandon()  # cancelled or failed midway: nothing else may follow on it
             raise
 
     def _reuse(self) -> Connection | None:
