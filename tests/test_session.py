@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -265,7 +266,7 @@ async def test_a_task_status_goes_to_the_get_stream_without_related_task_meta(
     """Once the client has opened its GET stream; before, statuses are not kept for it (a
     client that only polls never opens one)."""
     stream = opened.session.standalone
-    working, done = task(), task().model_copy(update={"status": TaskStatus.COMPLETED})
+    working, done = task(), replace(task(), status=TaskStatus.COMPLETED)
     opened.session.task_host.task_status(working)
     assert stream.pushed == 0
     reading = asyncio.ensure_future(messages(stream, 1))

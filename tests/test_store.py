@@ -4,6 +4,7 @@ import asyncio
 import json
 import sqlite3
 from collections.abc import AsyncIterator, Callable
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
@@ -691,7 +692,7 @@ async def test_sqlite_a_large_outcome_is_read_from_the_file_and_keeps_the_small_
 async def test_what_an_owners_tasks_keep_is_counted_in_bytes(store: TaskStore) -> None:
     assert await store.stored_bytes("alice") == 0
     await store.create_task(make_task("plain"))
-    repeatable = make_task("again").model_copy(update={"repeatable": True})
+    repeatable = replace(make_task("again"), repeatable=True)
     await store.create_task(repeatable, request={"method": "tools/call", "params": {"é": 1}})
     await store.create_task(make_task("bobs", owner="bob"))
     body = {"content": [{"type": "text", "text": "héllo"}]}
@@ -729,7 +730,7 @@ async def fill(store: TaskStore) -> None:
     ]:
         owner = owner_of(route, principal)
         assert owner is not None
-        task = make_task(task_id, owner=owner).model_copy(update={"route": route})
+        task = replace(make_task(task_id, owner=owner), route=route)
         await store.create_task(task)
     body = Outcome(kind="result", body={"content": []})
     await store.finish_task("a1", TaskStatus.COMPLETED, None, body, T0)

@@ -4,6 +4,7 @@ purges of finished tasks only; session records by route and principal."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import timedelta
 
 from gateway.protocol.outcome import Outcome
@@ -34,7 +35,7 @@ async def filled(store: TaskStore) -> None:
     ):
         owner = owner_of(route, principal) or "session:abc"
         task = make_task(task_id, owner=owner, at=T0 + hours * HOUR, ttl_ms=1)
-        await store.create_task(task.model_copy(update={"route": route}))
+        await store.create_task(replace(task, route=route))
     await store.finish_task("a1", TaskStatus.COMPLETED, None, RESULT, T0)
     await store.finish_task("b1", TaskStatus.FAILED, "boom", RESULT, T0)
     await store.finish_task("s1", TaskStatus.CANCELLED, "stop", None, T0)

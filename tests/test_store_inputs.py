@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ def make_task(
         ttl_ms=ttl_ms,
         poll_interval_ms=500,
     )
-    return task if generation is None else task.model_copy(update={"generation": generation})
+    return task if generation is None else replace(task, generation=generation)
 
 
 def ask(

@@ -55,7 +55,7 @@ def new_task(
 ) -> Task:
     """The task `request` makes, working from `now`."""
     name = jsonrpc.param(request, "name")
-    task = Task(
+    return Task(
         task_id=task_id,
         owner=owner,
         route=route,
@@ -69,14 +69,3 @@ def new_task(
         generation=generation,
         repeatable=repeatable,
     )
-    # Pydantic keeps with each model the set of the fields it was given: 728 bytes, more
-    # than half of a new task, which its run keeps as long as the call lasts (a hundred
-    # thousand may be in flight). Every new task is given the same fields, so they share
-    # one set; a copy (`model_copy`) takes a set of its own before it changes it.
-    _setattr(task, "__pydantic_fields_set__", _GIVEN)
-    return task
-
-
-_setattr = object.__setattr__
-#: The fields `new_task` gives every task (the others keep their defaults).
-_GIVEN = set(Task.model_fields) - {"status_message", "attempt"}

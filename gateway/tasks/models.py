@@ -11,6 +11,7 @@ tasks extension sees the stored status (a 2025-11-25 reader sees it as stored).
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from enum import StrEnum
 
@@ -131,8 +132,13 @@ class TaskFilter(BaseModel):
     limit: int = 1000
 
 
-class Task(BaseModel):
-    model_config = ConfigDict(frozen=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Task:
+    """A task as the store keeps it. Not a pydantic model as the other shapes here are: it is
+    made only by the gateway and from its own rows, never parsed, and it is read on every
+    request about a task; a model's every attribute read goes through pydantic's
+    `__getattr__` hook (some 100 reads a creation), and each task in flight carried a dict
+    and a set of its fields."""
 
     task_id: str
     #: Whose task this is: the route and principal (`owner_of`); with no authentication the

@@ -13,6 +13,7 @@ from __future__ import annotations
 import sqlite3
 import time
 from collections.abc import Callable, Collection, Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -274,11 +275,11 @@ def _as_stored(task: Task) -> Task:
     created, updated = task.created_at, task.updated_at
     if created.tzinfo is UTC and updated.tzinfo is UTC:
         return task  # (a datetime holds whole microseconds: nothing to round)
-    times = {
-        "created_at": from_epoch_us(epoch_us(created)),
-        "updated_at": from_epoch_us(epoch_us(updated)),
-    }
-    return task.model_copy(update=times)
+    return replace(
+        task,
+        created_at=from_epoch_us(epoch_us(created)),
+        updated_at=from_epoch_us(epoch_us(updated)),
+    )
 
 
 async def open_store(

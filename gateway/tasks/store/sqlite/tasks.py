@@ -11,6 +11,7 @@ import functools
 import json
 import sqlite3
 from collections.abc import Collection, Sequence
+from dataclasses import replace
 from datetime import datetime
 from typing import Any
 
@@ -114,8 +115,7 @@ def transition_kept(
     params = (status.value, message, at, entry, kept.task_id, *(s.value for s in sources))
     sql = _transition_sql(status, len(sources), True, kept=True)
     if db.execute(sql, (*params, kept.attempt)).rowcount == 1:
-        moved = {"status": status, "status_message": message, "updated_at": from_epoch_us(at)}
-        return [kept.model_copy(update=moved)]
+        return [replace(kept, status=status, status_message=message, updated_at=from_epoch_us(at))]
     return transition(db, kept.task_id, sources, status, message, now)
 
 
