@@ -14,6 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gateway.http.lingering import LingeringTransport
+
 from .conftest import free_port, mcp_client
 from .helpers import gateway_process, headers, raw_session, rpc
 
@@ -211,3 +213,12 @@ async def test_the_admin_port_is_guarded_as_the_gateways_port_is(
     assert "Traceback" not in log and "out of system resource" not in log
     assert "Error handling request" not in log
     assert len(log) < 200_000
+
+
+def test_the_lingering_transport_hands_on_every_method_of_a_transport() -> None:
+    # It has no __getattr__ (every attribute read would take CPython's slow path), so a method
+    # of asyncio.Transport it did not spell out would be the base class's NotImplementedError
+    # in the middle of a request.
+    public = {name for name in dir(asyncio.Transport) if not name.startswith("_")}
+    missing = {name for name in public if name not in vars(LingeringTransport)}
+    assert not missing

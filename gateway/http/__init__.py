@@ -3,7 +3,8 @@
 A request meets, in order:
 
 * `listen` and `server`: the port, and aiohttp's server with a public-facing gateway's
-  connection rules (head and body deadlines, connection caps, 431 for huge headers);
+  connection rules (head and body deadlines, connection caps, 431 for huge headers, after
+  which `lingering` drains what the client still sends before it closes);
 * `middleware`: metrics, the Host and Origin checks, and the one place exceptions become
   responses;
 * `urls` and `routing`: the URL table: /livez, /readyz, /healthz and /metrics, then one

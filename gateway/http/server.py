@@ -27,11 +27,11 @@ from aiohttp.http_exceptions import BadHttpMessage, LineTooLong
 
 from gateway.config import HttpConfig
 from gateway.http import forwarded
+from gateway.http.lingering import LingeringTransport
 from gateway.observability.logs import printable
 
 log = logging.getLogger(__name__)
 
-_LINGER_SECONDS = 2.0
 #: What aiohttp's parsers say of a head over their limits (431); any other fault is a 400.
 _TOO_BIG = ("overflow", "too many headers", "too large", "too long")
 _TOO_MANY = (
@@ -95,54 +95,6 @@ class ConnectionGuard:
             self.per_address.pop(address, None)
 
 
-class _LingeringTransport:
-    """The connection's transport, whose close() may first linger (see `linger()`).
-
-    Closing a socket with unread bytes makes the kernel send RST, and a client still sending
-    a huge header would lose the 431 written just before; so after such an answer the
-    gateway half-closes, reads and drops what still comes for `_LINGER_SECONDS`, then closes.
-    """
-
-    def __init__(self, transport: asyncio.Transport, loop: asyncio.AbstractEventLoop) -> None:
-        self._transport = transport
-        self._loop = loop
-        self._linger = False
-        self._closing = False
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._transport, name)
-
-    # Spelled out: these run for every request or response, and __getattr__ is the slow path
-    # (Python first raises, and formats, an AttributeError for the name).
-    def write(self, data: bytes | bytearray | memoryview) -> None:
-        self._transport.write(data)
-
-    def writelines(self, chunks: Any) -> None:
-        self._transport.writelines(chunks)
-
-    def pause_reading(self) -> None:
-        self._transport.pause_reading()
-
-    def resume_reading(self) -> None:
-        self._transport.resume_reading()
-
-    def linger(self) -> None:
-        self._linger = True
-
-    def is_closing(self) -> bool:
-        return self._closing or self._transport.is_closing()
-
-    def close(self) -> None:
-        if self._closing:
-            return
-        self._closing = True
-        if not self._linger or not self._transport.can_write_eof():
-            self._transport.close()
-            return
-        self._transport.write_eof()
-        self._loop.call_later(_LINGER_SECONDS, self._transport.close)
-
-
 class GuardedHandler(web_protocol.RequestHandler):
     """aiohttp's connection protocol with a head deadline, caps, and quiet client errors.
 
@@ -162,8 +114,8 @@ class GuardedHandler(web_protocol.RequestHandler):
         super().connection_made(transport)
         # A stream transport, though uvloop's do not derive from asyncio.Transport.
         stream = cast(asyncio.Transport, transport)
-        self._lingering = _LingeringTransport(stream, self._loop)
-        self.transport = cast(asyncio.Transport, self._lingering)
+        self._lingering = LingeringTransport(stream, self._loop)
+        self.transport = self._lingering
         peer = stream.get_extra_info("peername")
         self._address = str(peer[0]) if isinstance(peer, tuple) and peer else "unknown"
         refusal = self._guard.admit(self, self._address)
