@@ -6,17 +6,18 @@ lives here, where both the task store and the rewrites toward clients may use it
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any, Literal
-
-from pydantic import BaseModel, ConfigDict
 
 from gateway.protocol.jsonrpc import JsonObject
 
 
-class Outcome(BaseModel):
-    """What the upstream call produced: its result object or its JSON-RPC error object."""
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What the upstream call produced: its result object or its JSON-RPC error object.
 
-    model_config = ConfigDict(frozen=True)
+    A dataclass, as a `Task` is: made by the gateway from an answer already parsed, or from
+    its own rows, so pydantic's validation and its attribute hook would buy nothing."""
 
     kind: Literal["result", "error"]
     body: JsonObject
