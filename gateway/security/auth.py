@@ -15,10 +15,10 @@ credential.
 from __future__ import annotations
 
 import hashlib
+from dataclasses import dataclass
 from typing import Literal
 
 import jwt
-from pydantic import BaseModel, ConfigDict
 
 from gateway.config import AuthConfig
 from gateway.security.errors import MISSING_TOKEN, AuthError
@@ -31,10 +31,10 @@ from gateway.security.oauth import ProtectedResource, scopes_of
 _MAX_TOKEN_CHARS = 16 * 1024
 
 
-class Principal(BaseModel):
-    """An authenticated caller, and how it proved who it is."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
+@dataclass(frozen=True, slots=True)
+class Principal:
+    """An authenticated caller, and how it proved who it is: made by the authenticator from
+    credentials it has checked, and read on every request (a dataclass, as a `Task` is)."""
 
     name: str
     method: Literal["api_key", "jwt", "oauth"]
