@@ -113,7 +113,11 @@ async def raw_session(
     init = {**INIT, "params": {**INIT["params"], "protocolVersion": version}}
     async with http.post(url, json=init, headers=headers()) as resp:
         body = await resp.json()
-        session_id = resp.headers["Mcp-Session-Id"]
+        session_id = resp.headers.get("Mcp-Session-Id")
+        # Said in full: a CI run once got an answer here without a session (which server
+        # answered, and what, went unrecorded).
+        server = resp.headers.get("Server")
+        assert session_id is not None, f"no session: HTTP {resp.status} from {server}: {body}"
     note = {"jsonrpc": "2.0", "method": "notifications/initialized"}
     async with http.post(url, json=note, headers=headers(session_id)):
         pass
