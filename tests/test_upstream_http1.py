@@ -580,6 +580,37 @@ async def test_a_caller_cancelled_after_its_whole_answer_leaves_the_connection_k
         pool.close()
 
 
+async def test_a_caller_cancelled_before_its_head_whose_whole_answer_then_came_leaves_it_kept(
+    raw: Start, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As above, with the caller cancelled before its answer's head was read (which cancels
+    the future it waits on): the whole answer came in the next read and its connection went
+    back to the pool, where another request may take it before the caller resumes; the
+    caller closing it then failed that request ("the upstream closed the connection before
+    its answer ended", a `work` task in the soak run, once in some ten runs)."""
+    answer = json_response(b'{"jsonrpc": "2.0", "id": 1, "result": {}}')
+    server = await raw(keep_answering(answer, answer))
+    pool = Http1Pool(server.url, 5)
+    received = http1.Connection.data_received
+    try:
+        caller = asyncio.create_task(pool.post({}, b"{}"))  # noqa: TID251 - awaited below
+
+        def data_received(connection: http1.Connection, data: bytes) -> None:
+            if not caller.done():
+                caller.cancel()  # its head's future is cancelled at once, before this read
+            received(connection, data)
+
+        monkeypatch.setattr(http1.Connection, "data_received", data_received)
+        with pytest.raises(asyncio.CancelledError):
+            await caller
+        assert len(pool._idle) == 1 and pool._idle[0].open
+        async with await pool.post({}, b"{}") as again:
+            assert again.status == 200 and await again.read()
+        assert server.connections == 1
+    finally:
+        pool.close()
+
+
 async def test_a_sessions_delete_goes_on_its_kept_connection(raw: Start) -> None:
     """Transports (2025-11-25): "Clients that no longer need a particular session [...]
     SHOULD send an HTTP DELETE to the MCP endpoint with the Mcp-Session-Id header". It goes

@@ -200,6 +200,11 @@ class Connection(asyncio.Protocol):
         self.transport.write(data)
         return self._head
 
+    def carries(self, head: asyncio.Future[Http1Response]) -> bool:
+        """Whether the request `send` returned `head` for is still this connection's: it has
+        not been answered whole, which gave the connection back to the pool."""
+        return self._head is head
+
     # -- httptools' callbacks
 
     def on_header(self, name: bytes, value: bytes) -> None:
@@ -233,6 +238,7 @@ class Connection(asyncio.Protocol):
         if response is None:
             return  # an interim answer's end
         keep = self._parser.should_keep_alive() and not self._until_close
+        self._head = None  # answered whole: the connection is no longer its request's
         response._finish()
         if keep and self.open:
             # The read that paused it for a slow reader may have ended the response too: the

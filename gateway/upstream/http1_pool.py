@@ -92,8 +92,11 @@ class Http1Pool:
                 # connection back, which another request may be using already; one that has
                 # not takes it with it, as any unfinished response does.
                 head.result().close()
-            else:
-                connection.abandon()  # cancelled or failed midway: nothing else may follow on it
+            elif connection.carries(head):
+                # Cancelled or failed midway: nothing else may follow on it. (Cancelled before
+                # its head, with the whole answer read before this resumed, it is no longer
+                # this request's: another may be using it already.)
+                connection.abandon()
             raise
 
     def _reuse(self) -> Connection | None:
