@@ -550,59 +550,41 @@ async def test_a_connection_flooded_after_its_sse_answer_is_closed_at_once(
         pool.close()
 
 
-async def test_a_caller_cancelled_after_its_whole_answer_leaves_the_connection_kept(
-    raw: Start,
+@pytest.mark.parametrize("cancelled", ["after its head", "before its head"])
+async def test_a_caller_cancelled_as_its_whole_answer_came_leaves_the_connection_kept(
+    raw: Start, monkeypatch: pytest.MonkeyPatch, cancelled: str
 ) -> None:
     """The answer came whole and its connection went back to the pool before the caller, now
     cancelled (a time limit, a client gone), could resume: the connection is no longer the
-    caller's to close, and the next request, maybe another's by then, goes on it. (Closing it
-    failed that other request, seen once in the soak run under load.)"""
+    caller's to close, and the next request, maybe another's by then, goes on it. Closing it
+    failed that other request ("the upstream closed the connection before its answer
+    ended", a `work` task in the soak run under load), whether the caller was cancelled once
+    its answer's head was read or before it (which cancels the future it waits on)."""
     answer = json_response(b'{"jsonrpc": "2.0", "id": 1, "result": {}}')
     server = await raw(keep_answering(answer, answer))
     pool = Http1Pool(server.url, 5)
-    release = pool.release
     try:
         caller = asyncio.create_task(pool.post({}, b"{}"))  # noqa: TID251 - awaited below
+        if cancelled == "after its head":
+            release = pool.release
 
-        def released(connection: http1.Connection) -> None:
-            release(connection)
-            caller.cancel()  # before the caller's turn comes: it resumes cancelled
+            def released(connection: http1.Connection) -> None:
+                release(connection)
+                caller.cancel()  # before the caller's turn comes: it resumes cancelled
 
-        pool.release = released  # type: ignore[method-assign]
+            monkeypatch.setattr(pool, "release", released)
+        else:
+            received = http1.Connection.data_received
+
+            def data_received(connection: http1.Connection, data: bytes) -> None:
+                if not caller.done():
+                    caller.cancel()  # its head's future is cancelled at once, before this read
+                received(connection, data)
+
+            monkeypatch.setattr(http1.Connection, "data_received", data_received)
         with pytest.raises(asyncio.CancelledError):
             await caller
-        pool.release = release  # type: ignore[method-assign]
-        assert len(pool._idle) == 1 and pool._idle[0].open
-        async with await pool.post({}, b"{}") as again:
-            assert again.status == 200 and await again.read()
-        assert server.connections == 1
-    finally:
-        pool.close()
-
-
-async def test_a_caller_cancelled_before_its_head_whose_whole_answer_then_came_leaves_it_kept(
-    raw: Start, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """As above, with the caller cancelled before its answer's head was read (which cancels
-    the future it waits on): the whole answer came in the next read and its connection went
-    back to the pool, where another request may take it before the caller resumes; the
-    caller closing it then failed that request ("the upstream closed the connection before
-    its answer ended", a `work` task in the soak run, once in some ten runs)."""
-    answer = json_response(b'{"jsonrpc": "2.0", "id": 1, "result": {}}')
-    server = await raw(keep_answering(answer, answer))
-    pool = Http1Pool(server.url, 5)
-    received = http1.Connection.data_received
-    try:
-        caller = asyncio.create_task(pool.post({}, b"{}"))  # noqa: TID251 - awaited below
-
-        def data_received(connection: http1.Connection, data: bytes) -> None:
-            if not caller.done():
-                caller.cancel()  # its head's future is cancelled at once, before this read
-            received(connection, data)
-
-        monkeypatch.setattr(http1.Connection, "data_received", data_received)
-        with pytest.raises(asyncio.CancelledError):
-            await caller
+        monkeypatch.undo()
         assert len(pool._idle) == 1 and pool._idle[0].open
         async with await pool.post({}, b"{}") as again:
             assert again.status == 200 and await again.read()
