@@ -1,7 +1,7 @@
-"""The lean HTTP/1.1 client of upstream POSTs (`gateway.upstream.http1` and `http1_pool`),
-against raw servers that write exactly the bytes each case needs; through a Streamable HTTP
-transport, a redirect that it leaves to aiohttp; and through the gateway, the connections
-the SDK servers' SSE answers leave it."""
+"""The lean HTTP/1.1 client of upstream POSTs (`gateway.upstream.http1`, `http1_response`
+and `http1_pool`), against raw servers that write exactly the bytes each case needs; through
+a Streamable HTTP transport, a redirect that it leaves to aiohttp; and through the gateway,
+the connections the SDK servers' SSE answers leave it."""
 
 from __future__ import annotations
 
@@ -23,9 +23,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import UpstreamUnavailable
-from gateway.upstream import http1, http1_pool
-from gateway.upstream.http1 import Http1Error
+from gateway.upstream import http1, http1_pool, http1_response
 from gateway.upstream.http1_pool import Http1Pool
+from gateway.upstream.http1_response import Http1Error
 from gateway.upstream.streamable_http import StreamableHttpTransport
 
 from .conftest import StartGateway
@@ -322,7 +322,7 @@ async def test_a_body_whose_last_bytes_cross_the_high_water_mark_leaves_its_conn
 ) -> None:
     """The read that pauses a connection can also end its response: the connection goes back
     to the pool then, and the next POST on it must be read (it hung, paused, before)."""
-    first = http1.HIGH_WATER - 10
+    first = http1_response.HIGH_WATER - 10
 
     async def script(
         server: RawServer, reader: asyncio.StreamReader, writer: asyncio.StreamWriter
@@ -515,7 +515,7 @@ async def test_a_connection_whose_sse_answer_never_ends_is_closed_after_a_moment
 ) -> None:
     """The answer is the caller's at once; the connection waits a moment for the stream's end,
     which a stream resumed or held open by its server may never send, and then goes."""
-    monkeypatch.setattr(http1, "END_GRACE_SECONDS", 1.0)
+    monkeypatch.setattr(http1_response, "END_GRACE_SECONDS", 1.0)
     server = await raw(sse_answers(end_after=None))
     pool = Http1Pool(server.url, 5)
     try:
@@ -536,8 +536,8 @@ async def test_a_connection_flooded_after_its_sse_answer_is_closed_at_once(
 ) -> None:
     """What comes after the answer is read only to find the stream's end: an upstream that
     sends more than a reader may leave unread (`HIGH_WATER`) loses the connection then."""
-    monkeypatch.setattr(http1, "END_GRACE_SECONDS", 30.0)
-    flood = b": " + b"x" * (http1.HIGH_WATER + 1024) + b"\n\n"
+    monkeypatch.setattr(http1_response, "END_GRACE_SECONDS", 30.0)
+    flood = b": " + b"x" * (http1_response.HIGH_WATER + 1024) + b"\n\n"
     server = await raw(sse_answers(end_after=None, then=flood))
     pool = Http1Pool(server.url, 5)
     try:

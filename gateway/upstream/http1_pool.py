@@ -8,7 +8,8 @@ from collections.abc import Mapping
 
 from yarl import URL
 
-from gateway.upstream.http1 import Connection, Http1Error, Http1Response
+from gateway.upstream.http1 import Connection
+from gateway.upstream.http1_response import Http1Error, Http1Response
 
 #: An idle connection is closed after this long: less than the 5 s after which uvicorn (the
 #: Python SDK's server) and Node's http server (the TypeScript SDK's) close theirs. Longer,

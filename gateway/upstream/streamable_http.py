@@ -29,8 +29,8 @@ from gateway.protocol.errors import (
 )
 from gateway.upstream import sse_reader, unreadable
 from gateway.upstream.base import Headers, Sink, Transport, trace_context
-from gateway.upstream.http1 import Http1Error, Http1Response
 from gateway.upstream.http1_pool import Http1Pool
+from gateway.upstream.http1_response import Http1Error, Http1Response
 
 log = logging.getLogger(__name__)
 
