@@ -28,6 +28,7 @@ from gateway.protocol.jsonrpc import Answer
 from gateway.protocol.versions import LATEST_PROTOCOL_VERSION
 from gateway.upstream.answers import CallLimit
 from gateway.upstream.base import Listener, Transport, UpstreamSession
+from gateway.upstream.child_slots import ChildSlots
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.generation import ModernWire
 from gateway.upstream.http1_pool import KEEPALIVE_SECONDS, Http1Pool
@@ -35,7 +36,7 @@ from gateway.upstream.identity import identity_for
 from gateway.upstream.legacy_sse import SseTransport
 from gateway.upstream.members import MemberRoutes
 from gateway.upstream.native import POST_HEADERS
-from gateway.upstream.stdio import ChildOwner, ChildSlots, StdioTransport
+from gateway.upstream.stdio import ChildOwner, StdioTransport
 from gateway.upstream.streamable_http import StreamableHttpTransport
 
 if TYPE_CHECKING:

@@ -4,8 +4,8 @@ A stdio server is a single MCP session, so children are never shared between cli
 child's stderr goes to the gateway log, its last lines kept (`last_stderr`: what a reachability
 probe shows of a child that exited at once); its exit fails whatever was in flight. A child that
 nothing waits on is stopped after `upstream.child_idle_seconds`, or at once when the route's
-cap is reached and another session needs a child; the session stays, and its next message
-starts a new child with the handshake replayed (`UpstreamClient`).
+cap (`child_slots`) is reached and another session needs a child; the session stays, and its
+next message starts a new child with the handshake replayed (`UpstreamClient`).
 """
 
 from __future__ import annotations
@@ -14,15 +14,15 @@ import asyncio
 import contextlib
 import logging
 from asyncio.subprocess import PIPE, Process
-from collections.abc import Callable
 from typing import Protocol
 
 from gateway.aio import TaskSet
 from gateway.config import UpstreamConfig
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import CapacityExceeded, UpstreamUnavailable
+from gateway.protocol.errors import UpstreamUnavailable
 from gateway.upstream.base import DETACHED, Sink, Transport
 from gateway.upstream.child_output import StderrTail, lines
+from gateway.upstream.child_slots import ChildSlots
 from gateway.upstream.unreadable import Unreadable
 
 log = logging.getLogger(__name__)
@@ -43,69 +43,6 @@ class ChildOwner(Sink, Protocol):
 
     def on_stopped(self, reason: str) -> None:
         """The idle child was stopped; the next use starts another, handshake replayed."""
-
-
-class ChildSlots:
-    """The per-route cap on running stdio children; an idle child gives way to a new one.
-
-    Only busy children hold the cap: at the cap, the least recently used idle child is
-    stopped for the newcomer (one whose client still listens on its GET stream only when no
-    other is idle), so sessions that are never ended cannot lock a route out.
-    Every slot maps to at most one live process: a newcomer spawns only once the child it
-    replaces has exited.
-    """
-
-    def __init__(self, route: str, limit: int) -> None:
-        self.route = route
-        self.limit = limit
-        #: Told of each child that exited by itself (the route's metrics count them).
-        self.on_exit: Callable[[], None] | None = None
-        self._holders: set[StdioTransport] = set()
-        self._freed: list[asyncio.Future[None]] = []
-
-    @property
-    def running(self) -> int:
-        return len(self._holders)
-
-    async def acquire(self, holder: StdioTransport) -> None:
-        """A slot for `holder`'s next child.
-
-        Raises:
-            CapacityExceeded: every child of the route is busy.
-        """
-        while len(self._holders) >= self.limit:
-            idle = [h for h in self._holders if h.idle]
-            if idle:
-                victim = min(idle, key=lambda h: (h.listening, h.last_used))
-                self._holders.remove(victim)
-                self._holders.add(holder)
-                try:
-                    await victim.give_way()
-                except BaseException:
-                    self.release(holder)
-                    raise
-                return
-            if not any(h.stopping for h in self._holders):
-                raise CapacityExceeded(
-                    f"route {self.route!r} already runs its maximum of {self.limit} stdio "
-                    "children (upstream.max_children), each busy with a call, a task or a "
-                    "question; retry when one finishes, or raise the cap"
-                )
-            # A child stopped for idleness is on its way out: its slot comes free shortly.
-            freed = asyncio.get_running_loop().create_future()
-            self._freed.append(freed)
-            try:
-                await freed
-            finally:
-                self._freed.remove(freed)
-        self._holders.add(holder)
-
-    def release(self, holder: StdioTransport) -> None:
-        if holder in self._holders:
-            self._holders.remove(holder)
-            for freed in self._freed:
-                if not freed.done():
-                    freed.set_result(None)
 
 
 async def _stop(proc: Process) -> None:
