@@ -10,8 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import dataclass
 
 import aiohttp
 
@@ -30,7 +28,8 @@ from gateway.protocol.errors import (
 from gateway.upstream import sse_reader, unreadable
 from gateway.upstream.base import Headers, Sink, Transport, trace_context
 from gateway.upstream.http1_pool import Http1Pool
-from gateway.upstream.http1_response import Http1Error, Http1Response
+from gateway.upstream.http1_response import Http1Error
+from gateway.upstream.http_answer import HttpAnswer
 
 log = logging.getLogger(__name__)
 
@@ -40,35 +39,6 @@ _LARGER = "the upstream's answer is larger"
 
 class UpstreamSessionExpired(UpstreamUnavailable):
     """The upstream answered 404 for our session id: it no longer knows the session."""
-
-
-@dataclass(slots=True)
-class _Answer:
-    """An HTTP answer as `_consume` reads it, from either client."""
-
-    status: int
-    #: Case-insensitive, as both clients give them.
-    headers: Mapping[str, str]
-    content_length: int | None
-    chunks: AsyncIterator[bytes]
-    #: Once the answer was read from a stream that has not ended: what lets go of the rest.
-    answered: Callable[[], None]
-    #: The whole body if it has all arrived (most JSON answers come with their head), read
-    #: without running the chunk iterator; None if it has not.
-    whole: Callable[[], bytes | None] | None = None
-
-    @classmethod
-    def of_aiohttp(cls, resp: aiohttp.ClientResponse) -> _Answer:
-        # Closing the connection is the only way out: aiohttp would wait for the body's end,
-        # and a resumed stream may stay open after the answer.
-        chunks = resp.content.iter_any()
-        return cls(resp.status, resp.headers, resp.content_length, chunks, resp.close)
-
-    @classmethod
-    def of_http1(cls, resp: Http1Response) -> _Answer:
-        chunks = resp.iter_chunks()
-        answered = resp.finish_soon
-        return cls(resp.status, resp.headers, resp.content_length, chunks, answered, resp.whole)
 
 
 class StreamableHttpTransport(Transport):
@@ -143,19 +113,19 @@ class StreamableHttpTransport(Transport):
                 resp = await self._pool.post(headers, body)
                 try:
                     if not 300 <= resp.status < 400:
-                        await self._consume(_Answer.of_http1(resp), message)
+                        await self._consume(HttpAnswer.of_http1(resp), message)
                         return
                 finally:
                     resp.close()
             # A redirect (or no pool of our own): aiohttp's client follows it.
             async with self._http.post(self._url, data=body, headers=headers) as redirected:
-                await self._consume(_Answer.of_aiohttp(redirected), message)
+                await self._consume(HttpAnswer.of_aiohttp(redirected), message)
         except TimeoutError as exc:
             raise UpstreamTimeout("the upstream did not accept the connection in time") from exc
         except (aiohttp.ClientError, Http1Error) as exc:
             raise UpstreamUnavailable(f"cannot reach the upstream: {exc}") from exc
 
-    async def _consume(self, resp: _Answer, sent: jsonrpc.Message) -> None:
+    async def _consume(self, resp: HttpAnswer, sent: jsonrpc.Message) -> None:
         related = sent.id if isinstance(sent, jsonrpc.Request) else None
         if isinstance(sent, jsonrpc.Request) and sent.method == "initialize":
             self._session_id = resp.headers.get("Mcp-Session-Id", self._session_id)
@@ -199,7 +169,7 @@ class StreamableHttpTransport(Transport):
             return
         raise UpstreamProtocolError(f"the upstream answered with unexpected content type {ctype!r}")
 
-    async def _read_body(self, resp: _Answer) -> bytes:
+    async def _read_body(self, resp: HttpAnswer) -> bytes:
         """The answer's body, refused past the route's max_result_bytes before it is all read."""
         limit = self.max_message_bytes
         if (size := resp.content_length) is not None and size > limit:
@@ -216,7 +186,7 @@ class StreamableHttpTransport(Transport):
                 raise ResultTooLarge.past(_LARGER, limit)
         return bytes(body)
 
-    async def _read_stream(self, resp: _Answer, related: jsonrpc.RequestId | None) -> None:
+    async def _read_stream(self, resp: HttpAnswer, related: jsonrpc.RequestId | None) -> None:
         last_id, retry_ms, answered = await self._relay_events(resp, related)
         attempts = 0
         while not answered and last_id is not None and attempts < _RESUME_ATTEMPTS:
@@ -230,7 +200,7 @@ class StreamableHttpTransport(Transport):
                 if again.status != 200:
                     break
                 new_last, new_retry, answered = await self._relay_events(
-                    _Answer.of_aiohttp(again), related
+                    HttpAnswer.of_aiohttp(again), related
                 )
                 if new_last is not None and new_last != last_id:
                     attempts = 0
@@ -238,7 +208,7 @@ class StreamableHttpTransport(Transport):
                 retry_ms = new_retry or retry_ms
 
     async def _relay_events(
-        self, resp: _Answer, related: jsonrpc.RequestId | None
+        self, resp: HttpAnswer, related: jsonrpc.RequestId | None
     ) -> tuple[str | None, int | None, bool]:
         last_id: str | None = None
         retry_ms: int | None = None
