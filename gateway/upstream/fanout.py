@@ -4,18 +4,17 @@ It holds an `UpstreamClient` per member and answers to the session above as if i
 (the same methods), so sessions, held sessions, tasks and questions work for every member
 unchanged. A request goes where it belongs (`routing`). Ids need no mapping on the way up
 (`next_id`'s are unique across the members); the members' questions get ids unique across
-them on the way down (`routing.Asks`). A member that fails is reported to the route's
-`MemberHealth`, which leaves it out of the lists until it answers again.
+them on the way down (`member_calls.Asks`). A member that fails is reported to the route's
+`MemberHealth`, which leaves it out of the lists until it answers again. What the route's
+parts use of these sessions is their base, `member_calls.MemberCalls`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
-import secrets
 from collections.abc import Callable, Coroutine, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from gateway import __version__
 from gateway.protocol import jsonrpc
@@ -27,53 +26,30 @@ from gateway.protocol.jsonrpc import Answer
 from gateway.upstream.answers import CallLimit
 from gateway.upstream.base import DETACHED, Listener
 from gateway.upstream.client import UpstreamClient
-from gateway.upstream.routing import Asks, MemberListener, Routing, Send
-
-if TYPE_CHECKING:
-    from gateway.upstream.members import MemberHealth
+from gateway.upstream.member_calls import Health, MemberCalls, Send
+from gateway.upstream.routing import MemberListener, Routing
 
 log = logging.getLogger(__name__)
 
 
-class MemberSessions:
+class MemberSessions(MemberCalls):
     def __init__(
         self,
         route: str,
         clients: Mapping[str, Callable[[Listener], UpstreamClient]],
         listener: Listener,
-        health: MemberHealth,
+        health: Health,
     ) -> None:
         self._route = route
-        self._listener = listener
-        self._health = health
-        self._clients = {
-            name: make(MemberListener(self, listener, name)) for name, make in clients.items()
-        }
-        self._order = list(self._clients)
-        self.naming = names.Naming(self._order)
-        self._id_prefix = f"{secrets.token_hex(8)}-"
-        self._ids = itertools.count(1)
-        #: Our requests in flight -> the member they went to (for a cancellation).
-        self._calls: dict[jsonrpc.RequestId, str] = {}
-        #: A list page's request to one member (an id of its own) -> the request of the
-        #: session's it is part of: what the member's stream and notifications relate to.
-        self._part_of: dict[jsonrpc.RequestId, jsonrpc.RequestId] = {}
-        self._asks = Asks()
+        made = {name: make(MemberListener(self, listener, name)) for name, make in clients.items()}
+        super().__init__(made, listener, health)
         self._handshake: tuple[jsonrpc.Request, jsonrpc.Notification | None] | None = None
-        #: What each member offered at initialize (none known after a restart).
-        self.capabilities: dict[str, jsonrpc.JsonObject] = {}
-        #: The members whose session is open (all, after a restart: each replays on use).
-        self._up: set[str] = set()
-        self._closed = False
         self._on_reestablished: Callable[[], None] | None = None
         self.protocol_version: str | None = None
         self.routing = Routing(self)
         health.watch(self)
 
     # -- what the session above uses of an upstream client
-
-    def next_id(self) -> str:
-        return f"{self._id_prefix}{next(self._ids)}"
 
     @property
     def busy(self) -> bool:
@@ -209,52 +185,6 @@ class MemberSessions:
         """A request to the member it belongs to (`routing`)."""
         return self.routing.call(request, Send(ready, bounded, limit))
 
-    async def forward(
-        self,
-        member: str,
-        request: jsonrpc.Request,
-        send: Send,
-        part_of: jsonrpc.RequestId | None = None,
-    ) -> Answer:
-        """`request` to `member` (under an id of its own when it is `part_of` a request of the
-        session's, a list's page). Raises UpstreamError naming the member."""
-        client = self._clients[member]
-        self._calls[request.id] = member
-        if part_of is not None:
-            self._part_of[request.id] = part_of
-        try:
-            answer = await client.call(
-                request, ready=send.ready, bounded=send.bounded, limit=send.limit
-            )
-        except UpstreamError as exc:
-            self._failed(member, exc)
-            raise type(exc)(f"member {member}: {exc.message}") from None
-        finally:
-            self._calls.pop(request.id, None)
-            self._part_of.pop(request.id, None)
-        self._up.add(member)
-        self._health.answered(member)
-        return answer
-
-    def offering(self, capability: str) -> list[str]:
-        """The members that offer `capability`, in the route's order (with those whose
-        capabilities are not known: after a restart, or down at initialize)."""
-        known = self.capabilities
-        return [
-            n for n in self._order if n not in known or isinstance(known[n].get(capability), dict)
-        ]
-
-    def member_order(self) -> list[str]:
-        return self._order
-
-    def up_members(self) -> list[str]:
-        """The members whose session is open, in the route's order."""
-        return [n for n in self._order if n in self._up]
-
-    def listed(self, member: str) -> bool:
-        """Whether lists ask `member` now (not while it is down and not yet due a retry)."""
-        return self._health.listed(member)
-
     # -- notifications and answers from the client
 
     async def notify(self, message: jsonrpc.Notification | Answer) -> None:
@@ -275,43 +205,3 @@ class MemberSessions:
         answered = self._asks.answered(message)
         if answered is not None:  # (else it answers no question of a member's)
             await self._clients[answered[0]].notify(answered[1])
-
-    # -- from the members
-
-    def related(self, related: jsonrpc.RequestId) -> jsonrpc.RequestId:
-        """The session's request a member's message or stream relates to: `related`, or the
-        request its list page is part of (so that a member's SSE framing of its page makes
-        the client's answer SSE, as a route of one upstream does)."""
-        return self._part_of.get(related, related)
-
-    def from_member(
-        self, member: str, message: jsonrpc.Message, related: jsonrpc.RequestId | None
-    ) -> None:
-        if isinstance(message, jsonrpc.Request):
-            message = self._asks.asked(member, message, f"{member}:{self.next_id()}")
-        elif (
-            isinstance(message, jsonrpc.Notification)
-            and message.method == "notifications/cancelled"
-        ):
-            withdrawn = self._asks.withdrawn(member, message)
-            if withdrawn is None:
-                return  # cancels nothing the session was told of
-            message = withdrawn
-        self._listener.on_server_message(
-            message, None if related is None else self.related(related)
-        )
-
-    def _failed(self, member: str, failure: UpstreamError | jsonrpc.ErrorResponse) -> None:
-        """`member` failed a call: its health is told, unless these sessions were closed
-        under it (a call that gave up while its session opened) or it is still there."""
-        if not self._closed:
-            self._health.failed_by(member, failure)
-
-    def changed(self) -> None:
-        """A member went down or came back: the route's lists changed."""
-        for key in ("tools", "prompts", "resources"):
-            if self.offering(key):
-                method = f"notifications/{key}/list_changed"
-                self._listener.on_server_message(
-                    jsonrpc.Notification(jsonrpc="2.0", method=method), None
-                )

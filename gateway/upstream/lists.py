@@ -19,12 +19,12 @@ from gateway.protocol.errors import INVALID_PARAMS, UpstreamError
 from gateway.protocol.jsonrpc import Answer
 
 if TYPE_CHECKING:
-    from gateway.upstream.fanout import MemberSessions
-    from gateway.upstream.routing import Routing, Send
+    from gateway.upstream.member_calls import MemberCalls, Send
+    from gateway.upstream.routing import Routing
 
 
 class ListMerge:
-    def __init__(self, sessions: MemberSessions, routing: Routing) -> None:
+    def __init__(self, sessions: MemberCalls, routing: Routing) -> None:
         self._sessions = sessions
         self._routing = routing
 

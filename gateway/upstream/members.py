@@ -29,6 +29,7 @@ from gateway.upstream.generation import Bridged, ModernWire
 if TYPE_CHECKING:
     from gateway.observability.traces import Tracing
     from gateway.upstream import UpstreamRoute
+    from gateway.upstream.member_calls import MemberCalls
 
 log = logging.getLogger("gateway.upstream")
 
@@ -52,12 +53,12 @@ class MemberHealth:
         self._clock = clock
         #: Members that failed -> when they last did.
         self._down: dict[str, float] = {}
-        self._sessions: weakref.WeakSet[MemberSessions] = weakref.WeakSet()
+        self._sessions: weakref.WeakSet[MemberCalls] = weakref.WeakSet()
 
-    def watch(self, sessions: MemberSessions) -> None:
+    def watch(self, sessions: MemberCalls) -> None:
         self._sessions.add(sessions)
 
-    def unwatch(self, sessions: MemberSessions) -> None:
+    def unwatch(self, sessions: MemberCalls) -> None:
         self._sessions.discard(sessions)
 
     def is_down(self, member: str) -> bool:

@@ -19,12 +19,11 @@ from gateway.protocol import members as names
 from gateway.protocol.errors import INVALID_PARAMS, METHOD_NOT_FOUND
 from gateway.protocol.jsonrpc import Answer
 from gateway.protocol.modern_results import LEGACY_RESOURCE_NOT_FOUND
-from gateway.upstream.answers import CallLimit
 from gateway.upstream.lists import ListMerge
 
 if TYPE_CHECKING:
     from gateway.upstream.base import Listener
-    from gateway.upstream.fanout import MemberSessions
+    from gateway.upstream.member_calls import MemberCalls, Send
 
 #: Resource URIs remembered with the member that listed them, per session.
 _MAX_URIS = 10_000
@@ -33,20 +32,11 @@ _BY_NAME = {"tools/call": "tool", "prompts/get": "prompt"}
 _BY_URI = frozenset({"resources/read", "resources/subscribe", "resources/unsubscribe"})
 
 
-class Send:
-    """How a request is sent (`UpstreamClient.call`'s options), passed along unchanged."""
-
-    __slots__ = ("bounded", "limit", "ready")
-
-    def __init__(self, ready: bool, bounded: bool, limit: CallLimit | None) -> None:
-        self.ready, self.bounded, self.limit = ready, bounded, limit
-
-
 class Routing:
-    def __init__(self, sessions: MemberSessions) -> None:
+    def __init__(self, sessions: MemberCalls) -> None:
         # Weakly: the sessions hold this for as long as they live, and a strong reference
         # back made the three (with `lists`) a cycle left to the collector at their end.
-        self._sessions: MemberSessions = weakref.proxy(sessions)
+        self._sessions: MemberCalls = weakref.proxy(sessions)
         self._uris: OrderedDict[str, str] = OrderedDict()
         self.lists = ListMerge(self._sessions, weakref.proxy(self))
 
@@ -147,42 +137,11 @@ class Routing:
         return self._uris.get(uri) == member
 
 
-class Asks:
-    """The members' own requests (their questions) under ids unique across the members: the
-    session above knows them by these, and each answer goes back under the member's own."""
-
-    def __init__(self) -> None:
-        self._by_id: dict[str, tuple[str, jsonrpc.RequestId]] = {}
-        self._ids: dict[tuple[str, jsonrpc.RequestId], str] = {}
-
-    def asked(self, member: str, request: jsonrpc.Request, asked_as: str) -> jsonrpc.Request:
-        self._by_id[asked_as] = (member, request.id)
-        self._ids[(member, request.id)] = asked_as
-        return jsonrpc.with_id(request, asked_as)
-
-    def withdrawn(self, member: str, note: jsonrpc.Notification) -> jsonrpc.Notification | None:
-        """A member's cancellation of its question, under the session's id for it."""
-        target = jsonrpc.param(note, "requestId")
-        found = self._ids.pop((member, target), None) if jsonrpc.is_request_id(target) else None
-        if found is None:
-            return None
-        del self._by_id[found]
-        return jsonrpc.with_param(note, "requestId", found)
-
-    def answered(self, answer: Answer) -> tuple[str, Answer] | None:
-        """(member, the answer under its id) for the answer to a member's question."""
-        entry = self._by_id.pop(answer.id, None) if isinstance(answer.id, str) else None
-        if entry is None:
-            return None
-        del self._ids[entry]
-        return entry[0], jsonrpc.with_id(answer, entry[1])
-
-
 class MemberListener:
     """The `Listener` of one member's client: what the member sends on its own goes through
-    the sessions (`MemberSessions.from_member`); the rest is the session's above."""
+    the sessions (`MemberCalls.from_member`); the rest is the session's above."""
 
-    def __init__(self, sessions: MemberSessions, listener: Listener, name: str) -> None:
+    def __init__(self, sessions: MemberCalls, listener: Listener, name: str) -> None:
         self._sessions, self._listener, self._name = sessions, listener, name
 
     def on_server_message(
