@@ -13,7 +13,8 @@ A request meets, in order:
 * `admission`: credentials, rate, headers, the body, the session the request names;
 * `endpoint`: hands the parsed message to `gateway.protocol.dispatch`, then acts on the
   decision: open a session, relay through `gateway.session`, start a task in
-  `gateway.tasks`, or answer a tasks/* request from the task API;
+  `gateway.tasks`, or answer a tasks/* request from the task API; `endpoint_session` serves
+  a session's GET (its stream) and DELETE (its end);
 * `endpoint_modern`: a session-less 2026-07-28 request instead, checked and decided by
   `gateway.protocol.modern`; `modern_tools` runs its calls (MRTR rounds, tasks of the
   extension) and `modern_stream` writes their progress and log messages;

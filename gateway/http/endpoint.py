@@ -2,9 +2,9 @@
 
 POST carries one JSON-RPC message: requests are answered as JSON when the answer comes
 quickly and alone, otherwise as a resumable SSE stream; notifications and responses get 202.
-GET opens (or with Last-Event-ID resumes) a stream; DELETE ends the session. A message is
+A session's GET (its stream) and DELETE (its end) are `endpoint_session`'s. A message is
 decided once (`protocol.dispatch.decide`), under its session's negotiated version, or none.
-A session-less 2026-07-28 request goes to `endpoint_modern` instead (GET and DELETE: 405).
+A session-less 2026-07-28 request goes to `endpoint_modern` instead.
 Each is given the `Route` the URL table holds at that path when the request arrives.
 """
 
@@ -28,7 +28,6 @@ from gateway.protocol.decisions import Local, Reject, Rewrite
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
     InvalidRequest,
-    MethodNotAllowed,
     NotAcceptable,
     TaskError,
     UnsupportedMediaType,
@@ -260,54 +259,3 @@ async def _answer(
         stream.sent = 1
         return _json_response(first)
     return await sse.serve(request, stream, after=0, prime=True, config=http)
-
-
-def _refuse_modern_without_session(request: web.Request, route: Route) -> None:
-    """GET and DELETE belong to sessions; the 2026-07-28 generation has none (405)."""
-    if request.headers.get(admission.SESSION_HEADER) or (
-        MODERN_PROTOCOL_VERSION not in route.generations
-    ):
-        return
-    version = request.headers.get(admission.VERSION_HEADER)
-    if version == MODERN_PROTOCOL_VERSION or LEGACY_GENERATION not in route.generations:
-        raise MethodNotAllowed(
-            f"{request.method} needs a session, and the 2026-07-28 generation has none: "
-            "send each request as its own POST",
-            headers={"Allow": "POST"},
-        )
-
-
-async def get(route: Route, request: web.Request) -> web.StreamResponse:
-    request[ROUTE_KEY] = route.name
-    http = request.app[SETTINGS].http
-    caller = await admission.admit(request, route)
-    _refuse_modern_without_session(request, route)
-    if not admission.accepts(request, "text/event-stream"):
-        raise NotAcceptable("Not Acceptable: the Accept header must list text/event-stream")
-    session = await admission.session_for(request, route, caller)
-    last_event_id = request.headers.get("Last-Event-ID")
-    if last_event_id is None:
-        stream = session.standalone
-        after, prime = stream.sent, True
-    else:
-        key, _, seq = last_event_id.rpartition(":")
-        # isdecimal is not enough: int() refuses '²', and 10**5000 is no event number.
-        numeric = seq.isascii() and seq.isdecimal() and len(seq) <= 18
-        found = session.stream(key) if numeric else None
-        if found is None:
-            raise InvalidRequest(
-                f"Last-Event-ID {printable(last_event_id, 80)!r} names no stream this "
-                "session still holds"
-            )
-        stream, after, prime = found, int(seq), False
-    return await sse.serve(request, stream, after=after, prime=prime, config=http)
-
-
-async def delete(route: Route, request: web.Request) -> web.Response:
-    request[ROUTE_KEY] = route.name
-    caller = await admission.admit(request, route)
-    _refuse_modern_without_session(request, route)
-    session = await admission.session_for(request, route, caller)
-    await request.app[SESSIONS].end(session)
-    log.info("route %s: session %s ended by the client", route.name, session.tag)
-    return web.Response(status=200)

@@ -31,7 +31,7 @@ from collections.abc import Callable
 from aiohttp import web
 
 from gateway.config import Settings
-from gateway.http import admission, cors
+from gateway.http import admission, cors, endpoint_session
 from gateway.http import endpoint as mcp_endpoint
 from gateway.http.health import Health
 from gateway.http.keys import HEALTH, METRICS, ROUTE_TABLE, ROUTES, SESSIONS
@@ -51,7 +51,11 @@ async def readyz(request: web.Request) -> web.Response:
     return await request.app[HEALTH].ready(request)
 
 
-_ENDPOINTS = {"POST": mcp_endpoint.post, "GET": mcp_endpoint.get, "DELETE": mcp_endpoint.delete}
+_ENDPOINTS = {
+    "POST": mcp_endpoint.post,
+    "GET": endpoint_session.get,
+    "DELETE": endpoint_session.delete,
+}
 
 
 async def configured(request: web.Request) -> web.StreamResponse:
