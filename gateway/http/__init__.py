@@ -10,7 +10,8 @@ A request meets, in order:
 * `urls` and `routing`: the URL table: /livez, /readyz, /healthz and /metrics, then one
   catch-all that finds the route by path in the `RouteTable` the last reload left (aiohttp's
   router is frozen once serving), OAuth metadata documents included;
-* `admission`: credentials, rate, headers, the body, the session the request names;
+* `admission`: credentials, rate, headers, the body (`request_body`), the session the
+  request names;
 * `endpoint`: hands the parsed message to `gateway.protocol.dispatch`, then acts on the
   decision: open a session, relay through `gateway.session`, start a task in
   `gateway.tasks`, or answer a tasks/* request from the task API; `endpoint_session` serves

@@ -3,9 +3,9 @@
 In order: credentials (401 with a Bearer challenge; failures rate-limited per address; with
 auth mode oauth the challenge points to the route's resource metadata, and a token without the
 route's scopes gets 403 `insufficient_scope`), the caller's request rate (429), the headers
-(Accept 406, Content-Type 415, protocol version 400), the body (read whole however it is
-chunked: 413 beyond the limit, 408 when too slow), and the session the request names (404 for
-an unknown, ended or foreign one, answered alike). During the drain before a stop, new sessions
+(Accept 406, Content-Type 415, protocol version 400), the body (`http.request_body`: 413
+beyond the limit, 408 when too slow), and the session the request names (404 for an
+unknown, ended or foreign one, answered alike). During the drain before a stop, new sessions
 and tasks are refused (503 with Retry-After; see `http.drain`).
 
 A `Caller` says who is asking: `principal` is who authenticated (None without
@@ -15,7 +15,6 @@ client address, or the session once it is known).
 
 from __future__ import annotations
 
-import asyncio
 import functools
 from dataclasses import dataclass
 
@@ -31,8 +30,6 @@ from gateway.protocol.errors import (
     CapacityExceeded,
     InvalidRequest,
     LimitExceeded,
-    PayloadTooLarge,
-    RequestTimeout,
     SessionNotFound,
     SessionRequired,
     Unauthorized,
@@ -276,40 +273,3 @@ def remember_forwarded(request: web.Request, route: Route, session: Session) -> 
         value = request.headers.get(name)
         if value is not None:
             session.forwarded[name] = value
-
-
-async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
-    """The whole body, however it is chunked, within `seconds` and `limit` bytes.
-
-    Raises:
-        PayloadTooLarge: the body is (or announces itself as) longer than `limit`.
-        RequestTimeout: it did not arrive in time (a slow sender holds no connection long).
-    """
-    if request.content_length is not None and request.content_length > limit:
-        raise PayloadTooLarge(
-            f"request body of {request.content_length} bytes exceeds the "
-            f"limit of {limit} bytes (limits.max_body_bytes)"
-        )
-    content = request.content
-    if content.is_eof():
-        # All of it came with the head (most bodies do): nothing to wait for, no timer.
-        whole = content.read_nowait()
-        if len(whole) > limit:
-            raise PayloadTooLarge(
-                f"request body exceeds the limit of {limit} bytes (limits.max_body_bytes)"
-            )
-        return whole
-    body = bytearray()
-    try:
-        async with asyncio.timeout(seconds):
-            async for chunk in request.content.iter_any():
-                body += chunk
-                if len(body) > limit:
-                    raise PayloadTooLarge(
-                        f"request body exceeds the limit of {limit} bytes (limits.max_body_bytes)"
-                    )
-    except TimeoutError:
-        raise RequestTimeout(
-            f"the request body did not arrive within {seconds:g} s (http.body_timeout_seconds)"
-        ) from None
-    return bytes(body)

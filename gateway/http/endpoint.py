@@ -22,6 +22,7 @@ from gateway.http.middleware import GENERATION as GENERATION_KEY
 from gateway.http.middleware import METHOD as METHOD_KEY
 from gateway.http.middleware import REQUEST_ID as REQUEST_ID_KEY
 from gateway.http.middleware import ROUTE as ROUTE_KEY
+from gateway.http.request_body import read_body
 from gateway.observability.logs import printable
 from gateway.protocol import curation, dispatch, jsonrpc, modern, rewrite
 from gateway.protocol.decisions import Local, Reject, Rewrite
@@ -77,9 +78,7 @@ async def post(route: Route, request: web.Request) -> web.StreamResponse:
             "Not Acceptable: the Accept header must list both application/json "
             "and text/event-stream"
         )
-    body = await admission.read_body(
-        request, route.limits.max_body_bytes, http.body_timeout_seconds
-    )
+    body = await read_body(request, route.limits.max_body_bytes, http.body_timeout_seconds)
     message = jsonrpc.parse(body)
     request[METHOD_KEY] = _method_label(message)
     if route.tracing is not None:
