@@ -20,9 +20,9 @@ Everything long-lived (the store, the runner, upstream connection pools, session
 children) is created in one cleanup context here and released in reverse order when the app
 stops: runs first (their tasks are failed as interrupted at the next start), then sessions
 (their records stay, so clients carry on after a restart), then connections and the store.
-Before that, `drain` (the first SIGTERM or SIGINT) lets running tasks end by themselves while
-new sessions and tasks are refused, for up to shutdown.drain_seconds. Traces, when configured,
-are flushed last, so the spans of everything above reach the collector.
+Before that, `http.shutdown.drain` (the first SIGTERM or SIGINT) lets running tasks end by
+themselves while new sessions and tasks are refused, for up to shutdown.drain_seconds. Traces,
+when configured, are flushed last, so the spans of everything above reach the collector.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ from gateway.http.keys import (
 )
 from gateway.http.middleware import Handler
 from gateway.http.reload import Reloads
+from gateway.http.shutdown import interrupt
 from gateway.http.urls import add_routes
 from gateway.observability.metrics import Metrics
 from gateway.recovery import replicas, reruns
@@ -77,7 +78,6 @@ from gateway.session.task_api import TaskApi
 from gateway.tasks.inputs import TaskInputs
 from gateway.tasks.models import utcnow
 from gateway.tasks.notifier import Notifier
-from gateway.tasks.recovery import SHUTDOWN_MESSAGE
 from gateway.tasks.runner import TaskRunner
 from gateway.tasks.store import TaskStore
 from gateway.tasks.store.opening import open_configured
@@ -138,28 +138,9 @@ def create_app(
     admin_sockets: list[socket.socket] = []
     app.cleanup_ctx.append(partial(_admin_address, sockets=admin_sockets))
     app.cleanup_ctx.append(partial(_components, clock=clock, admin_sockets=admin_sockets))
-    app.on_shutdown.append(_interrupt)
+    app.on_shutdown.append(interrupt)
     app.on_shutdown.append(app[RELOADS].probes.close)  # a reload's probes still running
     return app
-
-
-async def drain(app: web.Application) -> None:
-    """The first SIGTERM or SIGINT, before the app stops: /readyz says 503 and new sessions
-    and tasks are refused from now on; returns once no task runs, or after
-    shutdown.drain_seconds."""
-    await app[DRAIN].run(app[RUNNER])
-
-
-async def _interrupt(app: web.Application) -> None:
-    """The stop, after the drain: new connections are refused already; answer everyone still
-    here.
-
-    Tasks still running fail now as interrupted (a waiting tasks/result gets that as its
-    answer), relayed calls get an error, streams end; aiohttp then gives open requests up to
-    http.shutdown_grace_seconds before the cleanup below closes sessions and the store.
-    """
-    await app[RUNNER].interrupt_all(SHUTDOWN_MESSAGE)
-    app[SESSIONS].drain("the gateway is shutting down; send the request again once it is back")
 
 
 async def _admin_address(app: web.Application, sockets: list[socket.socket]) -> AsyncIterator[None]:

@@ -16,10 +16,11 @@ import aiohttp
 import pytest
 from aiohttp import web
 
-from gateway.app import create_app, drain
+from gateway.app import create_app
 from gateway.config import ListenConfig, Settings
 from gateway.http import listen
 from gateway.http.keys import RUNNER, STORE
+from gateway.http.shutdown import drain
 from gateway.protocol.errors import INTERNAL_ERROR
 from gateway.tasks.models import TaskStatus
 

@@ -10,11 +10,12 @@ import socket
 import sys
 from functools import partial
 
-from gateway.app import create_app, drain
+from gateway.app import create_app
 from gateway.config import ConfigError, load_settings, route_auth
 from gateway.http import announce, listen
 from gateway.http.keys import RELOADS
 from gateway.http.reload import on_sighup
+from gateway.http.shutdown import drain
 from gateway.observability import audit
 from gateway.tasks.store import StoreInUse
 from gateway.tasks.store.opening import StoreUnavailable

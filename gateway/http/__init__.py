@@ -22,7 +22,7 @@ A request meets, in order:
 * `sse`: a session's event stream written to the connection, when the answer is a stream.
 
 `health` answers the probes cheaply; `drain` is what the first SIGTERM starts (new work
-refused, running tasks let finish). `admin` (with `admin_query`) is the operators' API on an
-address of its own, never the clients' port. Nothing below this package knows about HTTP
-requests.
+refused, running tasks let finish), and `shutdown` the app's stop: that drain, then the
+interrupt of what still runs. `admin` (with `admin_query`) is the operators' API on an address
+of its own, never the clients' port. Nothing below this package knows about HTTP requests.
 """
