@@ -66,7 +66,7 @@ from gateway.http.keys import (
     TRUSTED_PROXIES,
 )
 from gateway.http.middleware import Handler
-from gateway.http.reload import Reloads
+from gateway.http.reload_state import Reloads
 from gateway.http.shutdown import interrupt
 from gateway.http.urls import add_routes
 from gateway.observability.metrics import Metrics

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
     from gateway.config import Settings
     from gateway.http.drain import Drain
     from gateway.http.health import Health
-    from gateway.http.reload import Reloads
+    from gateway.http.reload_state import Reloads
     from gateway.http.routing import RouteTable
     from gateway.observability.metrics import Metrics
     from gateway.observability.traces import Tracing

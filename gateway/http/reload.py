@@ -40,45 +40,18 @@ from pathlib import Path
 from aiohttp import web
 from pydantic import BaseModel
 
-from gateway.aio import TaskSet
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.http.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, SHARE, TRACING
 from gateway.http.reload_report import ReloadResult, report
+from gateway.http.reload_state import Reloads
 from gateway.route import Route, RouteInputs
 from gateway.upstream import MemberRoutes, UpstreamRoute
-from gateway.upstream.reachability import Probes
 
 # Named as before the module moved into http/: operators filter their logs on this name.
 log = logging.getLogger("gateway.reload")
 
 #: The sections a reload applies; the others keep the values the gateway started with.
 RELOADABLE = frozenset({"auth", "limits", "routes"})
-
-
-class Reloads:
-    """What reloads share: the settings in force, the routes they replaced (kept open for the
-    sessions and tasks still on them until the gateway stops), the command line's overrides."""
-
-    def __init__(self, settings: Settings) -> None:
-        self.settings = settings
-        #: The --config file (what SIGHUP reloads); None: the built-in demo settings.
-        self.path: str | None = None
-        self.retired: list[Route] = []
-        #: listen.host and listen.port as --host and --port set them, kept by every reload.
-        self.listen_overrides: dict[str, object] = {}
-        self.lock = asyncio.Lock()
-        self.tasks = TaskSet("reloads")
-        #: The background probes of routes: at start-up, and of those a reload adds or
-        #: changes; the app's shutdown cancels the probes still running.
-        self.probes = Probes("reachability check")
-
-    async def close(self) -> None:
-        """The gateway stops (after its sessions closed): close the replaced routes."""
-        await self.tasks.close()
-        await self.probes.close()
-        for route in self.retired:
-            await route.close()
-        self.retired.clear()
 
 
 async def reload(app: web.Application, path: str | Path) -> ReloadResult:
