@@ -12,24 +12,19 @@ parts use of these sessions is their base, `member_calls.MemberCalls`.
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 from gateway import __version__
 from gateway.protocol import jsonrpc
 from gateway.protocol import members as names
-from gateway.protocol.errors import (
-    UpstreamError,
-)
+from gateway.protocol.errors import UpstreamError
 from gateway.protocol.jsonrpc import Answer
 from gateway.upstream.answers import CallLimit
 from gateway.upstream.base import DETACHED, Listener
 from gateway.upstream.client import UpstreamClient
 from gateway.upstream.member_calls import Health, MemberCalls, Send
 from gateway.upstream.routing import MemberListener, Routing
-
-log = logging.getLogger(__name__)
 
 
 class MemberSessions(MemberCalls):
