@@ -29,7 +29,8 @@ from gateway.tasks import landing as landing_module
 from gateway.tasks.models import INPUT_MESSAGE, TERMINAL, Task, TaskStatus
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.recovery import INTERRUPTED_MESSAGE, SHUTDOWN_MESSAGE, Bounds
-from gateway.tasks.runner import CANCELLED_MESSAGE, TaskRunner
+from gateway.tasks.runner import TaskRunner
+from gateway.tasks.stops import CANCELLED_MESSAGE
 from gateway.tasks.store import TaskStore, open_store
 from gateway.upstream import Answer, UpstreamClient
 

@@ -17,6 +17,7 @@ in the background a plain `tools/call` goes upstream and ends in one terminal wr
                     messages a lost task fails with
     losses.py       the runner's writes after a loss: at shutdown, to another replica, and
                     for the tasks a lost process left (`gateway/recovery/` tells the story)
+    stops.py        the runner's writes for a cancel and for expiry, before the run stops
     host.py         the runner's seam to whoever started the task (one host per kind of
                     caller: a 2025-11-25 session, or a call with no session)
     progress.py     upstream progress as the task's statusMessage, coalesced

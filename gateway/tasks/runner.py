@@ -16,8 +16,9 @@ themselves. Runs are held in a TaskSet (no fire-and-forget); what a previous pro
 running fails at start-up, or runs again (`recover()`, then `rerun()`).
 
 Beside it: `runs` holds the runs in flight, `losses` acts after a loss (`gateway/recovery/`
-tells that story), `landing` makes the terminal write, `host` is the seam to the session,
-`progress` keeps the statusMessage, `telemetry` the metrics and audit events, `sweeper` the timer.
+tells that story), `stops` on a cancel and on expiry, `landing` makes the terminal write,
+`host` is the seam to the session, `progress` keeps the statusMessage, `telemetry` the
+metrics and audit events, `sweeper` the timer.
 """
 
 from __future__ import annotations
@@ -33,7 +34,7 @@ from gateway.aio import TaskSet, timers
 from gateway.config import Limits, TaskPolicy
 from gateway.observability.metrics import Metrics
 from gateway.protocol import jsonrpc
-from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, TaskError, TaskLimitReached
+from gateway.protocol.errors import INTERNAL_ERROR, GatewayError, TaskLimitReached
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.creation import new_task, new_task_id, policy_ttl
 from gateway.tasks.host import TaskHost
@@ -43,6 +44,7 @@ from gateway.tasks.models import INPUT_MESSAGE, Task, TaskStatus, status_for
 from gateway.tasks.notifier import Notifier
 from gateway.tasks.progress import ProgressNotes
 from gateway.tasks.runs import CallHooks, Running, Runs
+from gateway.tasks.stops import Stops
 from gateway.tasks.store import TaskStore
 from gateway.tasks.sweeper import sweep_forever
 from gateway.tasks.telemetry import TaskTelemetry
@@ -51,8 +53,6 @@ if TYPE_CHECKING:
     from gateway.observability.traces import Tracing
 
 log = logging.getLogger(__name__)
-
-CANCELLED_MESSAGE = "The task was cancelled by request."
 
 
 class TaskRunner:
@@ -93,6 +93,9 @@ class TaskRunner:
         self.changed_elsewhere, self.runs_here = losses.changed_elsewhere, losses.runs_here
         self.recover = losses.recover
         self.fail_lost = losses.fail_lost
+        stops = Stops(store, notifier, clock, self._telemetry, self._runs, self._changed)
+        #: Ends decided outside a run (see `stops`): a cancel, expiry.
+        self.cancel, self.sweep = stops.cancel, stops.sweep
 
     async def submit(
         self,
@@ -271,41 +274,6 @@ class TaskRunner:
             self._notifier.task_ended(task, outcome)
         if host is not None:
             host.task_status(task)
-
-    async def cancel(self, task: Task, actor: str | None = None) -> Task:
-        """Mark a task cancelled (before answering), then stop its upstream call. `actor`
-        names who asked when it is not the task's owner (the audit says "operator").
-
-        Raises:
-            TaskError: the task is already terminal.
-        """
-        if task.status.terminal:
-            raise TaskError(f"Cannot cancel task: already in terminal status '{task.status}'")
-        outcome = Outcome.error(INTERNAL_ERROR, CANCELLED_MESSAGE)
-        done = await self._store.finish_task(
-            task.task_id, TaskStatus.CANCELLED, CANCELLED_MESSAGE, outcome, self._clock()
-        )
-        if done is None:  # it became terminal meanwhile
-            latest = await self._store.get_task(task.task_id)
-            status = latest.status if latest is not None else task.status
-            raise TaskError(f"Cannot cancel task: already in terminal status '{status}'")
-        running = self._runs.get(task.task_id)
-        self._telemetry.cancelled(task, running.host.principal if running else None, actor)
-        # Without the outcome: a waiting tasks/result answers after `stop` has withdrawn the
-        # task's open questions on its stream, not before.
-        self._changed(done, running.host if running else None)
-        if running is not None:
-            await running.stop("the task was cancelled")
-        return done
-
-    async def sweep(self) -> None:
-        """Delete expired tasks; a running one is stopped first (the spec allows both)."""
-        for task_id in await self._store.delete_expired(self._clock()):
-            running = self._runs.take(task_id)
-            if running is not None:
-                await running.stop("the task expired")
-            self._telemetry.expired(task_id)
-            self._notifier.task_changed(task_id)
 
     def start_sweeper(self, interval: float, *chores: Callable[[], Awaitable[None]]) -> None:
         """Every `interval` seconds: `sweep()`, then each of `chores` (the store's other

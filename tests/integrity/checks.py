@@ -23,7 +23,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 from gateway.tasks.recovery import REPLICA_LOST_MESSAGE, SHUTDOWN_MESSAGE
-from gateway.tasks.runner import CANCELLED_MESSAGE
+from gateway.tasks.stops import CANCELLED_MESSAGE
 from tests.integrity.calls import TERMINAL, Call, Fault, JsonObj
 from tests.integrity.evidence import Audit, Runs, epoch, stalled
 from tests.integrity.probe import Templates
