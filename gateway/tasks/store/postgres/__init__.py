@@ -2,6 +2,7 @@
 replicas"), each live task run by one of them and its runner's writes fenced on it.
 
     store.py      `PostgresTaskStore`: the writes, each one transaction, and the reads
+    opening.py    a replica's start on the database: schema brought up to date, lease taken
     pool.py       its connections: the pool, transactions, an unreachable server as 503
     schema.py     the database: migrations under an advisory lock, wake-up triggers
     tasks.py, inputs.py, attempts.py, sessions.py
@@ -11,6 +12,7 @@ replicas"), each live task run by one of them and its runner's writes fenced on 
     kept.py       the session records and finished tasks a replica keeps, dropped by news
 """
 
-from gateway.tasks.store.postgres.store import PostgresTaskStore, open_postgres_store
+from gateway.tasks.store.postgres.opening import open_postgres_store
+from gateway.tasks.store.postgres.store import PostgresTaskStore
 
 __all__ = ["PostgresTaskStore", "open_postgres_store"]

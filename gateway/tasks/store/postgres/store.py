@@ -6,8 +6,8 @@ answered from what it keeps (`kept`); its writes it delegates, by the rows they 
 Each write is one transaction on a pooled connection (`pool`), durable on return. A task's
 runner is the replica that created or claimed it, and the runner's writes are fenced on it: a
 replica taken for dead can no longer write to the tasks a survivor took over, while a client's
-cancel or answer lands on any replica. `schema` keeps the schema current, `listener` hears
-the wake-ups.
+cancel or answer lands on any replica. `opening` is a replica's start on the database,
+`schema` keeps the schema current, `listener` hears the wake-ups.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 
 from asyncpg import Record
 
-from gateway.config import POOL_SIZE
 from gateway.protocol.jsonrpc import JsonObject, RequestId
 from gateway.protocol.outcome import Outcome
 from gateway.tasks.models import (
@@ -43,8 +42,6 @@ from gateway.tasks.store.postgres.schema import (
     SESSION_CHANNEL,
     SQL,
     Connection,
-    cursor_secret,
-    migrate,
 )
 from gateway.tasks.store.rows import task_from_row
 from gateway.tasks.store.writes import check_request, failure, finish_sources, update_sources
@@ -278,34 +275,3 @@ class PostgresTaskStore(KeptReads):
 
     async def _write(self, run: Callable[[Connection], Awaitable[T]]) -> T:
         return await self._db.write(run)
-
-
-async def open_postgres_store(
-    url: str,
-    replica: str,
-    lease_seconds: float = 15.0,
-    on_timing: Callable[[str, float], None] | None = None,
-    pool_size: int = POOL_SIZE,
-) -> PostgresTaskStore:
-    """Connects to the database at `url` (the password from PGPASSWORD), brings its schema up
-    to date and takes the lease of `replica`, this process's name among the replicas. Give a
-    new name at each start: the live tasks of an earlier process of the same name would pass
-    for this one's, and no replica would ever claim them.
-
-    `on_timing(operation, seconds)` hears how long each read and each commit took;
-    `pool_size` bounds the connections the store's pool opens.
-
-    Raises: what asyncpg raises when the database cannot be reached or used (OSError,
-    asyncpg.PostgresError, ...); RuntimeError if its schema is newer than this gateway knows.
-    """
-    db = await Pool.connect(url, replica, on_timing, pool_size)
-    try:
-        async with db.acquire() as conn:
-            await migrate(conn)
-            secret = await cursor_secret(conn)
-        store = PostgresTaskStore(db, url, replica, lease_seconds, secret)
-        await store.renew_lease()
-    except BaseException:
-        db.terminate()
-        raise
-    return store
