@@ -1,5 +1,5 @@
-"""JWT verification: the configured key (a shared secret, a PEM key, a JWK set file) or an
-identity provider's JWK set at `jwks_url`.
+"""JWT verification: the configured key (a shared secret, or a PEM key or JWK set file, read
+and checked by `jwt_keys`) or an identity provider's JWK set at `jwks_url`.
 
 A JWK set at `jwks_url` is the one thing fetched at request time: PyJWKClient fetches and
 caches it with blocking I/O, so it runs in a worker thread, one fetch at a time, and at most
@@ -11,24 +11,18 @@ be fine, and a 401 would send well-behaved clients back to the identity provider
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import math
 import time
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 import jwt
-from cryptography.exceptions import UnsupportedAlgorithm
-from cryptography.hazmat.primitives.asymmetric.ec import EllipticCurvePublicKey
-from cryptography.hazmat.primitives.asymmetric.rsa import RSAPublicKey
-from cryptography.hazmat.primitives.serialization import load_pem_public_key
-from jwt.algorithms import ECAlgorithm, RSAAlgorithm
-from jwt.types import JWKDict, Options
+from jwt.types import Options
 
 from gateway.config import JwtConfig
 from gateway.security.errors import AuthError, IdentityProviderUnavailable
+from gateway.security.jwt_keys import checked, load_jwks, load_pem
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +73,12 @@ class JwtVerifier:
                 )
             self._key = config.secret
         elif config.public_key_file is not None:
-            self._key = _load_pem(config.public_key_file, self._algorithms)
+            self._key = load_pem(config.public_key_file, self._algorithms)
         elif config.jwks_url is not None:
             self._remote = _RemoteKeys(config.jwks_url, config)
         else:
             assert config.jwks_file is not None  # JwtConfig's validator guarantees one of them
-            keys = _load_jwks(config.jwks_file, self._algorithms)
+            keys = load_jwks(config.jwks_file, self._algorithms)
             self._by_kid = {key.key_id: key for key in keys if key.key_id is not None}
             self._sole = keys[0] if len(keys) == 1 else None
 
@@ -178,7 +172,7 @@ class _RemoteKeys:
             async with self._lock:  # one fetch at a time; who waited may find it cached
                 key = self._cached(kid) or await self._fetch(kid)
         try:
-            return _checked(key, f"jwt.jwks_url: {self._url}")
+            return checked(key, f"jwt.jwks_url: {self._url}")
         except ValueError as exc:
             if kid not in self._warned:
                 self._warned.add(kid)
@@ -256,59 +250,3 @@ def principal_of(claims: dict[str, Any], claim: str) -> str:
     if "\x00" in name:  # a principal is kept with its tasks, and no store holds a NUL alike
         raise AuthError(f"claim {claim} must not hold a NUL character")
     return name
-
-
-def _read(path: str, config_key: str) -> bytes:
-    try:
-        return Path(path).read_bytes()
-    except OSError as exc:
-        raise ValueError(f"{config_key}: cannot read {path}: {exc.strerror}") from None
-
-
-def _load_pem(path: str, algorithms: Sequence[str]) -> jwt.PyJWK:
-    where = f"jwt.public_key_file: {path}"
-    data = _read(path, "jwt.public_key_file")
-    try:
-        public_key = load_pem_public_key(data)
-    except (ValueError, UnsupportedAlgorithm):
-        raise ValueError(f"{where}: not a PEM public key") from None
-    jwk: JWKDict
-    if isinstance(public_key, RSAPublicKey):
-        jwk = RSAAlgorithm.to_jwk(public_key, as_dict=True)
-    elif isinstance(public_key, EllipticCurvePublicKey):
-        jwk = ECAlgorithm.to_jwk(public_key, as_dict=True)
-    else:
-        raise ValueError(f"{where}: neither an RSA nor an EC public key")
-    # As a PyJWK the key is bound to one algorithm (by type and curve), so PyJWT refuses a
-    # token whose header names another one. That refusal stops algorithm confusion.
-    key = jwt.PyJWK(jwk)
-    if key.algorithm_name not in algorithms:
-        raise ValueError(f"{where}: a {key.algorithm_name} key, but algorithms are {algorithms}")
-    return _checked(key, where)
-
-
-def _load_jwks(path: str, algorithms: Sequence[str]) -> list[jwt.PyJWK]:
-    where = f"jwt.jwks_file: {path}"
-    text = _read(path, "jwt.jwks_file")
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError("the top level must be an object with `keys`")
-        key_set = jwt.PyJWKSet.from_dict(data)
-    except (ValueError, jwt.PyJWTError) as exc:
-        raise ValueError(f"{where}: not a JWK set: {exc}") from None
-    # Issuers often publish keys for several algorithms. Keep those we may verify with.
-    keys = [key for key in key_set if key.algorithm_name in algorithms]
-    if not keys:
-        raise ValueError(f"{where}: no key for the algorithms {algorithms}")
-    return [_checked(key, where) for key in keys]
-
-
-def _checked(key: jwt.PyJWK, where: str) -> jwt.PyJWK:
-    # A private key cannot verify a signature. A short key would make PyJWT warn on every request.
-    if not isinstance(key.key, RSAPublicKey | EllipticCurvePublicKey):
-        raise ValueError(f"{where}: holds a private key; give only the public key")
-    too_short = key.Algorithm.check_key_length(key.key)
-    if too_short:
-        raise ValueError(f"{where}: {too_short}")
-    return key
