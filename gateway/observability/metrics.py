@@ -1,8 +1,8 @@
 """Prometheus metrics on a per-app registry, with bounded label values.
 
 Labels only ever hold values from closed sets: route names from the configuration, JSON-RPC
-methods from a fixed list, the two protocol generations, tool names the upstream listed
-(capped per route), task statuses, and short outcome words. Anything else is counted as
+methods from a fixed list and tool names the upstream listed, capped per route (`labels`), the
+two protocol generations, task statuses, and short outcome words. Anything else is counted as
 `other`. Never a task id, a session id or a principal: those would make every series unique
 and the registry grow without bound.
 """
@@ -17,6 +17,7 @@ from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
+from gateway.observability import labels
 from gateway.observability.tally import Tallies
 from gateway.protocol.versions import GENERATIONS, LEGACY_GENERATION
 
@@ -24,17 +25,6 @@ PREFIX = "mcp_gateway"
 
 M = TypeVar("M", Counter, Gauge, Histogram)
 
-#: Client-facing methods with a label of their own; the rest are "other".
-METHODS = frozenset(
-    {
-        "initialize", "ping", "server/discover", "tools/list", "tools/call", "tasks/get",
-        "tasks/result", "tasks/list", "tasks/cancel", "tasks/update", "resources/list",
-        "resources/read", "resources/templates/list", "resources/subscribe",
-        "resources/unsubscribe", "subscriptions/listen", "prompts/list", "prompts/get",
-        "completion/complete", "logging/setLevel", "notification", "response", "GET", "DELETE",
-    }
-)  # fmt: skip
-_MAX_TOOLS_PER_ROUTE = 200
 # Seconds: fast JSON-RPC answers up to tool calls that take many minutes.
 _LATENCY = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 1800)
 _STORE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
@@ -43,7 +33,9 @@ _STORE = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1)
 class Metrics:
     def __init__(self, routes: list[str]) -> None:
         self.registry = CollectorRegistry(auto_describe=True)
-        self._tools: dict[str, set[str]] = {}
+        #: The labels whose values come from outside, each from a closed set (see `labels`).
+        tools = self._tools = labels.ToolNames()
+        self.method, self.learn_tools, self.tool = labels.method, tools.learn, tools.tool
         # Label values are bounded, so these caches are too.
         #: Labelled children by metric and label values (see `child`).
         self._children: dict[tuple[Any, ...], Any] = {}
@@ -213,9 +205,8 @@ class Metrics:
     def add_route(self, route: str) -> None:
         """A route's series, at zero so dashboards show zeros rather than gaps: at start, and
         for a route a reload adds (a removed route's series stay, as counters must)."""
-        if route in self._tools:
+        if not self._tools.add_route(route):
             return
-        self._tools[route] = set()
         self.tasks_created.touch(route)
         self.auth_failures.labels(route)
         self.sessions.labels(route).set(0)
@@ -231,23 +222,6 @@ class Metrics:
             self.tasks_finished.touch(route, status)
         for limit in ("requests", "sessions", "active_tasks", "stored_bytes"):
             self.limited.labels(route, limit)
-
-    @staticmethod
-    def method(name: str) -> str:
-        return name if name in METHODS else "other"
-
-    def learn_tools(self, route: str, names: list[str]) -> None:
-        """Tool names an upstream listed become label values (up to a cap per route)."""
-        known = self._tools.get(route)
-        if known is not None:
-            for name in names:
-                if len(known) >= _MAX_TOOLS_PER_ROUTE:
-                    break
-                known.add(name)
-
-    def tool(self, route: str, name: object) -> str:
-        known = self._tools.get(route)
-        return name if isinstance(name, str) and known and name in known else "other"
 
     def request_done(
         self, route: str, generation: str, method: str, outcome: str, seconds: float
