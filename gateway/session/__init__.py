@@ -1,9 +1,10 @@
 """The 2025-11-25 session: what `http/` hands a message to once it knows the session.
 
-`registry.py` holds the live sessions: it creates them within the gateway's and the route's
-caps, finds one per request, and ends the idle. A session it does not hold is rebuilt from
-its stored record (`records.py`), after a restart or, with replicas, one that another
-replica opened. A `Session` (`session.py`) has the gateway's own `MCP-Session-Id` and one
+`registry.py` holds the live sessions (in the table of `live.py`): it creates them within
+the gateway's and the route's caps, finds one per request, and ends the idle. A session it
+does not hold is rebuilt from its stored record (`records.py`), after a restart or, with
+replicas, one that another replica opened.
+A `Session` (`session.py`) has the gateway's own `MCP-Session-Id` and one
 upstream client. Forwarded requests go upstream through its `Calls` (`calls.py`) under ids
 of the gateway's choosing, and so do its tasks' calls, which the runner starts through the
 session's `SessionTaskHost` (`task_host.py`). Its `Streams` (`streams.py`) carry everything

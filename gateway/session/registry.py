@@ -7,21 +7,21 @@ on DELETE, on an operator's word, idle, or at shutdown. A session it does not ho
 from its stored record (`records.py`), after a restart or, with replicas, one that another
 replica opened. With replicas, an authenticated caller's sessions are counted over the whole
 deployment (`open`): its records in the store, read once per new session, never per request.
+The sessions it holds, and how many each caller holds, are kept in `live.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
 import secrets
 import time
-from collections.abc import Collection
 
 from gateway.aio import TaskSet, Turns
 from gateway.config import HttpConfig, SessionsConfig
 from gateway.protocol.errors import CapacityExceeded, LimitExceeded, SessionNotFound
 from gateway.route import Route
+from gateway.session.live import LiveSessions
 from gateway.session.records import SessionRecords
 from gateway.session.session import Session
 from gateway.tasks.inputs import TaskInputs
@@ -30,8 +30,6 @@ from gateway.tasks.store import TaskStore
 
 log = logging.getLogger(__name__)
 
-#: Sessions closed at once on shutdown.
-_CLOSING_AT_ONCE = 100
 #: Records read beyond a caller's cap: what races between replicas let through, made room from.
 _READ_BEYOND = 64
 _BUSY = "each with a call or task running"
@@ -56,20 +54,18 @@ class SessionRegistry:
         #: the questions of sessions' tasks are kept for the other replicas.
         self._board = board
         self.records = SessionRecords(store, shared=board is not None)
-        self._sessions: dict[str, Session] = {}
-        #: Sessions held per `Session.limit_key`: what limits.sessions_per_principal caps.
-        self._per_limit_key: collections.Counter[str] = collections.Counter()
+        self._sessions = LiveSessions()
         self._tasks = TaskSet("sessions")
         #: With replicas, one count of a caller's sessions at a time here (per route).
         self._counting = Turns()
 
     def count(self, route: str) -> int:
-        return sum(1 for s in self._sessions.values() if s.route.name == route)
+        return sum(1 for s in self._sessions if s.route.name == route)
 
     def uses(self, route: Route) -> bool:
         """Whether a live session was opened on this very `Route` (not one of its name that
         a reload built since)."""
-        return any(s.route is route for s in self._sessions.values())
+        return any(s.route is route for s in self._sessions)
 
     def _add(
         self,
@@ -93,11 +89,11 @@ class SessionRegistry:
                 "(sessions.max_sessions)"
             )
         cap = route.limits.sessions_per_principal
-        if not counted and cap is not None and self._per_limit_key[limit_key] >= cap:
+        if not counted and cap is not None and self._sessions.held(limit_key) >= cap:
             # Many clients never send DELETE (the TS SDK's close(), the inspector): their
             # sessions would lock the caller out for the idle timeout. The caller's least
             # recently used idle session makes room; only busy ones hold the cap.
-            idle = self._idle_of(limit_key)
+            idle = self._sessions.idle_of(limit_key)
             if idle is None:
                 raise _refused(route, cap, _BUSY)
             self._replace(idle)
@@ -105,8 +101,7 @@ class SessionRegistry:
         session.persist = self.records.update
         if self._board is not None:
             session.share_questions(self._board)
-        self._sessions[session_id] = session
-        self._per_limit_key[limit_key] += 1
+        self._sessions.add(session)
         return session
 
     def create(self, route: Route, principal: str | None, limit_key: str) -> Session:
@@ -130,11 +125,11 @@ class SessionRegistry:
         async with self._counting.turn(key):
             stored = await self.records.of_caller(route.name, principal, cap + _READ_BEYOND)
             # And the handshakes under way here; not a session whose record was ended elsewhere.
-            mine = (s for s in self._sessions.values() if s.limit_key == key)
+            mine = self._sessions.of(key)
             counted = set(stored) | {s.id for s in mine if s.record is None}
             elsewhere = [i for i in stored if i not in self._sessions]
             while len(counted) >= cap:
-                if (idle := self._idle_of(key, counted)) is not None:
+                if (idle := self._sessions.idle_of(key, counted)) is not None:
                     self._replace(idle)
                     counted.discard(idle.id)
                 elif elsewhere and self.records.portable(route):
@@ -149,17 +144,9 @@ class SessionRegistry:
     def _replace(self, idle: Session) -> None:
         """End an idle session to make room for a new one of its caller."""
         log.info("session %s: ended to make room for a new one of its caller", idle.tag)
-        self._forget(idle)
+        self._sessions.forget(idle)
         self.records.retire(idle.id)  # now: its record must not bring it back meanwhile
         self._tasks.spawn(self._retire(idle, "replaced"), name="retire session")
-
-    def _forget(self, session: Session) -> bool:
-        if self._sessions.pop(session.id, None) is None:
-            return False
-        self._per_limit_key[session.limit_key] -= 1
-        if not self._per_limit_key[session.limit_key]:
-            del self._per_limit_key[session.limit_key]
-        return True
 
     async def get(
         self, session_id: str, route: Route, principal: str | None, limit_key: str
@@ -198,7 +185,7 @@ class SessionRegistry:
     async def _let_go(self, session: Session) -> None:
         """Close this replica's copy of a session that lives on in the shared store (or was
         ended elsewhere): its record and its upstream session are not this copy's to end."""
-        if self._forget(session):
+        if self._sessions.forget(session):
             session.upstream.keep_upstream_session()
             await session.close()
 
@@ -217,17 +204,8 @@ class SessionRegistry:
         self.records.resume(session, record)
         return session
 
-    def _idle_of(self, limit_key: str, among: Collection[str] | None = None) -> Session | None:
-        """The least recently used open session counted against `limit_key` (and with an id
-        `among` those, if given) with nothing in flight and no client reading its GET
-        stream, if any."""
-        mine = (s for s in self._sessions.values() if s.limit_key == limit_key)
-        idle = [s for s in mine if s.record is not None and not s.busy and not s.listening]
-        idle = [s for s in idle if among is None or s.id in among]
-        return min(idle, key=lambda s: s.last_seen, default=None)
-
     async def end(self, session: Session, why: str = "deleted", actor: str | None = None) -> None:
-        if self._forget(session):
+        if self._sessions.forget(session):
             await self._retire(session, why, actor)
 
     async def end_recorded(self, session_id: str, actor: str) -> SessionRecord | None:
@@ -239,7 +217,7 @@ class SessionRegistry:
         if record is None:
             return None
         session = self._sessions.get(session_id)
-        if session is not None and self._forget(session):
+        if session is not None and self._sessions.forget(session):
             await self._retire(session, "deleted", actor)
         else:
             await self.records.end(session_id, record.route, record.principal, "deleted", actor)
@@ -261,7 +239,7 @@ class SessionRegistry:
         while True:
             await asyncio.sleep(min(idle / 4, 60))
             cutoff = time.monotonic() - idle
-            for session in [s for s in self._sessions.values() if s.last_seen < cutoff]:
+            for session in [s for s in self._sessions if s.last_seen < cutoff]:
                 if session.busy or session.record is None:
                     continue  # a call in flight, or its initialize still under way
                 try:
@@ -279,37 +257,18 @@ class SessionRegistry:
 
     def drain(self, reason: str) -> None:
         """Shutdown: every session answers what it relays and ends its GET stream."""
-        for session in self._sessions.values():
+        for session in self._sessions:
             session.drain(reason)
 
     async def close(self) -> None:
-        """Gateway shutdown: sessions stay recorded, so clients carry on after a restart.
-
-        Closed side by side, a bounded number at a time: one close may take seconds (a stdio
-        child slow to exit, an upstream slow to answer DELETE), and one after another a
-        thousand of them would overrun any shutdown grace.
-        """
+        """Gateway shutdown: sessions stay recorded, so clients carry on after a restart."""
         await self._tasks.close()
-        sessions = list(self._sessions.values())
-        for session in sessions:
-            self._forget(session)
-            if self.records.shared:
-                session.upstream.keep_upstream_session()  # another replica may carry it on
-        bound = asyncio.Semaphore(_CLOSING_AT_ONCE)
-
-        async def close(session: Session) -> None:
-            async with bound:
-                await session.close()
-
-        results = await asyncio.gather(*map(close, sessions), return_exceptions=True)
-        for session, result in zip(sessions, results, strict=True):
-            if isinstance(result, Exception):
-                log.warning("session %s: closing it failed: %r", session.tag, result)
+        await self._sessions.close(keep_upstream=self.records.shared)
 
     async def prune_records(self) -> None:
         """Delete the records of sessions no client used for the idle timeout; those held
         here count as used."""
-        await self.records.prune(list(self._sessions), self._config.idle_timeout_seconds)
+        await self.records.prune(self._sessions.ids(), self._config.idle_timeout_seconds)
 
 
 def _refused(route: Route, held: int, why: str) -> LimitExceeded:
