@@ -97,9 +97,9 @@ async def test_a_withdrawn_question_leaves_nothing_behind_in_its_session(
         assert app is not None
         session = await app[SESSIONS].get(session_id, app[ROUTES]["t"], None, "")
         leftovers: dict[str, Any] = {
-            "questions": session._questions._waiting,
+            "questions": session._questions._waiting._questions,
             "server requests": session._questions._asked,
-            "status writes": session._questions._status_writes,
+            "status writes": session._questions._waiting._status_writes,
             "result streams": session._streams._results,
         }
     finally:

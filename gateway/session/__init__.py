@@ -11,9 +11,10 @@ session's `SessionTaskHost` (`task_host.py`). Its `Streams` (`streams.py`) carry
 toward the client, resumably: the GET stream, one stream per POST, one per open
 tasks/result. Its `Questions` (`questions.py`) hold what the upstream asks the client: plain
 server requests, and the questions that make a task `input_required` (one such question,
-where it is delivered and the gateway's own answers upstream: `question.py`). Questions kept
-in the store (`tasks.inputs`) meet the session in `stored_questions.py`: the rows of tasks
-whose call runs elsewhere, relayed to this client, and with replicas this session's own.
+where it is delivered and the gateway's own answers upstream: `question.py`; the task's wait
+for them: `waiting.py`). Questions kept in the store (`tasks.inputs`) meet the session in
+`stored_questions.py`: the rows of tasks whose call runs elsewhere, relayed to this client,
+and with replicas this session's own.
 
 A message from the upstream finds its stream through the upstream id it relates to (the
 request it belongs to, its progress token, or on stdio and HTTP+SSE the only call in

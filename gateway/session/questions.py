@@ -32,6 +32,7 @@ from gateway.route import Route
 from gateway.session.question import Delivery, OnInput, Question, Replies
 from gateway.session.stored_questions import Settle, SharedQuestions, StoredRelay
 from gateway.session.streams import EventStream, Streams
+from gateway.session.waiting import Waiting
 from gateway.tasks.inputs import TaskInputs, stored_id
 from gateway.tasks.models import InputRequest
 from gateway.upstream import Answer, UpstreamSession
@@ -66,8 +67,7 @@ class Questions:
         #: Every server request the client may still answer: its upstream id, and its stream.
         self._asked: dict[jsonrpc.RequestId, tuple[jsonrpc.RequestId, EventStream]] = {}
         #: Those a task waits on.
-        self._waiting: dict[jsonrpc.RequestId, Question] = {}
-        self._status_writes: dict[str, asyncio.Task[None]] = {}
+        self._waiting = Waiting(route, tasks)
         self._stored = StoredRelay(streams, tag)
         self._ended = False
         #: With replicas: where a task's questions are kept too (see `share`).
@@ -104,7 +104,7 @@ class Questions:
         if limit is not None:
             question.deadline = asyncio.get_running_loop().time() + limit
         if key is None:
-            self._hold(question)
+            self._waiting.hold(question, self._expire)
             self._tasks.spawn(self._post(question), "question delivery")
         else:
             self._tasks.spawn(self._share(question, request), "question delivery")
@@ -121,7 +121,7 @@ class Questions:
             return
         if question.key is not None:
             self._shared.host(question.task_id, self)
-        self._hold(question)
+        self._waiting.hold(question, self._expire)
         await self._post(question)
 
     def live(self, task_id: str, key: str) -> Question | None:
@@ -130,7 +130,7 @@ class Questions:
 
     async def take_stored_answers(self, task_id: str) -> None:
         """Answers stored on other replicas for the task's questions open here go upstream."""
-        if self._shared is None or not any(q.task_id == task_id for q in self._waiting.values()):
+        if self._shared is None or not self._waiting.waits(task_id):
             return
         for key, response in (await self._shared.board.answers(task_id)).items():
             question = self.live(task_id, key)
@@ -145,7 +145,7 @@ class Questions:
     def redeliver(self, task_id: str, stream: EventStream) -> None:
         """A tasks/result stream opened: the task's questions the client may not be reading
         where they went move to it (`Delivery.move`)."""
-        for question in self._waiting.values():
+        for question in self._waiting:
             if question.task_id != task_id or question.stream is None:
                 continue  # not delivered yet: its delivery will pick this stream
             if self._delivery.move(question, stream):
@@ -191,11 +191,11 @@ class Questions:
         pending = self._asked.pop(down_id, None)
         if pending is None:
             return  # settled meanwhile (a timeout, the upstream's cancel, the call's end)
-        question = self._waiting.pop(down_id, None)
+        question = self._waiting.pop(down_id)
         if question is not None:
             # Queue the move back to `working` before the upstream has the answer: the store
             # writes in order, so the task cannot show its final status before `working`.
-            self._settled(question)
+            self._waiting.settled(question)
         try:
             await self._replies.send(jsonrpc.with_id(message, pending[0]))
         except UpstreamError:
@@ -207,11 +207,9 @@ class Questions:
                 self._asked[down_id] = pending
             elif self._calling(question.task_id):
                 self._asked[down_id] = pending
-                self._hold(question)
-                write = self._status_writes.get(question.task_id)
-                if write is not None:
-                    # Once told, the client finds the task waiting for input again.
-                    await asyncio.shield(write)
+                self._waiting.hold(question, self._expire)
+                # Once told, the client finds the task waiting for input again.
+                await self._waiting.committed(question.task_id)
             raise
 
     def cancelled_upstream(self, message: jsonrpc.Notification) -> None:
@@ -220,19 +218,17 @@ class Questions:
             if up_id == jsonrpc.param(message, "requestId"):
                 del self._asked[asked_id]
                 self._streams.push(stream, jsonrpc.with_param(message, "requestId", asked_id))
-                question = self._waiting.pop(asked_id, None)
+                question = self._waiting.pop(asked_id)
                 if question is not None:
-                    self._settled(question)
+                    self._waiting.settled(question)
                     self._unshare(question)
 
     def withdraw(self, task_id: str, reason: str) -> None:
         """The task no longer waits (its call ended or it was cancelled): tell the client."""
-        for question in [q for q in self._waiting.values() if q.task_id == task_id]:
-            del self._waiting[question.down_id]
+        for question in self._waiting.withdraw(task_id):
             self._asked.pop(question.down_id, None)
             question.stop_timer()
             self._delivery.withdraw(question, reason)
-        self._status_writes.pop(task_id, None)
         if self._shared is not None:
             self._shared.release(task_id)
 
@@ -245,7 +241,7 @@ class Questions:
     def answer_open_by_default(self) -> None:
         """The upstream stays for running tasks: it must not wait on requests nobody will
         answer, so every open one gets its default answer (on the session's task set)."""
-        for question in list(self._waiting.values()):
+        for question in list(self._waiting):
             self._tasks.spawn(self._expire(question, _ENDED), "default answer")
         for down_id, (up_id, _) in list(self._asked.items()):
             if down_id not in self._waiting:
@@ -262,57 +258,26 @@ class Questions:
         answer = default_answer(request.id, request.method, _ENDED)
         self._replies.give_soon(answer, "default answer")
 
-    def _hold(self, question: Question) -> None:
-        """The task waits on `question`: just asked, or its answer could not be relayed."""
-        first = not any(q.task_id == question.task_id for q in self._waiting.values())
-        self._waiting[question.down_id] = question
-        if first and question.on_input is not None:
-            self._status_writes[question.task_id] = question.on_input(True)
-        limit = self._route.policy.input_timeout_seconds
-        if limit is not None and question.deadline is not None:
-            question.timer = self._tasks.spawn(
-                self._unanswered(question, limit, question.deadline), "question timer"
-            )
-
     async def _post(self, question: Question) -> None:
         # A client must never hold a question while tasks/get still says `working`: deliver
         # only once the input_required status is committed.
-        write = self._status_writes.get(question.task_id)
-        if write is not None:
-            await asyncio.shield(write)
+        await self._waiting.committed(question.task_id)
         if question.down_id not in self._waiting:
             return  # answered by a timeout or withdrawn meanwhile
         stream = self._delivery.post(question)
         if stream is not None:
             self._asked[question.down_id] = (question.up_id, stream)
 
-    async def _unanswered(self, question: Question, limit: float, deadline: float) -> None:
-        await asyncio.sleep(deadline - asyncio.get_running_loop().time())
-        reason = (
-            f"the client did not answer {question.method} within {limit:g} s "
-            "(tasks.input_timeout_seconds)"
-        )
-        await self._expire(question, reason)
-
     async def _expire(self, question: Question, reason: str) -> None:
         """Nobody will answer `question`: the upstream gets the default answer."""
-        if self._waiting.pop(question.down_id, None) is None:
+        if self._waiting.pop(question.down_id) is None:
             return
         self._asked.pop(question.down_id, None)
         self._delivery.withdraw(question, reason)
-        self._settled(question)  # before the upstream has the answer, as in answer()
+        self._waiting.settled(question)  # before the upstream has the answer, as in answer()
         self._unshare(question)
         await self._replies.give(default_answer(question.up_id, question.method, reason))
 
     def _unshare(self, question: Question) -> None:
         if self._shared is not None:
             self._shared.unshare(question)
-
-    def _settled(self, question: Question) -> None:
-        if question.timer is not asyncio.current_task():
-            question.stop_timer()
-        waiting = any(q.task_id == question.task_id for q in self._waiting.values())
-        if not waiting:
-            self._status_writes.pop(question.task_id, None)
-            if question.on_input is not None:
-                question.on_input(False)

@@ -16,7 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from gateway.aio import TaskSet
 from gateway.protocol import jsonrpc
@@ -27,9 +27,6 @@ from gateway.session.streams import EventStream, Streams
 from gateway.tasks.inputs import TaskInputs, stored_id
 from gateway.tasks.models import InputRequest
 from gateway.upstream import Answer
-
-if TYPE_CHECKING:
-    from gateway.session.questions import Questions
 
 log = logging.getLogger(__name__)
 
@@ -100,11 +97,21 @@ class StoredRelay:
         return True
 
 
+class AskedHere(Protocol):
+    """The session's questions (`questions.Questions`), as answers given elsewhere reach them."""
+
+    def live(self, task_id: str, key: str) -> Question | None: ...
+
+    async def answer(self, message: Answer) -> bool: ...
+
+    async def take_stored_answers(self, task_id: str) -> None: ...
+
+
 class TaskAnswers:
     """A task's questions asked on this session, as `tasks.inputs.AnswerHost`: answers given
     through another session, or stored by another replica, reach the call here."""
 
-    def __init__(self, questions: Questions, task_id: str) -> None:
+    def __init__(self, questions: AskedHere, task_id: str) -> None:
         self._questions = questions
         self._task_id = task_id
 
@@ -156,7 +163,7 @@ class SharedQuestions:
             question.key = None
             return True
 
-    def host(self, task_id: str, questions: Questions) -> None:
+    def host(self, task_id: str, questions: AskedHere) -> None:
         """Answers to the task's questions given elsewhere come to `questions` from now on."""
         if task_id not in self._hosted:
             self._hosted.add(task_id)
