@@ -11,7 +11,7 @@ in the route's order keeps it: the other's entry is left out.
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from gateway.protocol import jsonrpc
 from gateway.protocol import members as names
@@ -20,11 +20,19 @@ from gateway.protocol.jsonrpc import Answer
 
 if TYPE_CHECKING:
     from gateway.upstream.member_calls import MemberCalls, Send
-    from gateway.upstream.routing import Routing
+
+
+class Uris(Protocol):
+    """Which member serves a resource URI (`routing.Routing`, which builds the merge and so
+    is known here by what the pages tell it)."""
+
+    def learn_uri(self, uri: str, member: str) -> None: ...
+
+    def serves(self, uri: str, member: str) -> bool: ...
 
 
 class ListMerge:
-    def __init__(self, sessions: MemberCalls, routing: Routing) -> None:
+    def __init__(self, sessions: MemberCalls, routing: Uris) -> None:
         self._sessions = sessions
         self._routing = routing
 
