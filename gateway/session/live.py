@@ -15,7 +15,8 @@ from collections.abc import Collection, Iterator
 
 from gateway.session.session import Session
 
-log = logging.getLogger(__name__)
+# The registry's logger: operators filter their logs on the name its lines always had.
+log = logging.getLogger("gateway.session.registry")
 
 #: Sessions closed at once on shutdown.
 _CLOSING_AT_ONCE = 100
