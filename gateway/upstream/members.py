@@ -28,8 +28,8 @@ from gateway.upstream.generation import Bridged, ModernWire
 
 if TYPE_CHECKING:
     from gateway.observability.traces import Tracing
-    from gateway.upstream import UpstreamRoute
     from gateway.upstream.member_calls import MemberCalls
+    from gateway.upstream.shared import UpstreamRoute
 
 log = logging.getLogger("gateway.upstream")
 
