@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+import os
 import socket
 import subprocess
 import sys
@@ -41,10 +43,39 @@ DEMO = {"transport": "stdio", "command": ["python", "-m", "gateway.demo"]}
 StartGateway = Callable[..., Awaitable[str]]
 
 
+def _own_ports() -> Iterator[int]:
+    """This test process's ports, in turn: its own 1,024 of the 8,192 below the kernel's
+    ephemeral range (`ip_local_port_range`), by its xdist worker's number."""
+    try:
+        low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32768
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0").removeprefix("gw")
+    start = max(1024, low - 8 * 1024) + (int(worker) % 8 if worker.isdigit() else 0) * 1024
+    return itertools.cycle(range(start, start + 1024))
+
+
+_PORTS = _own_ports()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port for a server this test starts, which no other test process takes meanwhile.
+
+    A port that `bind(0)` picked was free only at that moment: the server named it seconds
+    later (a process imports that long on 2 cores), by when another worker's `bind(0)` could
+    have picked it too, and the test whose server then failed to bind would talk to the other
+    one's (the likely cause of an `initialize` answered without a session id, once in CI).
+    Each worker takes its ports from a range of its own, below the ephemeral range, where
+    neither `bind(0)` nor an outgoing connection takes one."""
+    for _ in range(1024):
+        port = next(_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # listened on, or a closed server's connections still linger
+        return port
+    raise RuntimeError("every port of this test process's range is taken")
 
 
 def wait_for_port(port: int, proc: subprocess.Popen[bytes], timeout: float = 60) -> None:
