@@ -50,7 +50,9 @@ class Waiting:
 
     def hold(self, question: Question, expire: Expire) -> None:
         """The task waits on `question`: just asked, or its answer could not be relayed. Past
-        its deadline, `expire` gives it the default answer."""
+        its deadline, `expire` gives it the default answer. (Given with each question, not
+        kept: kept, the `Questions` it belongs to and this table would hold each other, a
+        cycle left to the collector that `tests/test_garbage.py` refuses.)"""
         first = not self.waits(question.task_id)
         self._questions[question.down_id] = question
         if first and question.on_input is not None:
