@@ -22,12 +22,15 @@ SLOW_WAIT_S = 1.0
 @dataclass
 class TaskMeasurement(Measurement):
     """A passthrough Measurement (requests = completed operations) plus HTTP requests sent,
-    the blocking pattern's tasks/result waits, and the CPU seconds the store's gateways and
-    database backends spent in the measured window (`tests/bench/cpu.py`)."""
+    the blocking pattern's tasks/result waits, and the CPU seconds the store's gateways (their
+    event loops' threads apart too) and database backends spent in the measured window
+    (`tests/bench/cpu.py`)."""
 
     http_requests: int = 0
     waits_s: list[float] = field(default_factory=list)
     gateway_cpu_s: float | None = None
+    #: The part of `gateway_cpu_s` the gateways' event loops' threads spent.
+    loop_cpu_s: float | None = None
     db_cpu_s: float | None = None
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 import asyncpg
 
+from tests.bench.cpu import ms_text
 from tests.bench.passthrough import JsonObj
 from tests.postgres import create_database, drop_database, server_url
 
@@ -96,10 +97,6 @@ def _ratio(row: JsonObj, base: JsonObj | None) -> float | None:
     return float(row["ops_per_s"]) / float(base["ops_per_s"])
 
 
-def _ms(value: object) -> str:
-    return "-" if value is None else f"{value:.2f}"
-
-
 def report_stores(
     args: argparse.Namespace, plan: Sequence[tuple[str, int]], rows: dict[str, list[JsonObj]]
 ) -> JsonObj:
@@ -117,11 +114,13 @@ def report_stores(
         print(f"  {store:<9} = {LEGEND[store]}")
     print(
         "  gw/pg ms/op = CPU milliseconds per operation of the store's gateway processes and of"
-        " its database's\n              PostgreSQL backends, median over rounds"
+        " its database's\n              PostgreSQL backends, median over rounds; loop: the part"
+        " of gw spent by the gateways'\n              event loops (their main threads)"
     )
     header = (
         f"{'measurement':<10} {'conc':>4} {'store':<9} {'ops/s':>8} {'p50 ms':>8} {'p99 ms':>8} "
-        f"{'max ms':>8} {'http/op':>7} {'gw ms/op':>8} {'pg ms/op':>8} {'errors':>6}  {'valid':<7} "
+        f"{'max ms':>8} {'http/op':>7} {'gw ms/op':>8} {'loop':>6} {'pg ms/op':>8} {'errors':>6}  "
+        f"{'valid':<7} "
         f"{'vs sqlite':>9}  rounds ops/s"
     )
     print(header)
@@ -136,11 +135,14 @@ def report_stores(
             per_op = row["http_requests_per_op"]
             rounds = "/".join(f"{r:.0f}" for r in row["rounds_ops_per_s"])
             mark = "yes" if row["valid"] else "INVALID"
-            gw, pg = (_ms(row.get(k)) for k in ("gateway_cpu_ms_per_op", "db_cpu_ms_per_op"))
+            gw, loop, pg = (
+                ms_text(row.get(k))
+                for k in ("gateway_cpu_ms_per_op", "loop_cpu_ms_per_op", "db_cpu_ms_per_op")
+            )
             print(
                 f"{kind:<10} {c:>4} {store:<9} {row['ops_per_s']:>8.1f} {row['p50_ms']:>8.2f} "
                 f"{row['p99_ms']:>8.2f} {row['max_ms']:>8.1f} "
-                f"{'-' if per_op is None else f'{per_op:.1f}':>7} {gw:>8} {pg:>8} "
+                f"{'-' if per_op is None else f'{per_op:.1f}':>7} {gw:>8} {loop:>6} {pg:>8} "
                 f"{row['errors']:>6}  {mark:<7} {shown:>9}  {rounds}"
             )
             if store != "sqlite":

@@ -71,7 +71,7 @@ from pathlib import Path
 import aiohttp
 
 from gateway.config import POOL_SIZE
-from tests.bench.cpu import CpuProbe, cpu_row
+from tests.bench.cpu import CpuProbe, Spent, cpu_row, ms_text
 from tests.bench.lifecycles import (
     GATEWAY_ONLY,
     OPS,
@@ -199,7 +199,7 @@ async def measure(
     sent: list[list[int]] = [[] for _ in range(concurrency)]
     started = time.perf_counter()
     elapsed = 0.0
-    cpu: tuple[float | None, float | None] = (None, None)
+    cpu: Spent | None = None
     async with aiohttp.ClientSession(connector=connector, timeout=timeout) as http:
         clients = [TaskClient(http, urls[i % len(urls)], i) for i in range(concurrency)]
         try:
@@ -247,8 +247,9 @@ async def measure(
         errors=errors,
         http_requests=sum(sum(s) for s in sent),
         waits_s=[w for c in clients for w in c.waits],
-        gateway_cpu_s=cpu[0],
-        db_cpu_s=cpu[1],
+        gateway_cpu_s=None if cpu is None else cpu.gateway,
+        loop_cpu_s=None if cpu is None else cpu.loop,
+        db_cpu_s=None if cpu is None else cpu.database,
     )
 
 
@@ -509,6 +510,7 @@ def report(
     summaries = stores.get("sqlite", [])
     rows: list[JsonObj] = []
     key_rate: float | None = None
+    key_loop_ms: float | None = None
     if summaries:
         print(
             f"\ngateway tasks: {args.seconds:g}s per round after {args.warmup:g}s warm-up; "
@@ -517,7 +519,8 @@ def report(
         )
         header = (
             f"{'measurement':<10} {'conc':>4} {'ops':>7} {'ops/s':>8} {'p50 ms':>8} "
-            f"{'p99 ms':>8} {'http/op':>7} {'errors':>6}  {'valid':<7} rounds ops/s"
+            f"{'p99 ms':>8} {'http/op':>7} {'gw ms/op':>8} {'loop ms/op':>10} {'errors':>6}  "
+            f"{'valid':<7} rounds ops/s"
         )
         print(header)
         print("-" * len(header))
@@ -528,13 +531,15 @@ def report(
             p50, p99 = m.percentile_ms(0.50), m.percentile_ms(0.99)
             rounds = "/".join(f"{r:.0f}" for r in s.rounds_rps)
             mark = "yes" if s.valid else "INVALID"
+            cpu = cpu_row(measured.get(("sqlite", s.target, s.concurrency), []))
+            gw, loop = (ms_text(cpu[k]) for k in ("gateway_cpu_ms_per_op", "loop_cpu_ms_per_op"))
             print(
                 f"{s.target:<10} {s.concurrency:>4} {m.requests:>7} {m.rps:>8.1f} {p50:>8.2f} "
-                f"{p99:>8.2f} {per_op:>7.1f} {s.errors:>6}  {mark:<7} {rounds}"
+                f"{p99:>8.2f} {per_op:>7.1f} {gw:>8} {loop:>10} {s.errors:>6}  {mark:<7} {rounds}"
             )
-            rows.append(summary_row(s))
+            rows.append({**summary_row(s), **cpu})
             if (s.target, s.concurrency) == ("create", KEY_CONCURRENCY) and s.valid:
-                key_rate = m.rps
+                key_rate, key_loop_ms = m.rps, cpu["loop_cpu_ms_per_op"]
         print(legend([kind for kind, _ in args.plan]))
         verdict = (
             "n/a (invalid)"
@@ -546,6 +551,12 @@ def report(
             f"KEY task creations @ c={KEY_CONCURRENCY} (median): {rate} "
             f"(target >= {CREATE_TARGET_PER_S:.0f}/s) {verdict}"
         )
+        if key_loop_ms:
+            # What one event loop can give, whatever the machine's other core does.
+            print(
+                f"  the gateway's event loop spent {key_loop_ms:.3f} ms of CPU a creation: "
+                f"at most {1000 / key_loop_ms:.0f} a second from one process on this machine"
+            )
         if throughput_rss is not None:
             print(f"gateway RSS after the throughput parts: {throughput_rss / MIB:.1f} MiB")
 
