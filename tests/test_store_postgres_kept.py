@@ -78,6 +78,21 @@ async def test_a_watched_replica_reads_a_record_once_and_hears_its_end_on_anothe
         await until_read(a.store, None)
 
 
+async def test_a_fresh_read_of_a_record_asks_the_database_and_drops_a_copy_it_finds_gone(
+    pg_url: str,
+) -> None:
+    async with watched_and_other(pg_url) as (a, b):
+        await b.save_session(RECORD)
+        assert await a.store.get_session("s") == RECORD
+        # Deleted with no news (the triggers off), as in the moment before a notification lands.
+        await query(pg_url, "ALTER TABLE sessions DISABLE TRIGGER USER")
+        await query(pg_url, "DELETE FROM sessions WHERE session_id = 's'")
+        assert await a.store.get_session("s") == RECORD  # the copy, as trusted until news
+
+        assert await a.store.get_session("s", fresh=True) is None
+        assert await a.store.get_session("s") is None
+
+
 async def test_a_record_pruned_or_rewritten_on_another_replica_is_news_here(pg_url: str) -> None:
     async with watched_and_other(pg_url) as (a, b):
         await b.save_session(RECORD)

@@ -240,6 +240,26 @@ async def test_an_upstream_that_forgot_the_session_gets_the_handshake_then_the_s
     assert isinstance(sent, jsonrpc.Request) and sent.id == request.id  # never seen, so resent
 
 
+async def test_a_session_ended_elsewhere_meanwhile_fails_the_call_rather_than_replay_it() -> None:
+    # With replicas: the session's upstream session was ended on another one, whose news has
+    # not come here yet. A replay would give it a new upstream session that nobody ends.
+    upstream, transport = await connected()
+    asked: list[bool] = []
+
+    async def ended() -> bool:
+        asked.append(False)
+        return False
+
+    upstream.may_reestablish = ended
+    transport.forget_session = True
+    async with asyncio.timeout(5):
+        with pytest.raises(UpstreamUnavailable) as raised:
+            await upstream.call(tool_call(upstream.next_id()))
+    assert raised.value.message == "the session ended"
+    assert asked == [False]
+    assert transport.methods()[2:] == []  # no handshake replayed, nor the call sent again
+
+
 async def test_an_upstream_that_refuses_the_replayed_handshake_fails_the_call() -> None:
     upstream, transport = await connected()
     upstream.on_lost("gone")

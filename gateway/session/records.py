@@ -84,6 +84,14 @@ class SessionRecords:
         none yet: its handshake is under way)."""
         return session.record is None or await self._store.get_session(session.id) is not None
 
+    async def held_now(self, session: Session) -> bool:
+        """`recorded`, read from the database itself: asked before a replayed handshake gives
+        the session a new upstream session, which must not outlive a delete on another
+        replica whose news has not come here yet."""
+        if session.record is None:
+            return True
+        return await self._store.get_session(session.id, fresh=True) is not None
+
     async def find(
         self, session_id: str, route: Route, principal: str | None
     ) -> SessionRecord | None:

@@ -13,6 +13,7 @@ The sessions it holds, and how many each caller holds, are kept in `live.py`.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import secrets
 import time
@@ -99,6 +100,8 @@ class SessionRegistry:
             self._replace(idle)
         session = Session(session_id, route, self._http, principal, limit_key)
         session.persist = self.records.update
+        if self.records.shared:
+            session.upstream.may_reestablish = functools.partial(self.records.held_now, session)
         if self._board is not None:
             session.share_questions(self._board)
         self._sessions.add(session)

@@ -69,6 +69,7 @@ class UpstreamSession(Protocol):
 
     protocol_version: str | None
     on_reestablished: Callable[[], None] | None
+    may_reestablish: Callable[[], Awaitable[bool]] | None
 
     def next_id(self) -> str: ...
 

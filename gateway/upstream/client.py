@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from functools import partial
 from typing import TYPE_CHECKING, Any
 
@@ -66,6 +66,8 @@ class UpstreamClient:
         self.protocol_version: str | None = None
         #: Told when a replayed handshake gave the session a new upstream session.
         self.on_reestablished: Callable[[], None] | None = None
+        #: Asked before the handshake is replayed: False when the session has ended meanwhile.
+        self.may_reestablish: Callable[[], Awaitable[bool]] | None = None
 
     def next_id(self) -> str:
         """An id no other client of this upstream session sends (`Answers.next_id`)."""
@@ -176,6 +178,10 @@ class UpstreamClient:
                 raise UpstreamUnavailable("the session ended")
             if self._handshake is None:
                 raise UpstreamUnavailable(self._lost_reason or "the upstream is not initialized")
+            if self.may_reestablish is not None and not await self.may_reestablish():
+                # Ended on another replica, whose news has not reached this one yet: a new
+                # upstream session would outlive it, which no replica would ever end.
+                raise UpstreamUnavailable("the session ended")
             request, notification = self._handshake
             log.info("re-establishing the upstream after: %s", self._lost_reason)
             await self._transport.close()
@@ -281,5 +287,5 @@ class UpstreamClient:
         # The session above has ended: it, and the transport, are let go (each holds this
         # client, and at the end of every session the collector found the three a cycle).
         self._listener = DETACHED
-        self.on_reestablished = None
+        self.on_reestablished = self.may_reestablish = None
         self._transport.detach()

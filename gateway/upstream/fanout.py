@@ -12,7 +12,7 @@ parts use of these sessions is their base, `member_calls.MemberCalls`.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable, Coroutine, Mapping
+from collections.abc import Awaitable, Callable, Coroutine, Mapping
 from typing import Any
 
 from gateway import __version__
@@ -40,6 +40,7 @@ class MemberSessions(MemberCalls):
         super().__init__(made, listener, health)
         self._handshake: tuple[jsonrpc.Request, jsonrpc.Notification | None] | None = None
         self._on_reestablished: Callable[[], None] | None = None
+        self._may_reestablish: Callable[[], Awaitable[bool]] | None = None
         self.protocol_version: str | None = None
         self.routing = Routing(self)
         health.watch(self)
@@ -59,6 +60,16 @@ class MemberSessions(MemberCalls):
         self._on_reestablished = callback
         for client in self._clients.values():
             client.on_reestablished = callback
+
+    @property
+    def may_reestablish(self) -> Callable[[], Awaitable[bool]] | None:
+        return self._may_reestablish
+
+    @may_reestablish.setter
+    def may_reestablish(self, check: Callable[[], Awaitable[bool]] | None) -> None:
+        self._may_reestablish = check
+        for client in self._clients.values():
+            client.may_reestablish = check
 
     @property
     def session_id(self) -> str | None:
@@ -165,7 +176,8 @@ class MemberSessions(MemberCalls):
         self._closed = True  # what fails from now on failed by our doing, not the member's
         self._health.unwatch(self)
         await asyncio.gather(*(client.close() for client in self._clients.values()))
-        self._listener, self._on_reestablished = DETACHED, None  # (see `UpstreamClient.close`)
+        # (see `UpstreamClient.close`)
+        self._listener, self._on_reestablished, self._may_reestablish = DETACHED, None, None
 
     # -- requests
 

@@ -220,7 +220,9 @@ class TaskStore(Protocol):
         """Rewrite an existing record (never bring back one deleted meanwhile: the session
         was ended, maybe by another replica); False if there was none."""
 
-    async def get_session(self, session_id: str) -> SessionRecord | None: ...
+    async def get_session(self, session_id: str, fresh: bool = False) -> SessionRecord | None:
+        """`fresh`: read from the database itself, not from a copy a replica keeps (which
+        hears of a record deleted on another replica only within a notification)."""
 
     async def query_sessions(
         self, route: str | None, principal: str | None, limit: int

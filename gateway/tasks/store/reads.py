@@ -90,7 +90,7 @@ class SharedReads(ABC):
         rows = await self._read(self._sql.upstream_call, task_id)
         return next(map(upstream_call_from_row, rows), None)
 
-    async def get_session(self, session_id: str) -> SessionRecord | None:
+    async def get_session(self, session_id: str, fresh: bool = False) -> SessionRecord | None:
         return next(map(session_from_row, await self._read(self._sql.session, session_id)), None)
 
     async def query_sessions(

@@ -92,11 +92,13 @@ class KeptReads(SharedReads):
             return ended[1]
         return await super().get_outcome(task_id)
 
-    async def get_session(self, session_id: str) -> SessionRecord | None:
-        if (kept := self._sessions.get(session_id)) is not None:
+    async def get_session(self, session_id: str, fresh: bool = False) -> SessionRecord | None:
+        if not fresh and (kept := self._sessions.get(session_id)) is not None:
             return kept
         epoch = self._sessions.epoch
         record = await super().get_session(session_id)
         if record is not None:
             self._sessions.keep(session_id, record, epoch)
+        elif fresh:
+            self._sessions.drop(session_id)  # ahead of its news, which is on its way
         return record
