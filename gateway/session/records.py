@@ -79,18 +79,14 @@ class SessionRecords:
         ids = await self._store.caller_sessions(route, principal, limit)
         return [session_id for session_id in ids if session_id not in self._retiring]
 
-    async def recorded(self, session: Session) -> bool:
+    async def recorded(self, session: Session, fresh: bool = False) -> bool:
         """Whether the store still holds the record of a session held here (true while it has
-        none yet: its handshake is under way)."""
-        return session.record is None or await self._store.get_session(session.id) is not None
-
-    async def held_now(self, session: Session) -> bool:
-        """`recorded`, read from the database itself: asked before a replayed handshake gives
-        the session a new upstream session, which must not outlive a delete on another
-        replica whose news has not come here yet."""
+        none yet: its handshake is under way). `fresh` reads the database itself: asked before
+        a replayed handshake gives the session a new upstream session, which must not outlive
+        a delete on another replica whose news has not come here yet."""
         if session.record is None:
             return True
-        return await self._store.get_session(session.id, fresh=True) is not None
+        return await self._store.get_session(session.id, fresh) is not None
 
     async def find(
         self, session_id: str, route: Route, principal: str | None

@@ -101,7 +101,8 @@ class SessionRegistry:
         session = Session(session_id, route, self._http, principal, limit_key)
         session.persist = self.records.update
         if self.records.shared:
-            session.upstream.may_reestablish = functools.partial(self.records.held_now, session)
+            check = functools.partial(self.records.recorded, session, fresh=True)
+            session.upstream.may_reestablish = check
         if self._board is not None:
             session.share_questions(self._board)
         self._sessions.add(session)
