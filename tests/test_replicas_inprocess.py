@@ -36,6 +36,7 @@ from .helpers import (
     rpc,
     start_task,
 )
+from .test_store_postgres import query
 
 LOST = "interrupted: the gateway replica running it was lost"
 
@@ -103,6 +104,37 @@ async def test_an_http_upstream_session_goes_on_at_another_replica_and_one_delet
                         break
                     assert resp.status == 200
                 await asyncio.sleep(0.2)
+    assert len([m for m in received if m.get("method") == "initialize"]) == 1
+
+
+async def test_a_request_before_the_news_of_a_delete_elsewhere_opens_no_new_upstream_session(
+    pg_url: str, start_gateway: StartGateway, faulty_upstream: Any
+) -> None:
+    # The race the test above runs into by chance, made certain: the triggers that send the
+    # news of a record's end are off, so A's copy of the record still says the session lives.
+    routes = [http_route("h", str(faulty_upstream.make_url("/mcp")))]
+    a = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+    b = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+    received = faulty_upstream.app[FAULT_HOOKS].received
+    async with aiohttp.ClientSession() as http:
+        session = await open_session(http, a)
+        call = {"name": "echo", "arguments": {"text": "here"}}
+        assert (await rpc(http, a, session, "tools/call", call, request_id=2))["result"]
+        # News of the session's own writes may still drop A's copy: let it land, then have A
+        # read the record again and keep it (trusted for a second, KEPT_SECONDS).
+        await asyncio.sleep(0.3)
+        assert (await rpc(http, a, session, "tools/call", call, request_id=5))["result"]
+        await query(pg_url, "ALTER TABLE sessions DISABLE TRIGGER USER")
+        async with http.delete(b, headers=headers(session)) as resp:
+            assert resp.status == 200
+
+        # A meets the upstream's 404 for the ended upstream session: no handshake replayed.
+        answer = await rpc(http, a, session, "tools/call", call, request_id=3)
+        assert answer["error"]["message"] == "the session ended"
+        # Spec: once a session is terminated, requests with its id MUST get 404.
+        message = {"jsonrpc": "2.0", "id": 4, "method": "tools/call", "params": call}
+        async with http.post(a, json=message, headers=headers(session)) as resp:
+            assert resp.status == 404
     assert len([m for m in received if m.get("method") == "initialize"]) == 1
 
 
