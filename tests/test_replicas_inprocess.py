@@ -49,12 +49,17 @@ def http_route(name: str, url: str, **tasks: Any) -> dict[str, Any]:
     return {"name": name, "upstream": {"transport": "streamable_http", "url": url}, "tasks": tasks}
 
 
+async def two_replicas(pg_url: str, start_gateway: StartGateway, upstream: Any) -> tuple[str, str]:
+    """The endpoints of two replicas on `pg_url`, each with one route to the HTTP `upstream`."""
+    routes = [http_route("h", str(upstream.make_url("/mcp")))]
+    a = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+    return a, f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+
+
 async def test_a_cancel_on_b_stops_the_call_on_a(
     pg_url: str, start_gateway: StartGateway, faulty_upstream: Any
 ) -> None:
-    routes = [http_route("h", str(faulty_upstream.make_url("/mcp")))]
-    a = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
-    b = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+    a, b = await two_replicas(pg_url, start_gateway, faulty_upstream)
     received = faulty_upstream.app[FAULT_HOOKS].received
     async with aiohttp.ClientSession() as http:
         session = await open_session(http, a)
@@ -74,9 +79,7 @@ async def test_a_cancel_on_b_stops_the_call_on_a(
 async def test_an_http_upstream_session_goes_on_at_another_replica_and_one_delete_ends_it(
     pg_url: str, start_gateway: StartGateway, faulty_upstream: Any
 ) -> None:
-    routes = [http_route("h", str(faulty_upstream.make_url("/mcp")))]
-    a = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
-    b = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+    a, b = await two_replicas(pg_url, start_gateway, faulty_upstream)
     received = faulty_upstream.app[FAULT_HOOKS].received
     upstream_sessions = faulty_upstream.app[JSON_SESSIONS]
     async with aiohttp.ClientSession() as http:
@@ -112,9 +115,7 @@ async def test_a_request_before_the_news_of_a_delete_elsewhere_opens_no_new_upst
 ) -> None:
     # The race the test above runs into by chance, made certain: the triggers that send the
     # news of a record's end are off, so A's copy of the record still says the session lives.
-    routes = [http_route("h", str(faulty_upstream.make_url("/mcp")))]
-    a = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
-    b = f"{await start_gateway(routes, store=store(pg_url))}/h/mcp"
+    a, b = await two_replicas(pg_url, start_gateway, faulty_upstream)
     received = faulty_upstream.app[FAULT_HOOKS].received
     async with aiohttp.ClientSession() as http:
         session = await open_session(http, a)
