@@ -341,15 +341,20 @@ async def test_an_added_oauth_route_publishes_its_metadata_at_once_and_a_removed
 async def _with_sighup(
     config: Path | None, overrides: dict[str, object]
 ) -> AsyncIterator[web.Application]:
-    """The gateway started as the command starts it: its listen overridden, SIGHUP handled."""
+    """The gateway started as the command starts it: its listen overridden, SIGHUP handled
+    (as `listen.Signals` does while it serves)."""
     settings = load_settings(config)
     settings = settings.model_copy(update={"listen": settings.listen.model_copy(update=overrides)})
     app = create_app(settings)
-    on_sighup(app, None if config is None else str(config), overrides)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(
+        signal.SIGHUP, on_sighup(app, None if config is None else str(config), overrides)
+    )
     runner = await listen.start(app, settings.listen, settings.http)
     try:
         yield app
     finally:
+        loop.remove_signal_handler(signal.SIGHUP)
         await runner.cleanup()
 
 

@@ -49,7 +49,7 @@ def serve(config: str | None, host: str | None, port: int | None) -> None:
     except ValueError as exc:  # a key file named by the auth settings is missing or unusable
         print(f"mcp-task-gateway: configuration error:\n{config}: {exc}", file=sys.stderr)
         raise SystemExit(2) from None
-    on_sighup(app, config, overrides)
+    hangup = on_sighup(app, config, overrides)
     open_routes = [r.name for r in settings.routes if route_auth(settings, r).mode == "none"]
     if open_routes and not ipaddress.ip_address(_resolve(settings.listen.host)).is_loopback:
         log.warning(
@@ -89,7 +89,12 @@ def serve(config: str | None, host: str | None, port: int | None) -> None:
 
     try:
         listen.run(
-            app, settings.listen, settings.http, drain=partial(drain, app), on_started=started
+            app,
+            settings.listen,
+            settings.http,
+            drain=partial(drain, app),
+            on_started=started,
+            hangup=hangup,
         )
     except (listen.ListenError, StoreInUse, StoreUnavailable) as exc:
         print(f"mcp-task-gateway: {exc}", file=sys.stderr)

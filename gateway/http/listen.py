@@ -5,7 +5,7 @@ opens the store; a port in use is `ListenError`, one line for the command to pri
 file descriptor limit is raised to the hard one, and the total connection cap derived from it.
 `serve()` runs until SIGTERM or SIGINT, drains (the app's `drain`: running tasks end while new
 work is refused) until that ends or a second signal comes, then stops as aiohttp's `run_app`
-does. `Signals` holds what each signal means while the gateway serves.
+does. `Signals` (http.signals) holds what each signal means, SIGHUP's reload included.
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from aiohttp import web
 
 from gateway.config import HttpConfig, ListenConfig
 from gateway.http.server import ConnectionGuard, GuardedRunner
+from gateway.http.signals import Signals
 
 log = logging.getLogger(__name__)
 
@@ -94,70 +95,22 @@ async def start(app: web.Application, listen: ListenConfig, http: HttpConfig) ->
     return runner
 
 
-class Signals:
-    """What the process's signals mean while it serves: the first SIGTERM or SIGINT asks for
-    a drain (`stop`), the second for the stop now (`now`); later ones are only logged, as
-    the stop is bounded by http.shutdown_grace_seconds already.
-
-    Each signal's handler is installed in `__init__`; a signal with another meaning (SIGHUP,
-    say) gets its own handler beside these.
-    """
-
-    STOPPING = (signal.SIGTERM, signal.SIGINT)
-
-    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
-        self._loop = loop
-        self.stop = asyncio.Event()
-        self.now = asyncio.Event()
-        for sig in self.STOPPING:
-            loop.add_signal_handler(sig, self._stopping, sig)
-
-    def remove(self) -> None:
-        for sig in self.STOPPING:
-            self._loop.remove_signal_handler(sig)
-
-    def _stopping(self, sig: signal.Signals) -> None:
-        if not self.stop.is_set():
-            log.info("%s received", sig.name)
-            self.stop.set()
-        elif not self.now.is_set():
-            log.info("%s again: stopping now, without waiting for running tasks", sig.name)
-            self.now.set()
-        else:
-            log.info("%s: stopping already", sig.name)
-
-    async def unless_now(self, work: Awaitable[None]) -> None:
-        """Await `work` until it returns, or a second signal cancels it. A failure of the
-        work is logged: the stop goes on all the same."""
-        job = asyncio.ensure_future(work)
-        now = asyncio.ensure_future(self.now.wait())
-        try:
-            await asyncio.wait({job, now}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            job.cancel()
-            now.cancel()
-            failed, _ = await asyncio.gather(job, now, return_exceptions=True)
-        if isinstance(failed, Exception):
-            log.error("the drain failed; stopping now", exc_info=failed)
-
-
 async def serve(
     app: web.Application,
     listen: ListenConfig,
     http: HttpConfig,
     on_started: Callable[[], None] = lambda: None,
     drain: Callable[[], Awaitable[None]] | None = None,
+    hangup: Callable[[], None] = lambda: None,
 ) -> None:
     """Serve `app` until SIGTERM or SIGINT; then await `drain()` until it returns or a second
     signal comes, and stop as aiohttp's run_app does (open requests get
-    http.shutdown_grace_seconds, then the app's cleanup runs).
+    http.shutdown_grace_seconds, then the app's cleanup runs). SIGHUP calls `hangup()`.
 
     Raises:
         ListenError: the address is in use or cannot be bound.
     """
-    # The signals are ours before the port is: a SIGTERM sent the moment the port answers
-    # (as an orchestrator or a test may) must start the stop, not kill the process outright.
-    signals = Signals(asyncio.get_running_loop())
+    signals = Signals(asyncio.get_running_loop(), hangup)
     try:
         runner = await start(app, listen, http)
     except BaseException:
@@ -166,6 +119,7 @@ async def serve(
     try:
         _settle_heap()
         on_started()
+        signals.serving()
         await signals.stop.wait()
         if drain is not None:
             await signals.unless_now(drain())
@@ -173,6 +127,7 @@ async def serve(
     finally:
         # The handlers stay until the loop closes (`run` then ignores the signals): removed
         # here, a signal during the cleanup would take their default action, and kill.
+        signals.stopping()
         await runner.cleanup()
 
 
@@ -247,6 +202,7 @@ def run(
     http: HttpConfig,
     drain: Callable[[], Awaitable[None]] | None = None,
     on_started: Callable[[], None] = lambda: None,
+    hangup: Callable[[], None] = lambda: None,
 ) -> None:
     """Run `serve()` on a new event loop until signals stop it.
 
@@ -258,7 +214,9 @@ def run(
     # task's requests by 5 to 9 % (docs/performance.md, "uvloop on the final shape").
     loop = uvloop.new_event_loop()
     asyncio.set_event_loop(loop)
-    main = loop.create_task(serve(app, listen, http, on_started=on_started, drain=drain))
+    main = loop.create_task(
+        serve(app, listen, http, on_started=on_started, drain=drain, hangup=hangup)
+    )
     try:
         loop.run_until_complete(main)
     except (web.GracefulExit, KeyboardInterrupt):
@@ -278,7 +236,7 @@ def run(
         # are held back (no other thread is left to take them) until they are ignored. The
         # process has stopped; a signal now must not kill it before it exits.
         # Every other thread still running (the audit writer) blocks them from its start.
-        handled = (*Signals.STOPPING, signal.SIGHUP)
+        handled = Signals.HANDLED
         signal.pthread_sigmask(signal.SIG_BLOCK, handled)
         loop.close()
         for sig in handled:

@@ -32,8 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from functools import partial
 from pathlib import Path
 
@@ -80,27 +79,13 @@ async def reload(app: web.Application, path: str | Path) -> ReloadResult:
 
 def on_sighup(
     app: web.Application, path: str | None, listen_overrides: Mapping[str, object]
-) -> None:
-    """Reload `path` on every SIGHUP while `app` runs, keeping the command line's overrides
-    of listen. Without a file (the built-in demo settings) SIGHUP only logs so."""
+) -> Callable[[], None]:
+    """What a SIGHUP does while `app` serves (`listen.run` calls it): reload `path`, keeping
+    the command line's overrides of listen. Without a file (the built-in demo settings) it
+    only logs so."""
     app[RELOADS].path = path
     app[RELOADS].listen_overrides = dict(listen_overrides)
-
-    async def hangups(app: web.Application) -> AsyncIterator[None]:
-        loop = asyncio.get_running_loop()
-        loop.add_signal_handler(signal.SIGHUP, _hangup, app, path)
-        try:
-            yield
-        finally:
-            # Replaced, not removed: removing restores SIGHUP's default action, and one
-            # arriving while the stop goes on (the drain, the cleanup) would kill the process.
-            loop.add_signal_handler(signal.SIGHUP, _stopping)
-
-    app.cleanup_ctx.append(hangups)
-
-
-def _stopping() -> None:
-    log.info("SIGHUP: the gateway is stopping; the configuration is not reloaded")
+    return partial(_hangup, app, path)
 
 
 def _hangup(app: web.Application, path: str | None) -> None:
