@@ -435,6 +435,14 @@ def alive(pid: int) -> bool:
         return False
 
 
+async def logged(log: Path, text: str, seconds: float = 20) -> None:
+    """Return once a process's log file holds `text`. A file has no event to await, and a
+    test's log of a few kilobytes reads at once."""
+    async with asyncio.timeout(seconds):
+        while text not in log.read_text():  # noqa: ASYNC110, ASYNC240 - see above
+            await asyncio.sleep(0.05)
+
+
 async def wait_until_dead(pid: int) -> None:
     async with asyncio.timeout(10):
         while alive(pid):  # noqa: ASYNC110 - another process's exit has no event to await
