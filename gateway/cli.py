@@ -11,6 +11,7 @@ import sys
 from collections.abc import Callable
 
 from gateway import __version__
+from gateway.http.signals import hold_hangups
 from gateway.observability import logs
 from gateway.observability.logs import printable
 
@@ -91,6 +92,7 @@ def main(argv: list[str] | None = None) -> None:
             f"unknown command '{printable(argv[0], 40)}': the commands are "
             f"{', '.join(shown for shown, _, _ in COMMANDS.values())} (or none, to serve)"
         )
+    hold_hangups()  # before the second of imports and the settings' loading to come
     parser.add_argument(
         "--config",
         help="YAML settings (default: the built-in demo settings, the same as config/gateway.yaml)",

@@ -17,7 +17,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from gateway.http.signals import Signals
+from gateway.http.signals import Signals, hold_hangups
 
 from .conftest import ROOT, free_port
 from .helpers import INIT, headers, write_config
@@ -72,8 +72,7 @@ async def test_a_sighup_the_moment_the_port_answers_is_applied_once_the_gateway_
     manager that rewrote the file as the gateway restarted, say) once killed the process,
     SIGHUP's default action, every time. Now it is held, then applied."""
     port, log = free_port(), tmp_path / "gateway.log"
-    config = write_config(tmp_path, port)
-    proc = _start(config, log)
+    proc = _start(write_config(tmp_path, port), log)
     try:
         # Logged once the file is read, before the port is bound: the change is the reload's.
         await _until(lambda: "configuration:" in log.read_text() or proc.poll() is not None)
@@ -97,6 +96,44 @@ async def test_a_sighup_the_moment_the_port_answers_is_applied_once_the_gateway_
     assert "Traceback" not in log.read_text()
 
 
+async def test_a_sighup_during_the_commands_imports_is_a_reload_once_it_serves(
+    tmp_path: Path,
+) -> None:
+    """`systemctl reload` just after `start`, or `docker kill -s HUP` as the container
+    starts: the imports alone take a second, and SIGHUP's default action would kill."""
+    port, log = free_port(), tmp_path / "gateway.log"
+    proc = _start(write_config(tmp_path, port), log)
+    try:
+        # The command's first step catches SIGHUP: the kernel shows it (not a guess at time).
+        await _until(lambda: _catches_sighup(proc.pid) or proc.poll() is not None)
+        assert "configuration:" not in log.read_text()  # the settings are not even read yet
+        proc.send_signal(signal.SIGHUP)
+        await _until(lambda: "configuration reloaded" in log.read_text() or proc.poll() is not None)
+        assert proc.poll() is None, log.read_text()[-2000:]
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    text = log.read_text()
+    assert "SIGHUP while the gateway starts: applied once it serves" in text
+    assert "Traceback" not in text
+
+
+async def test_a_sighup_before_the_event_loop_is_held_for_its_signals() -> None:
+    reloads: list[int] = []
+    hold_hangups()
+    try:
+        os.kill(os.getpid(), signal.SIGHUP)  # before any loop handles it, as the command runs
+        signals = Signals(asyncio.get_running_loop(), hangup=lambda: reloads.append(1))
+        try:
+            assert reloads == []
+            signals.serving()
+            assert reloads == [1]
+        finally:
+            signals.remove()
+    finally:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+
+
 def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
     """The command, not waited for: the test watches its port itself."""
     with log.open("ab") as err:
@@ -109,6 +146,16 @@ def _start(config: Path, log: Path) -> subprocess.Popen[bytes]:
 
 
 _DEMO = "{transport: stdio, command: [python, -m, gateway.demo]}"
+
+
+def _catches_sighup(pid: int) -> bool:
+    """Whether process `pid` has a handler for SIGHUP (its SigCgt mask, from /proc)."""
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except FileNotFoundError:
+        return False
+    caught = next(line.split()[1] for line in status.splitlines() if line.startswith("SigCgt:"))
+    return bool(int(caught, 16) >> (signal.SIGHUP - 1) & 1)
 
 
 def _answers(port: int) -> bool:

@@ -1,4 +1,5 @@
-"""The process's signals while the gateway runs, and what each means: `Signals`."""
+"""The process's signals while the gateway runs, and what each means: `Signals`; and
+`hold_hangups`, SIGHUP's meaning from the command's first moments until `Signals` takes over."""
 
 from __future__ import annotations
 
@@ -9,6 +10,18 @@ from collections.abc import Awaitable, Callable
 
 # Named as before the class moved out of listen.py: operators filter their logs on this name.
 log = logging.getLogger("gateway.http.listen")
+
+#: SIGHUPs that came after `hold_hangups` and before a `Signals` took them over.
+_early_hangups: list[int] = []
+
+
+def hold_hangups() -> None:
+    """Hold SIGHUPs from now until a `Signals` takes them over, which applies them once the
+    gateway serves. SIGHUP's default action kills, and one sent while the process starts
+    (`systemctl reload` just after `start`, `docker kill -s HUP` as the container starts: the
+    imports alone take a second) asks for the file to be read again, not for a dead gateway.
+    The command calls this first; what comes before it (the interpreter's start) stays exposed."""
+    signal.signal(signal.SIGHUP, lambda signum, _frame: _early_hangups.append(signum))
 
 
 class Signals:
@@ -39,6 +52,9 @@ class Signals:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._stop_received, sig)
         loop.add_signal_handler(signal.SIGHUP, self._hangup_received)
+        if _early_hangups:
+            _early_hangups.clear()
+            self._hangup_received()
 
     def remove(self) -> None:
         for sig in self.HANDLED:
