@@ -27,7 +27,7 @@ from jwt.algorithms import RSAAlgorithm
 from gateway.app import create_app
 from gateway.config import ConfigError, ListenConfig, load_settings
 from gateway.http import listen
-from gateway.http.keys import METRICS, ROUTES
+from gateway.http.keys import METRICS, RELOADS, ROUTES
 from gateway.http.reload import on_sighup, reload
 
 from .conftest import DEMO
@@ -378,6 +378,29 @@ async def test_sighup_reloads_the_file_and_the_command_lines_listen_stays(
         await _hang_up(lambda: "b" in app[ROUTES])
     assert f"SIGHUP: reloading {config}" in caplog.text
     assert "after a restart" not in caplog.text  # --port overrides the file, as at start
+
+
+async def test_sighups_while_a_reload_waits_to_start_are_that_reload(
+    tmp_path: Path, recorder: TestServer, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A flood of SIGHUPs (a file watcher gone wrong) queued a reload each, every one
+    re-reading the whole file; the one waiting to start reads the file as it is by then."""
+    config = tmp_path / "gateway.yaml"
+    a, b = ({"name": n, "upstream": _recorded(recorder)} for n in "ab")
+    _write(config, routes=[a])
+    caplog.set_level(logging.INFO)
+    async with _with_sighup(config, {"host": "127.0.0.1", "port": 0}) as app:
+        async with app[RELOADS].lock:  # a reload under way
+            for n in range(1, 21):
+                await _hang_up(lambda: caplog.text.count("SIGHUP: ") == n)  # noqa: B023
+            _write(config, routes=[a, b])
+        async with asyncio.timeout(5):
+            while "b" not in app[ROUTES]:  # noqa: ASYNC110 - a reload has no event to await
+                await asyncio.sleep(0.01)
+        assert caplog.text.count("configuration reloaded from") == 1
+        assert caplog.text.count("SIGHUP: a reload waits to start already") == 19
+        await _hang_up(lambda: caplog.text.count("configuration reloaded from") == 2)
+    assert caplog.text.count("SIGHUP: reloading") == 2  # nothing waited: a reload of its own
 
 
 async def test_sighup_without_a_config_file_only_says_so(

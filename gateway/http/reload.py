@@ -58,6 +58,7 @@ async def reload(app: web.Application, path: str | Path) -> ReloadResult:
     A file that cannot be applied makes a refused result, not an exception."""
     state = app[RELOADS]
     async with state.lock:
+        state.waiting = False
         try:
             # Reading and validating a big file (thousands of API keys) takes seconds: off
             # the loop, which goes on serving meanwhile. Under the lock, nothing changes
@@ -92,8 +93,15 @@ def _hangup(app: web.Application, path: str | None) -> None:
     if path is None:
         log.warning("SIGHUP: no --config file to re-read (the built-in demo settings run)")
         return
+    state = app[RELOADS]
+    if state.waiting:
+        # A flood of SIGHUPs (a watcher gone wrong) would queue a reload each, every one
+        # re-reading and re-validating the whole file: seconds of CPU each for a big one.
+        log.info("SIGHUP: a reload waits to start already, and will read %s as it is then", path)
+        return
     log.info("SIGHUP: reloading %s", path)
-    app[RELOADS].tasks.spawn(reload(app, path), name="reload")
+    state.waiting = True
+    state.tasks.spawn(reload(app, path), name="reload")
 
 
 def _load(path: str, state: Reloads) -> tuple[Settings, tuple[str, ...]]:

@@ -26,6 +26,9 @@ class Reloads:
         #: listen.host and listen.port as --host and --port set them, kept by every reload.
         self.listen_overrides: dict[str, object] = {}
         self.lock = asyncio.Lock()
+        #: A SIGHUP's reload waits for the lock: later SIGHUPs need no other, as it reads
+        #: the file as it is when it starts.
+        self.waiting = False
         self.tasks = TaskSet("reloads")
         #: The background probes of routes: at start-up, and of those a reload adds or
         #: changes; the app's shutdown cancels the probes still running.
