@@ -211,12 +211,17 @@ async def test_a_message_with_both_result_and_error_gets_400(gateway: str) -> No
         await assert_session_lives(http, gateway, session_id)
 
 
-async def raw_request(url: str, head_lines: list[bytes], body: bytes = b"") -> tuple[int, bytes]:
+async def raw_request(
+    url: str, head_lines: list[bytes], body: bytes = b"", method: str = "POST"
+) -> tuple[int, bytes]:
     """One HTTP/1.1 request written byte for byte (for headers no client library sends)."""
     parsed = httpx.URL(url)
     reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
     try:
-        head = [f"POST {parsed.path} HTTP/1.1".encode(), f"Host: {parsed.netloc.decode()}".encode()]
+        head = [
+            f"{method} {parsed.path} HTTP/1.1".encode(),
+            f"Host: {parsed.netloc.decode()}".encode(),
+        ]
         head += [*head_lines, f"Content-Length: {len(body)}".encode(), b"Connection: close"]
         writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
         await writer.drain()
@@ -244,6 +249,33 @@ async def test_a_session_id_that_is_not_visible_ascii_is_an_unknown_session(
         "message": "Session not found: it ended, expired or never existed; "
         "send a new initialize without MCP-Session-Id",
     }
+
+
+@pytest.mark.parametrize(
+    ("method", "in_session"), [("POST", True), ("POST", False), ("GET", True), ("DELETE", True)]
+)
+async def test_a_protocol_version_header_that_is_not_utf8_gets_400_with_its_bytes_escaped(
+    gateway: str, method: str, in_session: bool, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A byte that is not UTF-8 reaches the handler as a lone surrogate, which the error's
+    `requested` once carried into a JSON body that could not be written: a 500. The
+    transports spec: "If the server receives a request with an invalid or unsupported
+    MCP-Protocol-Version, it MUST respond with 400 Bad Request"."""
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, gateway)
+        lines = [
+            b"Content-Type: application/json",
+            b"Accept: application/json, text/event-stream",
+            b"MCP-Protocol-Version: 2025-11-25\xe9",
+            *([b"Mcp-Session-Id: " + session_id.encode()] if in_session else []),
+        ]
+        ping = b'{"jsonrpc":"2.0","id":4,"method":"ping"}' if method == "POST" else b""
+        status, body = await raw_request(gateway, lines, ping, method)
+        assert status == 400
+        error = json.loads(body)["error"]
+        assert error["data"]["requested"] == "2025-11-25\\udce9"
+        await assert_session_lives(http, gateway, session_id)
+    assert "Traceback" not in caplog.text and "ERROR" not in caplog.text
 
 
 @pytest.mark.parametrize("last_event_id", ["x:²", "²", "x:" + "9" * 5000, "x:-1", "x:1e3"])

@@ -15,12 +15,14 @@ from __future__ import annotations
 import logging
 import re
 
-_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Lone surrogates too: a header byte that is not UTF-8 arrives as one (aiohttp decodes with
+# surrogateescape), and neither a UTF-8 log nor a JSON body can hold it.
+_UNPRINTABLE = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029\ud800-\udfff]")
 _MAX_CHARS = 200
 
 
 def printable(text: str, limit: int = _MAX_CHARS) -> str:
-    """`text` with control characters escaped and cut to `limit` characters."""
+    """`text` with control characters and lone surrogates escaped, cut to `limit` characters."""
     cut = text if len(text) <= limit else text[:limit] + f"...({len(text)} chars)"
     return _UNPRINTABLE.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), cut)
 
