@@ -243,6 +243,35 @@ async def test_huge_forms_long_ids_wrong_methods_and_markup_never_make_a_500(
     assert "Traceback" not in caplog.text and "x" * 1000 not in caplog.text
 
 
+FORMS = "application/x-www-form-urlencoded"
+
+
+@pytest.mark.parametrize(
+    ("content_type", "body"),
+    [
+        (FORMS, b"token=\xff"),  # not UTF-8
+        (f"{FORMS}; charset=bogus", b"token=x"),  # no such charset
+        ("multipart/form-data", b"xx"),  # no boundary
+    ],
+    ids=["not-utf8", "bogus-charset", "no-boundary"],
+)
+async def test_a_form_aiohttp_cannot_read_is_a_400_for_anyone_and_after_sign_in(
+    console: Console, caplog: pytest.LogCaptureFixture, content_type: str, body: bytes
+) -> None:
+    """The sign-in form takes a post from anyone: one aiohttp could not decode was a 500
+    and a traceback, for each such request."""
+    async with browser() as http:
+        sent = {"data": body, "headers": {"Content-Type": content_type}}
+        async with http.post(f"{console.url}sign-in", **sent) as anonymous:
+            assert anonymous.status == 400
+            assert "the form cannot be read" in await anonymous.text()
+        await console.signed_in(http)
+        for action in ("purge", "sign-out"):
+            async with http.post(f"{console.url}{action}", **sent) as signed:
+                assert signed.status == 400, action
+    assert "Traceback" not in caplog.text and "internal error" not in caplog.text
+
+
 def test_every_template_and_static_file_ships_in_an_installed_package() -> None:
     # The image and a pip install read the pages from the package, not from this checkout.
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]

@@ -18,12 +18,15 @@ from collections.abc import Sequence
 
 from aiohttp import web
 from aiohttp.typedefs import Handler, Middleware
+from aiohttp.web_request import FileField
+from multidict import MultiDictProxy
 
 from gateway.console.pages import Pages, secured
 from gateway.console.signin import COOKIE, Session, Sessions
 from gateway.http import forwarded
 from gateway.http.admin import OPERATOR
 from gateway.http.admin_guard import Refusals, failure
+from gateway.http.admin_query import BadQuery
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
 from gateway.protocol.errors import LimitExceeded, TaskError
@@ -86,7 +89,7 @@ class Access:
             return pages.error(*failure(exc, request, "console"))
 
     async def _check_form(self, request: web.Request, session: Session) -> None:
-        form = await request.post()
+        form = await posted(request)
         given = form.get("csrf")
         carried = isinstance(given, str) and session.carries(given)
         if not carried or not self._same_origin(request):
@@ -116,7 +119,7 @@ class Access:
         return self._pages.render("sign_in.html", title="Sign in")
 
     async def sign_in(self, request: web.Request) -> web.StreamResponse:
-        form = await request.post()
+        form = await posted(request)
         given = form.get("token")
         token = given.encode("utf-8", "replace") if isinstance(given, str) else b""
         if not self._same_origin(request) or not hmac.compare_digest(token, self._token):
@@ -149,3 +152,17 @@ class Access:
         answer = web.Response(status=303, headers={"Location": f"{self._pages.base}sign-in"})
         answer.del_cookie(COOKIE, path=self._pages.base)
         return answer
+
+
+async def posted(request: web.Request) -> MultiDictProxy[str | bytes | bytearray | FileField]:
+    """The request's form, read by aiohttp.
+
+    Raises:
+        BadQuery: a form aiohttp cannot read (bytes that are not its charset, a charset
+            that does not exist, multipart without a boundary), which anyone may send
+            the sign-in page: a 400, not a 500 and a traceback.
+    """
+    try:
+        return await request.post()
+    except (UnicodeDecodeError, LookupError, ValueError) as exc:
+        raise BadQuery(f"the form cannot be read: {printable(str(exc), 120)}") from None

@@ -16,7 +16,7 @@ from urllib.parse import quote
 from aiohttp import web
 from multidict import MultiDict, MultiMapping
 
-from gateway.console.access import session_of
+from gateway.console.access import posted, session_of
 from gateway.console.pages import Pages
 from gateway.console.views import COUNT_CAP, count_tasks, given
 from gateway.http.admin import AdminApi, filters_of
@@ -79,7 +79,7 @@ class Actions:
         )
 
     async def purge(self, request: web.Request) -> web.Response:
-        form = await request.post()
+        form = await posted(request)
         fields: MultiMapping[str] = MultiDict(
             (key, value) for key, value in form.items() if isinstance(value, str)
         )
