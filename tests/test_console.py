@@ -261,13 +261,13 @@ async def test_a_form_aiohttp_cannot_read_is_a_400_for_anyone_and_after_sign_in(
     """The sign-in form takes a post from anyone: one aiohttp could not decode was a 500
     and a traceback, for each such request."""
     async with browser() as http:
-        sent = {"data": body, "headers": {"Content-Type": content_type}}
-        async with http.post(f"{console.url}sign-in", **sent) as anonymous:
+        kind = {"Content-Type": content_type}
+        async with http.post(f"{console.url}sign-in", data=body, headers=kind) as anonymous:
             assert anonymous.status == 400
             assert "the form cannot be read" in await anonymous.text()
         await console.signed_in(http)
         for action in ("purge", "sign-out"):
-            async with http.post(f"{console.url}{action}", **sent) as signed:
+            async with http.post(f"{console.url}{action}", data=body, headers=kind) as signed:
                 assert signed.status == 400, action
     assert "Traceback" not in caplog.text and "internal error" not in caplog.text
 

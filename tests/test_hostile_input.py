@@ -297,6 +297,39 @@ async def test_a_last_event_id_that_is_no_event_number_gets_400(
         await assert_session_lives(http, gateway, session_id)
 
 
+async def test_a_header_over_the_limit_is_431_and_its_value_stays_out_of_the_log(
+    gateway: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp's complaint quotes the start of the line it refused: a key or a cookie."""
+    caplog.set_level(logging.INFO)
+    secret = "Bearer alice-key-0123456789"
+    for line in (f"Authorization: {secret}", f"Cookie: session={secret}"):
+        status, _ = await raw_request(gateway, [(line + "y" * 9000).encode()], b"{}")
+        assert status == 431
+    assert "bad HTTP request from 127.0.0.1: Got more than 8190 bytes" in caplog.text
+    assert "alice-key" not in caplog.text
+
+
+async def test_a_client_gone_before_its_100_continue_leaves_no_error_in_the_log(
+    gateway: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """aiohttp writes `100 Continue` before any middleware runs; a client that asked for it
+    and left made an ERROR with a traceback, each time, for whoever cared to."""
+    url = httpx.URL(gateway)
+    for _ in range(3):
+        reader, writer = await asyncio.open_connection(url.host, url.port)
+        writer.write(
+            f"POST {url.path} HTTP/1.1\r\nHost: {url.netloc.decode()}\r\n"
+            "Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n"
+            "Expect: 100-continue\r\nContent-Length: 40\r\n\r\n".encode()
+        )
+        writer.transport.abort()
+    await asyncio.sleep(0.3)  # its handler runs once the loop reads the head
+    async with aiohttp.ClientSession() as http:
+        await assert_session_lives(http, gateway, await open_session(http, gateway))
+    assert "ERROR" not in caplog.text and "Traceback" not in caplog.text
+
+
 async def test_a_megabyte_header_gets_431(gateway: str) -> None:
     big = b"X-Big: " + b"a" * (1024 * 1024)
     status, body = await raw_request(gateway, [b"Content-Type: application/json", big], b"{}")

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 from collections import OrderedDict
 from typing import Any, cast
 
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 
 #: What aiohttp's parsers say of a head over their limits (431); any other fault is a 400.
 _TOO_BIG = ("overflow", "too many headers", "too large", "too long")
+#: Where aiohttp's message begins to quote the request: `: b'...'`, `'...'`.
+_QUOTED = re.compile(r"[:'\"]")
 _TOO_MANY = (
     b"HTTP/1.1 429 Too Many Requests\r\nRetry-After: 5\r\nConnection: close\r\n"
     b"Content-Type: text/plain\r\nContent-Length: 52\r\n\r\n"
@@ -159,6 +162,12 @@ class GuardedHandler(web_protocol.RequestHandler):
         exc: BaseException | None = None,
         message: str | None = None,
     ) -> web.StreamResponse:
+        if isinstance(exc, ConnectionResetError):
+            # The client left before what aiohttp writes ahead of every middleware (the
+            # `100 Continue` an `Expect` asks for): nobody to answer, and no defect to log.
+            gone = web.Response(status=400)
+            gone.force_close()
+            return gone
         if status >= 500 or not isinstance(exc, BadHttpMessage):
             return super().handle_error(request, status, exc, message)
         if isinstance(exc, LineTooLong) or any(w in (message or "").lower() for w in _TOO_BIG):
@@ -166,7 +175,7 @@ class GuardedHandler(web_protocol.RequestHandler):
             self._lingering.linger()  # the client may still be sending the rest of it
         else:
             text = "Bad Request: not a valid HTTP/1.1 request"
-        log.info("bad HTTP request from %s: %s", self._address, printable(message or "", 120))
+        log.info("bad HTTP request from %s: %s", self._address, _reason(message or ""))
         response = web.Response(status=status, text=text + "\n")
         response.force_close()
         return response
@@ -198,6 +207,12 @@ class GuardedHandler(web_protocol.RequestHandler):
             log.info("request head from %s too slow: closing the connection", self._address)
             self.transport.write(_SLOW)
         self.force_close()
+
+
+def _reason(message: str) -> str:
+    """aiohttp's complaint without the bytes it quotes: they may be a header's value (an
+    `Authorization` over the limit, a cookie) or a URL's query, which logs must not hold."""
+    return printable(_QUOTED.split(message, maxsplit=1)[0].strip(), 120)
 
 
 class _GuardedServer(web.Server):
