@@ -135,29 +135,35 @@ def create_app(
     add_routes(app, settings, partial(_guarded, app=app, tracing=tracing))
     if tracing is not None:
         app.cleanup_ctx.append(partial(_traces, tracing=tracing))  # its cleanup runs last
-    admin_sockets: list[socket.socket] = []
-    app.cleanup_ctx.append(partial(_admin_address, sockets=admin_sockets))
-    app.cleanup_ctx.append(partial(_components, clock=clock, admin_sockets=admin_sockets))
+    own: dict[str, list[socket.socket]] = {"admin": [], "metrics": []}
+    app.cleanup_ctx.append(partial(_own_addresses, sockets=own))
+    app.cleanup_ctx.append(partial(_components, clock=clock, sockets=own))
     app.on_shutdown.append(interrupt)
     app.on_shutdown.append(app[RELOADS].probes.close)  # a reload's probes still running
     return app
 
 
-async def _admin_address(app: web.Application, sockets: list[socket.socket]) -> AsyncIterator[None]:
-    """admin.listen bound before the store is opened, as the gateway's own port is, so that a
-    taken one stops the start first; `_components` serves on it once all it uses exists."""
-    admin = app[SETTINGS].admin
-    if admin is not None:
-        sockets.extend(listen.bind(admin.listen, "admin.listen"))
+async def _own_addresses(
+    app: web.Application, sockets: dict[str, list[socket.socket]]
+) -> AsyncIterator[None]:
+    """admin.listen and metrics.listen bound before the store is opened, as the gateway's
+    own port is, so that a taken one stops the start first, in one line (once, a taken
+    metrics port was a traceback after the store had opened, and a process that no signal
+    stopped); `_components` serves on them once all they use exists."""
+    settings = app[SETTINGS]
     try:
+        if settings.admin is not None:
+            sockets["admin"] += listen.bind(settings.admin.listen, "admin.listen")
+        if settings.metrics.enabled and settings.metrics.listen is not None:
+            sockets["metrics"] += listen.bind(settings.metrics.listen, "metrics.listen")
         yield
     finally:
-        for sock in sockets:
+        for sock in (*sockets["admin"], *sockets["metrics"]):
             sock.close()
 
 
 async def _components(
-    app: web.Application, clock: Callable[[], datetime], admin_sockets: list[socket.socket]
+    app: web.Application, clock: Callable[[], datetime], sockets: dict[str, list[socket.socket]]
 ) -> AsyncIterator[None]:
     settings = app[SETTINGS]
     metrics = app[METRICS]
@@ -195,7 +201,7 @@ async def _components(
     for name in app[ROUTES]:
         metrics.sessions.labels(name).set_function(partial(app[SESSIONS].count, name))
     app[SESSIONS].start_reaper()
-    metrics_site = await _metrics_listener(settings, metrics)
+    metrics_site = await _metrics_listener(settings, metrics, sockets["metrics"])
     admin_site = None
     if settings.admin is not None:
         # Here, not at the top: the console's templates and signing keys are a tenth of the
@@ -214,7 +220,7 @@ async def _components(
             proxies=settings.http.proxy_networks,
         )
         admin_app = api.app(settings.admin.token, console)
-        admin_site = await admin.serve(admin_app, admin_sockets, settings.http)
+        admin_site = await admin.serve(admin_app, sockets["admin"], settings.http)
     try:
         yield
     finally:
@@ -265,16 +271,19 @@ async def _traces(app: web.Application, tracing: Tracing) -> AsyncIterator[None]
         await tracing.close()
 
 
-async def _metrics_listener(settings: Settings, metrics: Metrics) -> web.AppRunner | None:
-    """/metrics on its own address, when configured (e.g. reachable only by Prometheus)."""
-    listen = settings.metrics.listen
-    if not settings.metrics.enabled or listen is None:
+async def _metrics_listener(
+    settings: Settings, metrics: Metrics, sockets: list[socket.socket]
+) -> web.AppRunner | None:
+    """/metrics on its own address (bound as `sockets`), when configured (e.g. reachable only
+    by Prometheus)."""
+    if not sockets:
         return None
     app = web.Application()
     app.router.add_get("/metrics", metrics.handler(settings.metrics.bearer_token))
     runner = web.AppRunner(app, access_log=None)
     await runner.setup()
-    await web.TCPSite(runner, listen.host, listen.port).start()
+    for sock in sockets:
+        await web.SockSite(runner, sock).start()
     return runner
 
 

@@ -17,7 +17,7 @@ import pytest
 from gateway.http.lingering import LingeringTransport
 
 from .conftest import free_port, mcp_client
-from .helpers import gateway_process, headers, raw_session, rpc
+from .helpers import gateway_process, headers, raw_session, rpc, write_config
 
 #: Another loopback address: the "attacker" in these tests, so caps on it leave 127.0.0.1 free.
 OTHER = "127.0.0.2"
@@ -117,6 +117,37 @@ def test_a_port_in_use_by_another_program_is_one_line_and_exit_2(tmp_path: Path)
         "gateway?); choose another with --port or listen.port"
     ]
     assert not (tmp_path / "data").exists()  # it stopped before opening the store
+
+
+@pytest.mark.parametrize("taken_by", ["another program", "the gateway's own port"])
+def test_a_metrics_port_in_use_is_one_line_and_exit_2_before_the_store_opens(
+    tmp_path: Path, taken_by: str
+) -> None:
+    """It was bound after the store had opened and the tasks were recovered: a traceback,
+    then a process that no SIGTERM stopped."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        busy = taken.getsockname()[1]
+        port = busy if taken_by == "the gateway's own port" else free_port()
+        metrics = f"metrics: {{listen: {{host: 127.0.0.1, port: {busy}}}}}"
+        if taken_by == "the gateway's own port":
+            taken.close()  # the gateway binds it first, then the metrics listener meets it
+        config = write_config(tmp_path, port, metrics)
+        done = subprocess.run(
+            [sys.executable, "-m", "gateway", "--config", str(config)],
+            cwd=tmp_path,
+            capture_output=True,
+            timeout=60,
+        )
+    assert done.returncode == 2, done.stderr.decode()[-2000:]
+    lines = [line for line in done.stderr.decode().splitlines() if "mcp-task-gateway:" in line]
+    assert lines == [
+        f"mcp-task-gateway: cannot listen on 127.0.0.1:{busy}: the port is in use (another "
+        "gateway?); choose another with metrics.listen.port"
+    ]
+    assert "Traceback" not in done.stderr.decode()
+    assert not (tmp_path / "gateway.db").exists()  # it stopped before opening the store
 
 
 async def test_client_text_cannot_forge_log_lines_and_libraries_stay_at_info(
