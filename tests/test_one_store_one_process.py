@@ -5,6 +5,7 @@ Each test starts the real command (`python -m gateway`)."""
 from __future__ import annotations
 
 import asyncio
+import json
 import signal
 import subprocess
 import sys
@@ -81,3 +82,30 @@ async def test_the_store_of_a_killed_gateway_opens_at_once_and_its_task_fails_as
         proc.wait(10)
     assert got["result"]["status"] == "failed"
     assert got["result"]["statusMessage"] == "interrupted: gateway restarted"
+
+
+@pytest.mark.parametrize(
+    ("where", "why"),
+    [
+        ("not-a-database.db", "file is not a database"),
+        ("not-a-database.db/under/it.db", "Not a directory"),
+    ],
+)
+def test_a_store_path_that_cannot_be_a_store_stops_in_one_line_with_exit_2(
+    tmp_path: Path, where: str, why: str
+) -> None:
+    """Once a traceback and exit 1: a file that is something else, a path under a file."""
+    (tmp_path / "not-a-database.db").write_text("hello\n")
+    path = tmp_path / where
+    config = write_config(tmp_path, free_port(), store=f"{{path: {json.dumps(str(path))}}}")
+    done = subprocess.run(
+        [sys.executable, "-m", "gateway", "--config", str(config)],
+        cwd=ROOT,
+        capture_output=True,
+        timeout=60,
+    )
+    stderr = done.stderr.decode()
+    lines = [line for line in stderr.splitlines() if "mcp-task-gateway:" in line]
+    assert done.returncode == 2 and "Traceback" not in stderr, stderr[-2000:]
+    assert lines == [f"mcp-task-gateway: store.path: cannot use {path} as the SQLite store: {why}"]
+    assert (tmp_path / "not-a-database.db").read_text() == "hello\n"  # left as it was

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import secrets
 import socket
+import sqlite3
 from collections.abc import Callable
 from urllib.parse import urlsplit
 
@@ -28,9 +29,18 @@ def replica_name() -> str:
 async def open_configured(
     config: StoreConfig, on_timing: Callable[[str, float], None] | None = None
 ) -> TaskStore:
-    """Raises: StoreInUse (SQLite: another process has the file), StoreUnavailable."""
+    """Raises: StoreInUse (SQLite: another process has the file), StoreUnavailable (the file
+    or the database cannot be used)."""
     if config.backend == "sqlite":
-        return await open_store(config.path, on_timing=on_timing)
+        try:
+            return await open_store(config.path, on_timing=on_timing)
+        except (OSError, sqlite3.Error) as exc:
+            # A file that is no database, a path under a file, /dev/zero: the operator's
+            # to fix, in one line, as a port in use is.
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+            raise StoreUnavailable(
+                f"store.path: cannot use {config.path} as the SQLite store: {why}"
+            ) from None
     assert config.url is not None  # the config refuses postgres without one
     where = urlsplit(config.url)
     database = f"{where.hostname}:{where.port or 5432}{where.path}"
