@@ -64,6 +64,24 @@ _USAGE = f"""%(prog)s [options]
        %(prog)s {{{",".join(COMMANDS)}}} ..."""
 
 
+# The command line's overrides skip the settings' checks (they replace checked values), so
+# they are held to the same ones here: a port past 65535 was bound modulo 65536 and logged
+# as given, a host with a NUL or a byte that is not UTF-8 was a traceback.
+def _port(text: str) -> int:
+    port = int(text) if text.isdigit() else -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"'{printable(text, 20)}' is not a port (0 to 65535)")
+    return port
+
+
+def _host(text: str) -> str:
+    if not text.isprintable():
+        raise argparse.ArgumentTypeError(
+            f"'{printable(text, 60)}' holds a control character or a byte that is not UTF-8"
+        )
+    return text
+
+
 def _commands_help() -> str:
     width = max(len(shown) for shown, _, _ in COMMANDS.values())
     return "\n".join(
@@ -97,8 +115,8 @@ def main(argv: list[str] | None = None) -> None:
         "--config",
         help="YAML settings (default: the built-in demo settings, the same as config/gateway.yaml)",
     )
-    parser.add_argument("--host", help="override listen.host")
-    parser.add_argument("--port", type=int, help="override listen.port")
+    parser.add_argument("--host", type=_host, help="override listen.host")
+    parser.add_argument("--port", type=_port, help="override listen.port")
     parser.add_argument("--log-level", default="INFO", help="DEBUG, INFO, WARNING or ERROR")
     parser.add_argument(
         "--debug-libraries",

@@ -90,11 +90,29 @@ def test_an_unknown_command_is_exit_2_listing_the_commands(word: str, shown: str
     assert "Traceback" not in done.stderr
 
 
+@pytest.mark.parametrize(
+    ("args", "said"),
+    [
+        (["--port", "99999"], "argument --port: '99999' is not a port (0 to 65535)"),
+        (["--port", "-1"], "argument --port: '-1' is not a port (0 to 65535)"),
+        (["--host", "127.0.0.1\t"], "argument --host: '127.0.0.1\\t' holds a control character"),
+    ],
+)
+def test_a_port_or_host_the_settings_would_refuse_is_refused_on_the_command_line_too(
+    args: list[str], said: str
+) -> None:
+    """They replace values the settings checked, past those checks: a port of 99999 was
+    bound modulo 65536 and logged as 99999; a NUL in a host was a traceback."""
+    done = command(*args)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert said in done.stderr
+
+
 def test_the_servers_options_work_as_before() -> None:
     assert command("--version").stdout.strip() == f"mcp-task-gateway {__version__}"
     bad_port = command("--port", "eighty")
     assert bad_port.returncode == 2
-    assert "argument --port: invalid int value: 'eighty'" in bad_port.stderr
+    assert "argument --port: 'eighty' is not a port (0 to 65535)" in bad_port.stderr
     bad_level = command("--log-level", "LOUD")
     assert bad_level.returncode == 2 and "unknown log level 'LOUD'" in bad_level.stderr
     assert "Traceback" not in bad_port.stderr + bad_level.stderr
