@@ -13,10 +13,10 @@ import logging
 import math
 from dataclasses import dataclass
 from functools import partial
-from pathlib import Path
 from typing import TYPE_CHECKING
 
 from gateway.config import AuthConfig, Limits, RouteConfig, Settings, route_auth, route_limits
+from gateway.config.base import read_regular_file
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
 from gateway.observability.metrics import Metrics
@@ -25,6 +25,7 @@ from gateway.protocol.curation import Curation
 from gateway.protocol.decisions import Reject
 from gateway.protocol.modern_headers import ToolHeaders
 from gateway.security.auth import Authenticator
+from gateway.security.jwt_keys import MAX_KEY_FILE_BYTES
 from gateway.security.limits import RateLimiter, Share
 from gateway.security.oauth import ProtectedResource
 from gateway.upstream import MemberRoutes, UpstreamRoute, upstreams_of
@@ -59,10 +60,14 @@ class RouteInputs:
 
 
 def _digest(path: str) -> str:
+    # Read as the verifier reads it, bounded and never waiting on a FIFO: this read comes
+    # first, at start and in every reload.
     try:
-        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+        return hashlib.sha256(read_regular_file(path, MAX_KEY_FILE_BYTES)).hexdigest()
     except OSError as exc:
         return f"unreadable: {exc.strerror}"  # the verifier refuses it, naming the key
+    except ValueError as exc:
+        return f"unreadable: {exc}"
 
 
 class Route:

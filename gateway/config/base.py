@@ -1,10 +1,14 @@
-"""What every settings section shares: strictness, and refusals that name their key."""
+"""What every settings section shares: strictness, refusals that name their key, and the
+bounded read of the files the settings name."""
 
 from __future__ import annotations
 
 import functools
+import os
+import stat
 import types
 import typing
+from pathlib import Path
 from typing import Any
 
 from pydantic import (
@@ -79,3 +83,26 @@ def secret_from_env(info: ValidationInfo, name: str) -> str:
     if not value:
         raise ValueError(f"environment variable {name} is not set (or empty)")
     return value
+
+
+def read_regular_file(path: str | Path, limit: int) -> bytes:
+    """The bytes of the regular file at `path`.
+
+    Raises:
+        OSError: it cannot be opened or read.
+        ValueError: it is not a regular file, or is larger than `limit` bytes.
+    """
+
+    # Non-blocking, so that a FIFO is opened without waiting for a writer: a blocked read
+    # would hold the reload lock, and shutdown waits for its thread. A regular file reads the
+    # same either way, and a terminal is not taken as the process's own.
+    def opener(name: str, flags: int) -> int:
+        return os.open(name, flags | os.O_NONBLOCK | os.O_NOCTTY)
+
+    with open(path, "rb", opener=opener) as file:  # noqa: PTH123 - Path.open has no opener
+        if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
+            raise ValueError("not a regular file")
+        data = file.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    return data

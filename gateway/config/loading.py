@@ -19,7 +19,7 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
-from gateway.config.base import ConfigError
+from gateway.config.base import ConfigError, read_regular_file
 from gateway.config.routes import demo_route
 from gateway.config.sections import AdminConfig
 from gateway.config.settings import Settings
@@ -27,8 +27,12 @@ from gateway.config.suggest import nearest_key
 
 _ENV_REF = re.compile(r"\$\{([A-Za-z_][A-Za-z0-9_]*)\}")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-#: No configuration is this large; a bigger file (or /dev/zero) is refused before it is read.
+#: No configuration is this large; a bigger file is refused before it is read.
 _MAX_FILE_BYTES = 16 * 1024 * 1024
+#: The most values (mappings, lists and scalars) a file may hold once its aliases are
+#: expanded: about what 16 MiB of API keys hold (20,000 keys are 100,000 values), and far
+#: short of what an alias bomb ("billion laughs") of a few hundred bytes expands to.
+_MAX_VALUES = 1_000_000
 #: A key longer than this is shown cut (and never matched against the valid ones).
 _SHOWN_KEY_CHARS = 80
 _FAST_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
@@ -200,19 +204,56 @@ def _read(path: str | Path) -> Any:
     """The file's YAML, decoded.
 
     Raises:
-        ConfigError: unreadable file or bad YAML.
+        ConfigError: unreadable file, bad YAML, or more values than a configuration holds.
     """
     try:
-        with Path(path).open("rb") as file:
-            raw = file.read(_MAX_FILE_BYTES + 1)
+        raw = read_regular_file(path, _MAX_FILE_BYTES)
     except OSError as exc:
         raise ConfigError(f"{path}: cannot read the configuration: {exc.strerror}") from None
-    if len(raw) > _MAX_FILE_BYTES:
-        raise ConfigError(f"{path}: larger than {_MAX_FILE_BYTES} bytes: not a configuration")
+    except ValueError as exc:
+        raise ConfigError(f"{path}: {exc}: not a configuration") from None
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    data = _decoded(text, path)
+    try:
+        values = _expanded_size(data, {})
+    except RecursionError:
+        raise ConfigError(f"{path}: nested too deeply to be a configuration") from None
+    if values > _MAX_VALUES:
+        raise ConfigError(
+            f"{path}: more than {_MAX_VALUES} values once its aliases are expanded: "
+            "not a configuration"
+        )
+    return data
+
+
+def _expanded_size(value: Any, sizes: dict[int, int]) -> int:
+    """How many values `value` holds once its aliases are expanded (counting stops just past
+    the bound).
+
+    The bound is on this rather than on the number of aliases: anchors shared by many routes
+    are fair use, and the expanded tree is what substitution and validation walk. The loader
+    makes an alias the very object of its anchor, so `sizes` (by object id) counts each once:
+    the count takes as long as the file, not as its expansion.
+    """
+    if not isinstance(value, dict | list):
+        return 1
+    known = sizes.get(id(value))
+    if known is not None:
+        return known
+    total = 1 + len(value) if isinstance(value, dict) else 1
+    for child in value.values() if isinstance(value, dict) else value:
+        total += _expanded_size(child, sizes) if isinstance(child, dict | list) else 1
+        if total > _MAX_VALUES:
+            break
+    sizes[id(value)] = total
+    return total
+
+
+def _decoded(text: str, path: str | Path) -> Any:
+    """`text` read as YAML; a ConfigError when it is not."""
     # libyaml's parser when PyYAML has it (its wheels do): the pure-Python one takes seconds
     # for a file of thousands of API keys. A file it refuses is read again by the pure-Python
     # one, whose messages say more, except when it is nested past libyaml's limit: the

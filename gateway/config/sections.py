@@ -11,6 +11,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationInfo,
+    field_validator,
     model_validator,
 )
 
@@ -23,6 +24,14 @@ POOL_SIZE = 10
 class ListenConfig(Section):
     host: str = "127.0.0.1"
     port: int = Field(8080, ge=0, le=65535)
+
+    @field_validator("host")
+    @classmethod
+    def _printable(cls, host: str) -> str:
+        # A NUL (or a pasted newline) would pass here and fail the bind with a traceback.
+        if not host.isprintable():
+            raise ValueError("holds a control character: a host name or IP address is expected")
+        return host
 
 
 class StoreConfig(Section):
@@ -76,7 +85,8 @@ class HttpConfig(Section):
         "http://[::1]:*",
     )
     keepalive_seconds: float = Field(15.0, gt=0)
-    replay_buffer_events: int = Field(256, ge=1)
+    #: Kept per stream for a client that resumes, in a deque whose length is a C size.
+    replay_buffer_events: int = Field(256, ge=1, le=100_000)
     json_window_seconds: float = Field(0.5, ge=0)
     sse_retry_ms: int = Field(1000, ge=0)
     shutdown_grace_seconds: float = Field(10.0, gt=0)
@@ -131,7 +141,8 @@ class Limits(Section):
 
     active_tasks_per_principal: int | None = Field(1000, ge=1, le=MOST_COUNTED)
     requests_per_second: float | None = Field(100.0, gt=0)
-    burst: int = Field(200, ge=1)
+    #: Bounded: the token bucket is a float, and floats end near 10**308.
+    burst: int = Field(200, ge=1, le=MOST_COUNTED)
     #: Each session can keep one stdio child busy, and only busy children hold a route's
     #: cap: half of the default upstream.max_children leaves the other half to other callers.
     sessions_per_principal: int | None = Field(16, ge=1, le=MOST_COUNTED)
@@ -147,7 +158,7 @@ class LimitsOverride(Section):
 
     active_tasks_per_principal: int | None = Field(None, ge=1, le=MOST_COUNTED)
     requests_per_second: float | None = Field(None, gt=0)
-    burst: int | None = Field(None, ge=1)
+    burst: int | None = Field(None, ge=1, le=MOST_COUNTED)
     sessions_per_principal: int | None = Field(None, ge=1, le=MOST_COUNTED)
     max_ttl_ms: int | None = Field(None, gt=0, le=CENTURY_MS)
     max_body_bytes: int | None = Field(None, ge=1024)
@@ -161,7 +172,8 @@ class AuditConfig(Section):
     #: one stream, which must be asked for.
     stream: Literal["stdout", "stderr"] = "stdout"
     max_bytes: int = Field(10 * 1024 * 1024, ge=1024)
-    backups: int = Field(5, ge=0)
+    #: Each rotation renames its way through every backup number, so a huge one never ends.
+    backups: int = Field(5, ge=0, le=1000)
     #: Tool arguments in task_created events: off, as they may hold personal data.
     include_arguments: bool = False
 
@@ -194,7 +206,8 @@ class MetricsConfig(Section):
 
 
 class SessionsConfig(Section):
-    max_sessions: int = Field(1000, ge=1)
+    #: Bounded: its metric is a float, and floats end near 10**308.
+    max_sessions: int = Field(1000, ge=1, le=MOST_COUNTED)
     idle_timeout_seconds: float = Field(3600.0, gt=0)
 
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from pathlib import Path
 
 import jwt
 from cryptography.exceptions import UnsupportedAlgorithm
@@ -21,12 +20,20 @@ from cryptography.hazmat.primitives.serialization import load_pem_public_key
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 from jwt.types import JWKDict
 
+from gateway.config.base import read_regular_file
+
+#: A PEM key is a few kilobytes and an issuer's JWK set a few dozen: a bigger file (or
+#: /dev/zero) is no key file, and is refused before it fills the memory.
+MAX_KEY_FILE_BYTES = 1024 * 1024
+
 
 def _read(path: str, config_key: str) -> bytes:
     try:
-        return Path(path).read_bytes()
+        return read_regular_file(path, MAX_KEY_FILE_BYTES)
     except OSError as exc:
         raise ValueError(f"{config_key}: cannot read {path}: {exc.strerror}") from None
+    except ValueError as exc:
+        raise ValueError(f"{config_key}: {path}: {exc}: not a key file") from None
 
 
 def load_pem(path: str, algorithms: Sequence[str]) -> jwt.PyJWK:
