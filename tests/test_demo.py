@@ -237,6 +237,37 @@ async def run_legacy(*messages: Message) -> tuple[LegacyServer, asyncio.Queue[Me
     return server, sent
 
 
+@pytest.mark.parametrize(
+    ("method", "params", "code"),
+    [
+        ("tools/call", None, -32602),  # params: null is no tool named
+        ("tools/call", [], -32602),
+        ("tools/call", {"name": {}}, -32602),
+        ("tools/call", {"name": "echo", "arguments": {"text": "x"}, "_meta": 5}, None),
+        ("logging/setLevel", None, -32602),
+        ("initialize", "x", -32602),
+    ],
+)
+async def test_params_of_any_shape_get_an_answer_and_the_server_goes_on(
+    method: str, params: object, code: int | None
+) -> None:
+    """The demo is the README's first upstream, and the gateway relays what a client sends:
+    `params: null` on a call left its caller waiting for the gateway's time limit, and on
+    logging/setLevel it ended the server, and every call of the session with it."""
+    odd = {"jsonrpc": "2.0", "id": 3, "method": method, "params": params}
+    cancel = {"jsonrpc": "2.0", "method": "notifications/cancelled", "params": None}
+    ping = {"jsonrpc": "2.0", "id": 4, "method": "ping"}
+    server, sent = await run_legacy(odd, cancel, ping)
+    async with asyncio.timeout(5):
+        answers = {m["id"]: m for m in [await sent.get(), await sent.get()]}
+    await server.close()
+    assert answers[4] == {"jsonrpc": "2.0", "id": 4, "result": {}}
+    if code is None:
+        assert "result" in answers[3]
+    else:
+        assert answers[3]["error"]["code"] == code
+
+
 async def test_a_cancelled_call_is_never_answered() -> None:
     ask = {"jsonrpc": "2.0", "id": 7, "method": "tools/call", "params": {"name": "ask"}}
     server, sent = await run_legacy(ask)

@@ -126,11 +126,20 @@ class LegacyServer:
     async def handle(self, message: Message) -> None:
         """Process one incoming message; tool calls run in the background, so this never blocks."""
         method = message.get("method")
+        params = message.get("params")
+        params = {} if params is None else params
         if method is None:
             self._resolve(message)
+        elif not isinstance(params, dict):
+            # As an SDK server answers: a request left unanswered here would hold its
+            # caller until the gateway's time limit, and a raise would end the server.
+            if "id" in message:
+                error = RpcError(INVALID_PARAMS, "params must be an object").to_json()
+                await self._send({"jsonrpc": "2.0", "id": message["id"], "error": error})
         elif "id" not in message:
             if method == "notifications/cancelled":
-                call = self._calls.get(message.get("params", {}).get("requestId"))
+                requested = params.get("requestId")
+                call = self._calls.get(requested) if isinstance(requested, int | str) else None
                 if call is not None:
                     call.cancel()
         elif method == "tools/call" and message["id"] in self._calls:
@@ -138,9 +147,9 @@ class LegacyServer:
             error = {"code": -32600, "message": "a call with this id is already in flight"}
             await self._send({"jsonrpc": "2.0", "id": message["id"], "error": error})
         elif method == "tools/call":
-            self._start_call(message["id"], message.get("params", {}))
+            self._start_call(message["id"], params)
         else:
-            await self._answer(message["id"], method, message.get("params", {}))
+            await self._answer(message["id"], method, params)
 
     async def close(self) -> None:
         """Cancel running tool calls and waiting server->client requests."""
@@ -230,10 +239,12 @@ class LegacyServer:
             logger.error("could not answer call %r", request_id, exc_info=task.exception())
 
     async def _call(self, params: Message) -> Message:
-        tool = self._tools.get(params.get("name", ""))
+        name = params.get("name")
+        tool = self._tools.get(name) if isinstance(name, str) else None
         if tool is None:
-            raise RpcError(INVALID_PARAMS, f"Unknown tool: {params.get('name')}")
-        progress_token = params.get("_meta", {}).get("progressToken")
+            raise RpcError(INVALID_PARAMS, f"Unknown tool: {name}")
+        meta = params.get("_meta")
+        progress_token = meta.get("progressToken") if isinstance(meta, dict) else None
         try:
             arguments = tool.arguments.model_validate(params.get("arguments") or {})
             return await tool.run(ToolContext(self, progress_token), arguments)
