@@ -5,6 +5,7 @@ before (scripts and the image use them)."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 
@@ -106,6 +107,28 @@ def test_a_port_or_host_the_settings_would_refuse_is_refused_on_the_command_line
     done = command(*args)
     assert done.returncode == 2 and "Traceback" not in done.stderr
     assert said in done.stderr
+
+
+NOT_UTF8 = os.fsdecode(b"caf\xe9")  # as the shell hands such bytes to Python
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["tasks", "list", "--principal", NOT_UTF8],
+        ["tasks", "purge", "--route", NOT_UTF8, "--dry-run"],
+        ["tasks", "show", NOT_UTF8],
+        ["sessions", "end", NOT_UTF8],
+        ["sessions", "list", "--principal", NOT_UTF8],
+        ["store", "erase", "--principal", NOT_UTF8],
+    ],
+)
+def test_a_name_or_id_that_is_not_utf8_is_refused_in_one_line(args: list[str]) -> None:
+    """It went into a URL or a statement that could not encode it: a traceback."""
+    config = [] if args[0] == "store" else ["--config", "unread.yaml"]
+    done = command(*args, *config)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "'caf\\udce9' holds a byte that is not UTF-8" in done.stderr
 
 
 def test_the_servers_options_work_as_before() -> None:

@@ -28,6 +28,7 @@ from gateway.commands.printing import (
     print_table,
     print_task,
     print_would_purge,
+    typed_text,
     whose,
 )
 from gateway.config import AdminConfig, ConfigError, load_admin
@@ -87,8 +88,8 @@ def _parser() -> argparse.ArgumentParser:
         help="delete finished tasks a filter picks (or --all); --dry-run shows them first",
     )
     for command, statuses in ((listing, list(TaskStatus)), (purge, sorted(TERMINAL))):
-        command.add_argument("--route", help="only this route's tasks")
-        command.add_argument("--principal", help="only this principal's tasks")
+        command.add_argument("--route", type=typed_text, help="only this route's tasks")
+        command.add_argument("--principal", type=typed_text, help="only this principal's tasks")
         command.add_argument("--status", choices=[s.value for s in statuses])
         command.add_argument(
             "--older-than", type=_age, metavar="AGE", help="created over AGE ago: 30s, 15m, 2h, 7d"
@@ -101,7 +102,9 @@ def _parser() -> argparse.ArgumentParser:
         help="say how many it would delete, and which; delete none",
     )
     for name, what in (("show", "a task in detail"), ("cancel", "as its owner's tasks/cancel")):
-        task_commands.add_parser(name, parents=[common], help=what).add_argument("id")
+        task_commands.add_parser(name, parents=[common], help=what).add_argument(
+            "id", type=typed_text
+        )
     sessions = groups.add_parser(
         "sessions",
         help="list or end sessions",
@@ -111,11 +114,13 @@ def _parser() -> argparse.ArgumentParser:
     sessions_list = session_commands.add_parser(
         "list", parents=[common], help="sessions, oldest first"
     )
-    sessions_list.add_argument("--route", help="only this route's sessions")
-    sessions_list.add_argument("--principal", help="only this principal's sessions")
+    sessions_list.add_argument("--route", type=typed_text, help="only this route's sessions")
+    sessions_list.add_argument(
+        "--principal", type=typed_text, help="only this principal's sessions"
+    )
     sessions_list.add_argument("--limit", type=_limit, default=1000, help="at most this many")
     end = session_commands.add_parser("end", parents=[common], help="as the client's DELETE")
-    end.add_argument("id")
+    end.add_argument("id", type=typed_text)
     return parser
 
 

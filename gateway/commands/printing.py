@@ -1,12 +1,28 @@
 """How the operator's commands print what the admin API answers: tables with a header row,
-whole ids and aligned columns, every value escaped and cut (it came over the network)."""
+whole ids and aligned columns, every value escaped and cut (it came over the network); and
+`typed_text`, what they take as a name or an id."""
 
 from __future__ import annotations
 
+import argparse
 import json
 from typing import Any
 
 from gateway.observability.logs import printable
+
+
+def typed_text(text: str) -> str:
+    """An argument that names a principal, a route or an id (an argparse type): a byte that
+    is not UTF-8 in it (the shell passes such bytes on) was a traceback, where the request
+    or the statement it goes into could not encode it."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise argparse.ArgumentTypeError(
+            f"'{printable(text, 60)}' holds a byte that is not UTF-8"
+        ) from None
+    return text
+
 
 TASK_COLUMNS = {
     "TASK": "taskId",

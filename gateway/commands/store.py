@@ -22,6 +22,7 @@ import os
 import sys
 from pathlib import Path
 
+from gateway.commands.printing import typed_text
 from gateway.config import ConfigError, Settings, load_settings
 from gateway.tasks.store import BackupRefused, StoreInUse, backup_store
 from gateway.tasks.store.opening import StoreUnavailable, open_configured
@@ -41,7 +42,9 @@ def main(argv: list[str]) -> int:
     erase = commands.add_parser(
         "erase", help="delete a principal's tasks and sessions (the gateway stopped, on SQLite)"
     )
-    erase.add_argument("--principal", required=True, help="whom to erase, as authenticated")
+    erase.add_argument(
+        "--principal", type=typed_text, required=True, help="whom to erase, as authenticated"
+    )
     erase.add_argument(
         "--audit",
         choices=("keep", "pseudonymise"),
