@@ -62,6 +62,8 @@ async def test_a_store_and_audit_file_that_can_be_written_pass_and_nothing_is_cr
             "store.path: {tmp}/db.txt/gateway.db is under {tmp}/db.txt, which is not a directory",
         ),
         ("{tmp}", None, "store.path: {tmp} is a directory, not a file"),
+        ("{tmp}/notes.db", None, "store.path: {tmp}/notes.db is not a SQLite database"),
+        ("/dev/zero", None, "store.path: /dev/zero is not a regular file"),
         (
             "{tmp}/gateway.db",
             "{tmp}/no/such/dir/audit.log",
@@ -82,6 +84,7 @@ async def test_a_file_the_gateway_could_not_write_is_exit_2_naming_its_key(
 ) -> None:
     (tmp_path / "db.txt").write_text("")
     (tmp_path / "\x1b[2J.db").write_text("")
+    (tmp_path / "notes.db").write_text("once, the gateway failed to start on this\n")
     tmp = str(tmp_path)
     config = write(tmp_path, store.format(tmp=tmp), audit and audit.format(tmp=tmp))
     before = files(tmp_path)
