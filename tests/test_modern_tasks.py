@@ -555,6 +555,33 @@ async def test_a_burst_of_calls_that_ask_cannot_take_the_routes_children_from_ot
     assert all(body["result"]["content"][0]["text"] == "b" for _, body in others)
 
 
+async def test_parked_calls_count_per_route_so_a_namesake_elsewhere_spends_none_here(
+    start_gateway: StartGateway,
+) -> None:
+    """security.md: "active tasks, sessions and rate buckets are counted per route": parked
+    calls were counted by principal name alone, so another route's "alice" (another key,
+    another caller) spent this route's share."""
+    key = "alice-key-0123456789"
+    auth = {
+        "api_keys": [{"principal": "alice", "sha256": hashlib.sha256(key.encode()).hexdigest()}]
+    }
+    routes = [{"name": name, "upstream": DEMO} for name in ("a", "b")]
+    base = await start_gateway(routes, auth=auth, limits={"sessions_per_principal": 2})
+    as_alice = {"Authorization": f"Bearer {key}"}
+    async with aiohttp.ClientSession() as http:
+        statuses = {}
+        for name in ("b", "a"):
+            url = f"{base}/{name}/mcp"
+            answers = [
+                await modern_rpc(
+                    http, url, "tools/call", call("ask"), WITH_ELICITATION, n, as_alice
+                )
+                for n in range(3)
+            ]
+            statuses[name] = [status for status, _ in answers]
+    assert statuses == {"b": [200, 200, 429], "a": [200, 200, 429]}
+
+
 async def test_progress_streams_on_the_requests_own_response_under_its_own_token(
     demo: str,
 ) -> None:

@@ -70,6 +70,12 @@ async def call(
     return await progress.finish(answer)
 
 
+def _holder(route: Route, caller: admission.Caller) -> str:
+    """Whom a parked call counts against: the caller on this route, as sessions are counted
+    (one route's limit is not spent by a namesake on another route)."""
+    return f"{route.name}:{caller.limit_key}"
+
+
 def _may_park(
     parked: ParkedCalls,
     route: Route,
@@ -89,7 +95,7 @@ def _may_park(
         return contextlib.nullcontext()
     cap = None if decision.retry else route.limits.sessions_per_principal
     try:
-        return parked.running(caller.limit_key, cap)
+        return parked.running(_holder(route, caller), cap)
     except LimitExceeded:
         route.metrics.limited.labels(route.name, "sessions").inc()
         raise
@@ -163,7 +169,8 @@ async def _answer(
         if then is Then.PARK:
             assert isinstance(state, Asked)
             parked = app[PARKED_CALLS]
-            token = parked.park(upstream_call, owner, caller.limit_key, message, plan.park_seconds)
+            holder = _holder(route, caller)
+            token = parked.park(upstream_call, owner, holder, message, plan.park_seconds)
             handed_over = True
             asks = {ask.key: ask.wire() for ask in state.asks}
             return modern_results.input_required(message.id, asks, token)
