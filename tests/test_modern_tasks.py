@@ -582,6 +582,45 @@ async def test_parked_calls_count_per_route_so_a_namesake_elsewhere_spends_none_
     assert statuses == {"b": [200, 200, 429], "a": [200, 200, 429]}
 
 
+async def test_one_callers_tasks_that_may_ask_hold_its_share_of_children_not_the_route(
+    start_gateway: StartGateway,
+) -> None:
+    """Each such task holds a session (a stdio child) of its own until it ends: one caller's
+    took every child of the route, and everyone's calls got 503. security.md: "one caller can
+    keep at most half of a route's children busy"; beyond its share, 429 for it alone."""
+    keys = {"alice": "alice-key-0123456789", "bob": "bob-key-0123456789ab"}
+    auth = {
+        "api_keys": [
+            {"principal": who, "sha256": hashlib.sha256(key.encode()).hexdigest()}
+            for who, key in keys.items()
+        ]
+    }
+    policy = {"sync_window_ms": 0, "tools": {"ask": "required"}}
+    routes = [{"name": "c", "upstream": {**DEMO, "max_children": 4}, "tasks": policy}]
+    base = await start_gateway(routes, auth=auth, limits={"sessions_per_principal": 2})
+    url = f"{base}/c/mcp"
+    both = {**WITH_TASKS, **WITH_ELICITATION}
+    as_bob = {"Authorization": f"Bearer {keys['bob']}"}
+    async with aiohttp.ClientSession() as http:
+        asked = [
+            await modern_rpc(http, url, "tools/call", call("ask"), both, n, as_bob)
+            for n in range(3)
+        ]
+        assert [status for status, _ in asked] == [200, 200, 429]
+        echo = call("echo", text="a")
+        as_alice = {"Authorization": f"Bearer {keys['alice']}"}
+        status, answer = await modern_rpc(http, url, "tools/call", echo, {}, 9, as_alice)
+        assert status == 200 and answer["result"]["content"][0]["text"] == "a"
+        first = asked[0][1]["result"]["taskId"]
+        await modern_rpc(http, url, "tasks/cancel", {"taskId": first}, WITH_TASKS, 10, as_bob)
+        async with asyncio.timeout(10):
+            while True:  # the cancelled task's session is handed back as its run ends
+                status, _ = await modern_rpc(http, url, "tools/call", call("ask"), both, 11, as_bob)
+                if status == 200:
+                    break
+                await asyncio.sleep(0.05)
+
+
 async def test_progress_streams_on_the_requests_own_response_under_its_own_token(
     demo: str,
 ) -> None:

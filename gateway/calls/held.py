@@ -22,6 +22,7 @@ import time
 from gateway.calls.held_session import HeldSession
 from gateway.config import SessionsConfig
 from gateway.protocol import jsonrpc
+from gateway.protocol.errors import LimitExceeded
 from gateway.route import Route
 from gateway.upstream import MemberRoutes, UpstreamRoute
 
@@ -32,11 +33,15 @@ IdleKey = tuple[UpstreamRoute | MemberRoutes, str, str]
 class Lease:
     """One call's use of a held session; `release()` hands it back (exactly once)."""
 
-    def __init__(self, pool: HeldSessions, held: HeldSession, key: IdleKey | None) -> None:
+    def __init__(
+        self, pool: HeldSessions, held: HeldSession, key: IdleKey | None, holder: str | None
+    ) -> None:
         self.held = held
         self._pool = pool
         #: The idle list an exclusive session goes back to; None: shared, or never pooled.
         self._key = key
+        #: Whom an exclusive session counts against while leased (`HeldSessions.lease`).
+        self._holder = holder
         self._released = False
 
     async def release(self, reusable: bool = True) -> None:
@@ -47,6 +52,7 @@ class Lease:
         self._released = True
         self.held.asker = None
         self.held.last_used = time.monotonic()
+        self._pool.uncount(self._holder)
         await self._pool.give_back(self.held, self._key, reusable)
 
 
@@ -64,6 +70,8 @@ class HeldSessions:
         self._idle: dict[IdleKey, list[HeldSession]] = {}
         self._anonymous: set[HeldSession] = set()
         self._in_use: set[HeldSession] = set()
+        #: Exclusive sessions leased now, by whom they count against.
+        self._held_by: dict[str, int] = {}
 
     async def lease(
         self,
@@ -71,29 +79,57 @@ class HeldSessions:
         principal: str | None,
         capabilities: jsonrpc.JsonObject,
         forwarded: dict[str, str],
+        holder: str | None = None,
     ) -> Lease:
         """A session for one call of the caller; exclusive when it may be asked questions
-        (`capabilities` non-empty) or the caller is anonymous."""
+        (`capabilities` non-empty) or the caller is anonymous. `holder` (the caller on the
+        route) may hold `limits.sessions_per_principal` exclusive ones at once; None: no cap
+        (a restart's rerun of a task that held one already).
+
+        Raises:
+            LimitExceeded: `holder` holds its share: each exclusive session is a stdio child
+                perhaps, and one caller's calls or tasks took every child of a route.
+        """
+        exclusive = principal is None or bool(capabilities)
+        counted = holder if exclusive else None
+        cap = route.limits.sessions_per_principal
+        if counted is not None and cap is not None and self._held_by.get(counted, 0) >= cap:
+            route.metrics.limited.labels(route.name, "sessions").inc()
+            raise LimitExceeded(
+                f"Too many upstream sessions held for this caller on this route: {cap} "
+                "(limits.sessions_per_principal); let a call or task of yours end first"
+            )
         await self._close_idle()
         if principal is None:
             held = HeldSession(route, None, capabilities)
             self._anonymous.add(held)
-            lease = Lease(self, held, None)
+            lease = Lease(self, held, None, counted)
         elif capabilities:
             key = (route.upstream, principal, json.dumps(capabilities, sort_keys=True))
             idle = self._idle.get(key)
             held = idle.pop() if idle else HeldSession(route, principal, capabilities)
             self._in_use.add(held)
-            lease = Lease(self, held, key)
+            lease = Lease(self, held, key, counted)
         else:
             shared = (route.upstream, principal)
             held = self._shared.get(shared) or self._shared.setdefault(
                 shared, HeldSession(route, principal, {})
             )
-            lease = Lease(self, held, None)
+            lease = Lease(self, held, None, None)
+        if counted is not None:
+            self._held_by[counted] = self._held_by.get(counted, 0) + 1
         held.forwarded.update(forwarded)
         held.leases += 1
         return lease
+
+    def uncount(self, holder: str | None) -> None:
+        if holder is None:
+            return
+        left = self._held_by.get(holder, 1) - 1
+        if left > 0:
+            self._held_by[holder] = left
+        else:
+            self._held_by.pop(holder, None)
 
     async def give_back(self, held: HeldSession, key: IdleKey | None, reusable: bool) -> None:
         # A session leaves its set only once closed or pooled, so that a release cut short

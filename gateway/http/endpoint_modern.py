@@ -22,6 +22,7 @@ from gateway.http import admission, modern_tools
 from gateway.http.keys import HELD_SESSIONS, MODERN_TASK_API
 from gateway.http.modern_tools import (
     forwarded_headers,
+    holder_of,
     modern_owner,
     native_headers,
     upstream_failed,
@@ -101,7 +102,11 @@ async def _bridged(
 ) -> web.StreamResponse:
     """A request answered over a 2025-11-25 session the gateway holds for the caller."""
     lease = await request.app[HELD_SESSIONS].lease(
-        route, caller.principal, {}, forwarded_headers(request, route)
+        route,
+        caller.principal,
+        {},
+        forwarded_headers(request, route),
+        holder=holder_of(route, caller),  # an anonymous caller's calls take a child each
     )
     try:
         if isinstance(decision, modern.Discover):

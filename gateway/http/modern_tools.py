@@ -70,7 +70,7 @@ async def call(
     return await progress.finish(answer)
 
 
-def _holder(route: Route, caller: admission.Caller) -> str:
+def holder_of(route: Route, caller: admission.Caller) -> str:
     """Whom a parked call counts against: the caller on this route, as sessions are counted
     (one route's limit is not spent by a namesake on another route)."""
     return f"{route.name}:{caller.limit_key}"
@@ -95,7 +95,7 @@ def _may_park(
         return contextlib.nullcontext()
     cap = None if decision.retry else route.limits.sessions_per_principal
     try:
-        return parked.running(_holder(route, caller), cap)
+        return parked.running(holder_of(route, caller), cap)
     except LimitExceeded:
         route.metrics.limited.labels(route.name, "sessions").inc()
         raise
@@ -140,6 +140,7 @@ async def _answer(
             caller.principal,
             question_capabilities(checked.capabilities),
             forwarded_headers(request, route),
+            holder=holder_of(route, caller),
         )
         upstream_call = HeldCall(lease, decision.request)
         upstream_call.start()
@@ -169,7 +170,7 @@ async def _answer(
         if then is Then.PARK:
             assert isinstance(state, Asked)
             parked = app[PARKED_CALLS]
-            holder = _holder(route, caller)
+            holder = holder_of(route, caller)
             token = parked.park(upstream_call, owner, holder, message, plan.park_seconds)
             handed_over = True
             asks = {ask.key: ask.wire() for ask in state.asks}
