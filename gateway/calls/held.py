@@ -20,6 +20,7 @@ import json
 import time
 
 from gateway.calls.held_session import HeldSession
+from gateway.calls.holdings import Holdings
 from gateway.config import SessionsConfig
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import LimitExceeded
@@ -71,7 +72,7 @@ class HeldSessions:
         self._anonymous: set[HeldSession] = set()
         self._in_use: set[HeldSession] = set()
         #: Exclusive sessions leased now, by whom they count against.
-        self._held_by: dict[str, int] = {}
+        self._held_by = Holdings()
 
     async def lease(
         self,
@@ -93,7 +94,7 @@ class HeldSessions:
         exclusive = principal is None or bool(capabilities)
         counted = holder if exclusive else None
         cap = route.limits.sessions_per_principal
-        if counted is not None and cap is not None and self._held_by.get(counted, 0) >= cap:
+        if counted is not None and cap is not None and self._held_by.of(counted) >= cap:
             route.metrics.limited.labels(route.name, "sessions").inc()
             raise LimitExceeded(
                 f"Too many upstream sessions held for this caller on this route: {cap} "
@@ -117,19 +118,14 @@ class HeldSessions:
             )
             lease = Lease(self, held, None, None)
         if counted is not None:
-            self._held_by[counted] = self._held_by.get(counted, 0) + 1
+            self._held_by.take(counted)
         held.forwarded.update(forwarded)
         held.leases += 1
         return lease
 
     def uncount(self, holder: str | None) -> None:
-        if holder is None:
-            return
-        left = self._held_by.get(holder, 1) - 1
-        if left > 0:
-            self._held_by[holder] = left
-        else:
-            self._held_by.pop(holder, None)
+        if holder is not None:
+            self._held_by.give_back(holder)
 
     async def give_back(self, held: HeldSession, key: IdleKey | None, reusable: bool) -> None:
         # A session leaves its set only once closed or pooled, so that a release cut short

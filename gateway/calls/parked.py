@@ -27,6 +27,7 @@ from dataclasses import dataclass
 
 from gateway.aio import TaskSet
 from gateway.calls.call import UpstreamCall
+from gateway.calls.holdings import Holdings
 from gateway.protocol import jsonrpc
 from gateway.protocol.errors import INVALID_PARAMS, GatewayError, LimitExceeded
 
@@ -49,21 +50,6 @@ class _Parked:
     timer: asyncio.Task[None] | None = None
 
 
-class _Counted(contextlib.AbstractContextManager[None]):
-    """Takes a running call off its holder's count as it ends (see `ParkedCalls.running`)."""
-
-    def __init__(self, counts: dict[str, int], holder: str) -> None:
-        self._counts = counts
-        self._holder = holder
-
-    def __exit__(self, *exc_info: object) -> None:
-        left = self._counts[self._holder] - 1
-        if left:
-            self._counts[self._holder] = left
-        else:
-            del self._counts[self._holder]
-
-
 def request_digest(request: jsonrpc.Request) -> bytes:
     """What identifies a request across its retries: its method and salient parameters."""
     params = {k: v for k, v in (request.params or {}).items() if k not in ROUND_PARAMS}
@@ -78,7 +64,7 @@ class ParkedCalls:
         self._clock = clock
         self._parked: dict[str, _Parked] = {}
         #: Per holder, its calls that may park running now (see `running`).
-        self._running: dict[str, int] = {}
+        self._running = Holdings()
         self._tasks = TaskSet("parked calls")
 
     def __len__(self) -> int:
@@ -87,7 +73,7 @@ class ParkedCalls:
     def held_by(self, holder: str) -> int:
         """Calls `holder` has parked, and calls of its that may park running now."""
         parked = sum(1 for entry in self._parked.values() if entry.holder == holder)
-        return parked + self._running.get(holder, 0)
+        return parked + self._running.of(holder)
 
     def running(self, holder: str, cap: int | None) -> contextlib.AbstractContextManager[None]:
         """Count a call that may park against `holder` while it runs, from before it starts
@@ -105,8 +91,7 @@ class ParkedCalls:
                 f"Too many calls waiting for this caller's answers: {cap} "
                 "(limits.sessions_per_principal); answer or let one expire first"
             )
-        self._running[holder] = self._running.get(holder, 0) + 1
-        return _Counted(self._running, holder)
+        return self._running.holding(holder)
 
     def park(
         self,

@@ -71,8 +71,8 @@ async def call(
 
 
 def holder_of(route: Route, caller: admission.Caller) -> str:
-    """Whom a parked call counts against: the caller on this route, as sessions are counted
-    (one route's limit is not spent by a namesake on another route)."""
+    """Whom a parked call or a held session counts against: the caller on this route, as
+    sessions are counted (one route's limit is not spent by a namesake on another route)."""
     return f"{route.name}:{caller.limit_key}"
 
 
