@@ -68,7 +68,7 @@ _USAGE = f"""%(prog)s [options]
 # they are held to the same ones here: a port past 65535 was bound modulo 65536 and logged
 # as given, a host with a NUL or a byte that is not UTF-8 was a traceback.
 def _port(text: str) -> int:
-    port = int(text) if text.isdigit() else -1
+    port = int(text) if text.isascii() and text.isdecimal() else -1
     if not 0 <= port <= 65535:
         raise argparse.ArgumentTypeError(f"'{printable(text, 20)}' is not a port (0 to 65535)")
     return port

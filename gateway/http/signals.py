@@ -11,8 +11,9 @@ from collections.abc import Awaitable, Callable
 # Named as before the class moved out of listen.py: operators filter their logs on this name.
 log = logging.getLogger("gateway.http.listen")
 
-#: SIGHUPs that came after `hold_hangups` and before a `Signals` took them over.
-_early_hangups: list[int] = []
+#: Holds SIGHUP once one came after `hold_hangups` and before a `Signals` took them over
+#: (several are one reload, as while the gateway starts).
+_early_hangups: set[int] = set()
 
 
 def hold_hangups() -> None:
@@ -21,7 +22,7 @@ def hold_hangups() -> None:
     (`systemctl reload` just after `start`, `docker kill -s HUP` as the container starts: the
     imports alone take a second) asks for the file to be read again, not for a dead gateway.
     The command calls this first; what comes before it (the interpreter's start) stays exposed."""
-    signal.signal(signal.SIGHUP, lambda signum, _frame: _early_hangups.append(signum))
+    signal.signal(signal.SIGHUP, lambda signum, _frame: _early_hangups.add(signum))
 
 
 class Signals:
