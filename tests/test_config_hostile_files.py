@@ -19,6 +19,8 @@ from gateway.security.jwt_keys import load_jwks, load_pem
 
 ROUTES = 'routes: [{name: r, upstream: {transport: sse, url: "http://127.0.0.1:9/sse"}}]\n'
 ADMIN_TOKEN = "0123456789abcdef0123456789abcdef"
+#: Each JWT key file's loader, and the key that names its file.
+KEY_LOADERS = [(load_pem, "jwt.public_key_file"), (load_jwks, "jwt.jwks_file")]
 
 
 def _fifo_refused(fifo: Path, read: Callable[[Path], Any]) -> BaseException | None:
@@ -66,9 +68,7 @@ def test_a_device_or_a_directory_as_the_config_file_stays_refused(tmp_path: Path
     assert str(directory.value) == f"{tmp_path}: cannot read the configuration: Is a directory"
 
 
-@pytest.mark.parametrize(
-    ("load", "key"), [(load_pem, "jwt.public_key_file"), (load_jwks, "jwt.jwks_file")]
-)
+@pytest.mark.parametrize(("load", "key"), KEY_LOADERS)
 def test_a_fifo_as_a_jwt_key_file_is_refused_without_waiting_for_a_writer(
     tmp_path: Path, load: Callable[[str, list[str]], Any], key: str
 ) -> None:
@@ -96,9 +96,7 @@ def test_a_fifo_as_a_jwt_key_file_stops_the_gateways_start_without_waiting(
     assert "not a regular file: not a key file" in str(raised)
 
 
-@pytest.mark.parametrize(
-    ("load", "key"), [(load_pem, "jwt.public_key_file"), (load_jwks, "jwt.jwks_file")]
-)
+@pytest.mark.parametrize(("load", "key"), KEY_LOADERS)
 def test_a_jwt_key_file_past_a_mebibyte_is_refused_unread(
     tmp_path: Path, load: Callable[[str, list[str]], Any], key: str
 ) -> None:
