@@ -14,6 +14,8 @@ from typing import Any
 import pytest
 
 from gateway.app import create_app
+from gateway.commands.config_check import main as config_check_main
+from gateway.commands.serve import serve
 from gateway.config import ConfigError, load_admin, load_settings
 from gateway.security.jwt_keys import load_jwks, load_pem
 
@@ -201,6 +203,55 @@ def test_a_route_burst_past_the_bound_is_refused_naming_the_key(tmp_path: Path) 
         load_settings(config)
 
     assert str(raised.value).startswith(f"{config}: routes[0].limits.burst: Input should be")
+
+
+NOT_FINITE = "a finite number is expected, not infinity or NaN (.inf, .nan)"
+
+
+# YAML's own spellings, a string Python reads as infinity, and exponents past a double's range
+# (`1e400` is a string to YAML, `1.0e+400` a float): each became inf or nan.
+@pytest.mark.parametrize("value", [".inf", "-.inf", ".nan", ".NaN", '"inf"', "1e400", "1.0e+400"])
+@pytest.mark.parametrize(
+    ("content", "key"),
+    [
+        ("http: {keepalive_seconds: %s}\n" + ROUTES, "http.keepalive_seconds"),
+        ("limits: {requests_per_second: %s}\n" + ROUTES, "limits.requests_per_second"),
+        (
+            "tracing: {otlp_endpoint: 'http://c:4318', sample_ratio: %s}\n" + ROUTES,
+            "tracing.sample_ratio",
+        ),
+        (
+            ROUTES.replace("}}]", "}, tasks: {time_limit_seconds: %s}}]"),
+            "routes[0].tasks.time_limit_seconds",
+        ),
+    ],
+)
+def test_a_number_that_is_not_finite_is_refused_naming_the_key(
+    tmp_path: Path, value: str, content: str, key: str
+) -> None:
+    """An endless keepalive or rate passed `gt=0`, and NaN was refused as "less than or equal
+    to 1" or let through wherever no bound compared it."""
+    config = tmp_path / "gateway.yaml"
+    config.write_text(content % value)
+
+    with pytest.raises(ConfigError) as raised:
+        load_settings(config)
+
+    assert str(raised.value) == f"{config}: {key}: {NOT_FINITE}"
+
+
+def test_the_gateways_start_and_config_check_refuse_a_number_that_is_not_finite(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "gateway.yaml"
+    config.write_text("shutdown: {drain_seconds: .inf}\n" + ROUTES)
+    said = f"{config}: shutdown.drain_seconds: {NOT_FINITE}"
+
+    assert config_check_main(["check", "--config", str(config)]) == 2
+    assert said in capsys.readouterr().err
+    with pytest.raises(SystemExit) as stopped:
+        serve(str(config), None, None)
+    assert stopped.value.code == 2 and said in capsys.readouterr().err
 
 
 @pytest.mark.parametrize("host", [r"127.0.0.1\0", r"localhost\n", r"\e[31mlocalhost"])

@@ -8,6 +8,7 @@ import asyncio
 import hashlib
 import json
 import logging
+import math
 import os
 import signal
 import time
@@ -19,6 +20,7 @@ from typing import Any
 import aiohttp
 import jwt
 import pytest
+import yaml
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 from cryptography.hazmat.primitives.asymmetric import rsa
@@ -131,6 +133,23 @@ async def test_an_invalid_file_is_refused_whole_with_the_start_up_error_and_noth
     events = audit_events(caplog)
     failed = [e for e in events if e["event"] == "config_reload_failed"]
     assert [e["file"] for e in failed] == [str(config)] * 2
+
+
+async def test_a_reload_with_an_endless_rate_is_refused_and_the_running_limits_stay(
+    tmp_path: Path, recorder: TestServer
+) -> None:
+    config = tmp_path / "gateway.yaml"
+    _write(config, routes=[{"name": "a", "upstream": _recorded(recorder)}])
+    async with _serving(config) as (app, _):
+        written = json.loads(config.read_text(encoding="utf-8"))
+        # safe_dump writes infinity as YAML's own `.inf`.
+        endless = {**written, "limits": {"requests_per_second": math.inf}}
+        config.write_text(yaml.safe_dump(endless), encoding="utf-8")
+        result = await reload(app, config)
+
+        assert result.outcome == "refused"
+        assert f"{config}: limits.requests_per_second: a finite number is expected" in result.error
+        assert app[RELOADS].settings.limits.requests_per_second == 100.0
 
 
 async def test_an_api_key_rotates_with_an_overlap_and_an_open_session_carries_on(

@@ -38,7 +38,10 @@ def refusal(key: str, message: str) -> PydanticCustomError:
 
 
 class Section(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    # YAML reads `.inf` and `.nan` as floats, and a string such as "inf" or "1e400" becomes
+    # one: an endless timeout or rate would pass `gt=0`, and NaN fails every comparison
+    # silently, so no setting may be anything but a finite number.
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     @model_validator(mode="before")
     @classmethod

@@ -147,6 +147,8 @@ def _explained(err: ErrorDetails, within: tuple[str, ...]) -> tuple[tuple[int | 
         msg = "required: list at least one route (the demo runs only when no --config is given)"
     elif kind == "missing":
         msg = "required"
+    elif kind == "finite_number":
+        msg = "a finite number is expected, not infinity or NaN (.inf, .nan)"
     elif kind in ("tuple_type", "list_type"):
         # Never the value itself: after ${VAR} substitution it may hold a secret.
         msg = "a list is expected"
