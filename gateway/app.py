@@ -47,6 +47,7 @@ from gateway.http.drain import Drain
 from gateway.http.health import Health
 from gateway.http.keys import (
     ALLOWED_HOSTS,
+    BOUND,
     DRAIN,
     HEALTH,
     HELD_SESSIONS,
@@ -132,6 +133,7 @@ def create_app(
         for route in settings.routes
     }
     app[RELOADS] = Reloads(settings)
+    app[BOUND] = {}  # filled as the listeners bind
     add_routes(app, settings, partial(_guarded, app=app, tracing=tracing))
     if tracing is not None:
         app.cleanup_ctx.append(partial(_traces, tracing=tracing))  # its cleanup runs last
@@ -154,8 +156,10 @@ async def _own_addresses(
     try:
         if settings.admin is not None:
             sockets["admin"] += listen.bind(settings.admin.listen, "admin.listen")
+            app[BOUND]["admin"] = listen.bound(settings.admin.listen, sockets["admin"])
         if settings.metrics.enabled and settings.metrics.listen is not None:
             sockets["metrics"] += listen.bind(settings.metrics.listen, "metrics.listen")
+            app[BOUND]["metrics"] = listen.bound(settings.metrics.listen, sockets["metrics"])
         yield
     finally:
         for sock in (*sockets["admin"], *sockets["metrics"]):

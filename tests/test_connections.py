@@ -14,6 +14,8 @@ from typing import Any
 import aiohttp
 import pytest
 
+from gateway.config import ListenConfig
+from gateway.http import listen
 from gateway.http.lingering import LingeringTransport
 
 from .conftest import free_port, mcp_client
@@ -117,6 +119,21 @@ def test_a_port_in_use_by_another_program_is_one_line_and_exit_2(tmp_path: Path)
         "gateway?); choose another with --port or listen.port"
     ]
     assert not (tmp_path / "data").exists()  # it stopped before opening the store
+
+
+def test_port_0_gives_every_address_of_the_host_the_one_port_the_log_names() -> None:
+    """An empty host binds 0.0.0.0 and ::, and with port 0 each got a port of its own: the
+    one URL logged reached only one of them."""
+    address = ListenConfig(host="", port=0)
+    sockets = listen.bind(address)
+    try:
+        if len(sockets) < 2:
+            pytest.skip("the host has one address family only")
+        ports = {sock.getsockname()[1] for sock in sockets}
+        assert ports == {listen.bound(address, sockets).port}
+    finally:
+        for sock in sockets:
+            sock.close()
 
 
 @pytest.mark.parametrize("taken_by", ["another program", "the gateway's own port"])

@@ -6,10 +6,12 @@ credentials. The audit lines are on a stream of their own."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 import aiohttp
@@ -17,8 +19,8 @@ import pytest
 
 from gateway.demo.tools import DEMO_TOOLS
 
-from .conftest import free_port
-from .helpers import open_session, start_process, write_config
+from .conftest import ROOT, free_port
+from .helpers import DEMO_ROUTE, open_session, start_process, write_config
 
 
 def test_the_log_says_where_everything_is_and_when_the_stop_begins_and_ends(
@@ -182,6 +184,39 @@ async def test_a_route_a_reload_adds_gets_the_line_start_up_gives_each_route(
         assert proc.wait(15) == 0
     assert said.index("routes added") < said.index("route plain: ")
     assert "s3cret" not in log.read_text()
+
+
+def test_with_port_0_the_log_gives_the_ports_the_os_chose_and_they_answer(
+    tmp_path: Path,
+) -> None:
+    """`listen.port: 0` was logged as `http://127.0.0.1:0`, at start and for a route a reload
+    added, and so was `metrics.listen`'s."""
+    metrics = "metrics: {listen: {host: 127.0.0.1, port: 0}}"
+    config = write_config(tmp_path, 0, extra=metrics)
+    log = tmp_path / "gateway.log"
+    with log.open("wb") as err:
+        command = [sys.executable, "-m", "gateway", "--config", str(config)]
+        proc = subprocess.Popen(command, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=err)
+    try:
+        said = _log_until(log, "metrics: ")
+        listening = re.search(r"listening on (http://127\.0\.0\.1:(\d+))\n", said)
+        exported = re.search(r"metrics: (http://127\.0\.0\.1:(\d+)/metrics)\n", said)
+        assert listening is not None and exported is not None, said
+        base, port = listening[1], int(listening[2])
+        assert port != 0 and int(exported[2]) not in (0, port)
+        assert f"route demo: {base}/demo/mcp -> " in said
+        assert f"health: {base}/healthz" in said
+        for url in (f"{base}/healthz", exported[1]):
+            with urllib.request.urlopen(url, timeout=10) as resp:
+                assert resp.status == 200
+        sse = "{transport: sse, url: 'http://127.0.0.1:9/sse'}"
+        again = DEMO_ROUTE.removesuffix("]") + f", {{name: again, upstream: {sse}}}]"
+        write_config(tmp_path, 0, extra=metrics, routes=again)
+        proc.send_signal(signal.SIGHUP)
+        _log_until(log, f"INFO gateway.reload: route again: {base}/again/mcp -> sse ")
+    finally:
+        proc.terminate()
+        assert proc.wait(15) == 0
 
 
 async def test_a_stdio_child_that_exits_at_once_shows_its_last_stderr_lines_in_the_warning(

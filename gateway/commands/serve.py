@@ -13,7 +13,7 @@ from functools import partial
 from gateway.app import create_app
 from gateway.config import ConfigError, load_settings, route_auth
 from gateway.http import announce, listen
-from gateway.http.keys import RELOADS
+from gateway.http.keys import BOUND, RELOADS
 from gateway.http.reload import on_sighup
 from gateway.http.shutdown import drain
 from gateway.observability import audit
@@ -70,19 +70,21 @@ def serve(config: str | None, host: str | None, port: int | None) -> None:
     check_upstreams = reachability.at_start_up(app, settings.routes, probes=app[RELOADS].probes)
 
     def started() -> None:
-        """Where everything is, once the port is bound: full URLs an operator can copy."""
-        base = announce.base_url(settings.listen)
+        """Where everything is, once the port is bound: full URLs an operator can copy, with
+        the ports the OS chose where the settings say 0."""
+        bound = app[BOUND]
+        base = announce.base_url(bound["listen"])
         log.info("listening on %s", base)
         for route in settings.routes:
             log.info("%s", announce.route_line(route, base))
         log.info("health: %s/healthz (and /livez, /readyz)", base)
         if settings.metrics.enabled:
-            where = settings.metrics.listen
+            where = bound.get("metrics")
             metrics = base if where is None else announce.base_url(where)
             log.info("metrics: %s/metrics", metrics)
         log.info("audit log: %s (JSON lines)", audit.where(settings.audit))
         if admin is not None:
-            address = announce.base_url(admin.listen)
+            address = announce.base_url(bound["admin"])
             log.info("admin API: %s/admin/ (its token in %s)", address, admin.token_env)
             log.info("console: %s/admin/console/ (sign in with that token)", address)
         check_upstreams()  # in the background: a WARNING for each upstream that does not answer

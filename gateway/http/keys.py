@@ -17,7 +17,7 @@ if TYPE_CHECKING:
     from gateway.calls.held import HeldSessions
     from gateway.calls.parked import ParkedCalls
     from gateway.calls.task_api import ModernTaskApi
-    from gateway.config import Settings
+    from gateway.config import ListenConfig, Settings
     from gateway.http.drain import Drain
     from gateway.http.health import Health
     from gateway.http.reload_state import Reloads
@@ -65,3 +65,6 @@ ALLOWED_HOSTS: web.AppKey[tuple[str, ...] | None] = web.AppKey("allowed_hosts")
 TRUSTED_PROXIES: web.AppKey[tuple[IPv4Network | IPv6Network, ...]] = web.AppKey("trusted_proxies")
 #: The tracer (None: the `tracing` section is absent, and nothing traces).
 TRACING: web.AppKey[Tracing | None] = web.AppKey("tracing")
+#: Where each listener is bound ("listen"; "metrics" and "admin" with addresses of their own),
+#: its port the one the OS chose for port 0: what the log gives as their URLs.
+BOUND: web.AppKey[dict[str, ListenConfig]] = web.AppKey("bound")

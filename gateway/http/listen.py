@@ -23,6 +23,7 @@ import uvloop
 from aiohttp import web
 
 from gateway.config import HttpConfig, ListenConfig
+from gateway.http.keys import BOUND
 from gateway.http.server import ConnectionGuard, GuardedRunner
 from gateway.http.signals import Signals
 
@@ -73,6 +74,7 @@ async def start(app: web.Application, listen: ListenConfig, http: HttpConfig) ->
     # Bound before the app starts: a second gateway on a taken port must stop before it
     # opens the store and recovers (fails) the first one's running tasks.
     sockets = bind(listen)
+    app[BOUND]["listen"] = bound(listen, sockets)
     runner = GuardedRunner(
         app,
         guard_for(http),
@@ -159,6 +161,7 @@ def bind(listen: ListenConfig, key: str = "listen") -> list[socket.socket]:
     except socket.gaierror as exc:
         raise ListenError(f"cannot listen on {listen.host}: {exc.strerror} ({key}.host)") from None
     sockets: list[socket.socket] = []
+    port = listen.port
     try:
         for family, kind, proto, _, address in dict.fromkeys(infos):
             sock = socket.socket(family, kind, proto)
@@ -166,18 +169,25 @@ def bind(listen: ListenConfig, key: str = "listen") -> list[socket.socket]:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
             if family == socket.AF_INET6:
                 sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
-            sock.bind(address)
+            # With port 0 the OS chooses one for the first address; the others take the same,
+            # or the one URL the log gives (`bound`) would reach only one of them.
+            sock.bind((address[0], port, *address[2:]))
+            port = sock.getsockname()[1]
             sock.listen(_BACKLOG)
             sock.setblocking(False)
     except OSError as exc:
         for sock in sockets:
             sock.close()
-        raise ListenError(_bind_error(listen, exc, key)) from None
+        raise ListenError(_bind_error(f"{listen.host}:{port}", exc, key)) from None
     return sockets
 
 
-def _bind_error(listen: ListenConfig, exc: OSError, key: str) -> str:
-    where = f"{listen.host}:{listen.port}"
+def bound(listen: ListenConfig, sockets: list[socket.socket]) -> ListenConfig:
+    """`listen` with the port its `sockets` (from `bind`) hold: the OS's choice for port 0."""
+    return listen.model_copy(update={"port": sockets[0].getsockname()[1]})
+
+
+def _bind_error(where: str, exc: OSError, key: str) -> str:
     # The gateway's own address can also be set on the command line.
     port, host = (
         ("--port or listen.port", "listen.host or --host")

@@ -10,7 +10,7 @@ from typing import Literal
 from aiohttp import web
 
 from gateway.http.announce import base_url, route_line
-from gateway.http.keys import METRICS, RELOADS
+from gateway.http.keys import BOUND, METRICS, RELOADS
 from gateway.observability.audit import audit
 
 # The reload's own logger name: operators filter their logs on it.
@@ -63,7 +63,7 @@ def report(app: web.Application, path: str, result: ReloadResult) -> None:
     ]
     log.info("configuration reloaded from %s: %s", path, "; ".join(parts) or "nothing changed")
     settings = app[RELOADS].settings
-    base = base_url(settings.listen)
+    base = base_url(app[BOUND]["listen"])
     for route in settings.routes:
         if route.name in result.added:
             log.info("%s", route_line(route, base))
