@@ -15,7 +15,15 @@ from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
 
-from gateway.config import AuthConfig, Limits, RouteConfig, Settings, route_auth, route_limits
+from gateway.config import (
+    AuthConfig,
+    Limits,
+    RouteConfig,
+    Settings,
+    route_auth,
+    route_auth_key,
+    route_limits,
+)
 from gateway.config.base import read_regular_file
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
@@ -117,7 +125,7 @@ class Route:
                 config.required_scopes,
                 config.tool_scopes,
             )
-        self.authenticator = Authenticator(auth, self.resource)
+        self.authenticator = Authenticator(auth, self.resource, route_auth_key(settings, config))
         #: Without authentication callers cannot be told apart: tasks/list is offered only
         #: when the operator opts in (the spec's SHOULD NOT otherwise).
         self.lists_tasks = self.authenticator.required or auth.list_tasks_without_auth

@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
 from jwt.algorithms import ECAlgorithm, RSAAlgorithm
 
+from gateway.app import create_app
 from gateway.config import Settings, parse_settings
 from gateway.security.auth import Authenticator, Principal, bearer_token, visible_ascii
 from gateway.security.errors import AuthError
@@ -253,7 +254,7 @@ async def test_credentials_written_without_mode_are_required(auth: dict[str, Any
 def test_short_hs256_secret_is_refused_at_start() -> None:
     settings = _settings(HS256_AUTH, env={"JWT_SECRET": "short"})
 
-    with pytest.raises(ValueError, match=r"jwt\.secret_env: .*JWT_SECRET"):
+    with pytest.raises(ValueError, match=r"^auth\.jwt\.secret_env: .*JWT_SECRET"):
         Authenticator(settings.auth)
 
 
@@ -340,10 +341,41 @@ async def test_token_without_kid_is_accepted_when_the_jwks_has_one_key(tmp_path:
 def test_missing_key_files_are_refused_at_start_naming_key_and_file(tmp_path: Path) -> None:
     missing = str(tmp_path / "nope.pem")
 
-    with pytest.raises(ValueError, match=r"jwt\.public_key_file: cannot read .*nope\.pem"):
+    with pytest.raises(ValueError, match=r"^auth\.jwt\.public_key_file: cannot read .*nope\.pem"):
         _asymmetric_auth(["RS256"], public_key_file=missing)
-    with pytest.raises(ValueError, match=r"jwt\.jwks_file: cannot read .*nope\.pem"):
+    with pytest.raises(ValueError, match=r"^auth\.jwt\.jwks_file: cannot read .*nope\.pem"):
         _asymmetric_auth(["RS256"], jwks_file=missing)
+
+
+MISSING_PEM: dict[str, Any] = {
+    "algorithms": ["RS256"],
+    "audience": AUDIENCE,
+    "public_key_file": "/nonexistent/key.pem",
+}
+
+
+@pytest.mark.parametrize(
+    ("auth", "key"),
+    [
+        ({"jwt": MISSING_PEM}, "routes[1].auth.jwt.public_key_file"),
+        ({"list_tasks_without_auth": True}, "auth.jwt.public_key_file"),
+        (None, "auth.jwt.public_key_file"),
+    ],
+    ids=["its own", "the gateway's, with a key of its own", "the gateway's"],
+)
+def test_a_routes_key_file_is_named_where_the_file_writes_it(
+    auth: dict[str, Any] | None, key: str
+) -> None:
+    """Named `jwt.public_key_file`: neither the `auth` section it is in, nor the route."""
+    opened = {**ROUTES[0], "name": "open", "auth": {"mode": "none"}}
+    data = {"auth": {"jwt": MISSING_PEM}, "routes": [opened, {**ROUTES[0], "auth": auth}]}
+
+    with pytest.raises(ValueError) as raised:
+        create_app(parse_settings(data, "test", env={}))
+
+    assert (
+        str(raised.value) == f"{key}: cannot read /nonexistent/key.pem: No such file or directory"
+    )
 
 
 def test_unusable_key_files_are_refused_at_start(tmp_path: Path) -> None:
@@ -352,13 +384,13 @@ def test_unusable_key_files_are_refused_at_start(tmp_path: Path) -> None:
     private = {**RSAAlgorithm.to_jwk(_rsa_key(), as_dict=True), "kid": "k"}
     (tmp_path / "private.json").write_text(json.dumps({"keys": [private]}))
 
-    with pytest.raises(ValueError, match=r"jwt\.public_key_file: .*not a PEM public key"):
+    with pytest.raises(ValueError, match=r"^auth\.jwt\.public_key_file: .*not a PEM public key"):
         _asymmetric_auth(["RS256"], public_key_file=str(tmp_path / "junk.pem"))
-    with pytest.raises(ValueError, match=r"jwt\.public_key_file: .*a RS256 key"):
+    with pytest.raises(ValueError, match=r"^auth\.jwt\.public_key_file: .*a RS256 key"):
         _asymmetric_auth(["ES256"], public_key_file=_pem(_rsa_key(), tmp_path / "rsa.pem"))
-    with pytest.raises(ValueError, match=r"jwt\.jwks_file: .*not a JWK set"):
+    with pytest.raises(ValueError, match=r"^auth\.jwt\.jwks_file: .*not a JWK set"):
         _asymmetric_auth(["RS256"], jwks_file=str(tmp_path / "junk.json"))
-    with pytest.raises(ValueError, match=r"jwt\.jwks_file: .*private key"):
+    with pytest.raises(ValueError, match=r"^auth\.jwt\.jwks_file: .*private key"):
         _asymmetric_auth(["RS256"], jwks_file=str(tmp_path / "private.json"))
 
 

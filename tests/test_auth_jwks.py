@@ -22,7 +22,9 @@ from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from jwt.algorithms import RSAAlgorithm
 
 from gateway.config import parse_settings
+from gateway.observability.metrics import Metrics
 from gateway.protocol.errors import INTERNAL_ERROR
+from gateway.route import Route
 from gateway.security.auth import Authenticator, Principal
 from gateway.security.errors import AuthError, IdentityProviderUnavailable
 
@@ -208,7 +210,29 @@ async def test_the_provider_coming_back_is_used_and_logged(
 
     assert await auth.authenticate(_bearer(key, "k1")) == ALICE
     messages = [r.getMessage() for r in caplog.records if r.name == "gateway.security.jwt_verify"]
-    assert len(messages) == 2 and "fetched again" in messages[1]
+    where = f"auth.jwt.jwks_url {provider.url}"
+    assert len(messages) == 2 and messages[0].startswith(f"{where}: cannot fetch the key set")
+    assert messages[1] == f"{where}: the key set can be fetched again"
+
+
+async def test_the_outage_warning_names_the_oauth_section_of_the_route_that_wrote_it(
+    provider: Provider, caplog: pytest.LogCaptureFixture
+) -> None:
+    """It said `jwt.jwks_url` for every section: neither `oauth` nor the route was named."""
+    key = _rsa_key()
+    provider.status = 503
+    oauth = {"issuer": "https://issuer.test", "jwks_url": provider.url, "public_url": "https://gw"}
+    routes = [ROUTES[0], {**ROUTES[0], "name": "s", "auth": {"oauth": oauth}}]
+    settings = parse_settings({"routes": routes}, "t", env={})
+    route = Route(settings, settings.routes[1], Metrics(["r", "s"]))
+    try:
+        await _unavailable(route.authenticator, _bearer(key, "k1"))
+    finally:
+        await route.close()
+
+    messages = [r.getMessage() for r in caplog.records if r.name == "gateway.security.jwt_verify"]
+    (warning,) = messages
+    assert warning.startswith(f"routes[1].auth.oauth.jwks_url {provider.url}: cannot fetch")
 
 
 async def test_tokens_the_key_set_cannot_verify_are_refused(provider: Provider) -> None:

@@ -22,7 +22,7 @@ from gateway.security.jwt_keys import load_jwks, load_pem
 ROUTES = 'routes: [{name: r, upstream: {transport: sse, url: "http://127.0.0.1:9/sse"}}]\n'
 ADMIN_TOKEN = "0123456789abcdef0123456789abcdef"
 #: Each JWT key file's loader, and the key that names its file.
-KEY_LOADERS = [(load_pem, "jwt.public_key_file"), (load_jwks, "jwt.jwks_file")]
+KEY_LOADERS = [(load_pem, "auth.jwt.public_key_file"), (load_jwks, "auth.jwt.jwks_file")]
 
 
 def _fifo_refused(fifo: Path, read: Callable[[Path], Any]) -> BaseException | None:
@@ -72,11 +72,11 @@ def test_a_device_or_a_directory_as_the_config_file_stays_refused(tmp_path: Path
 
 @pytest.mark.parametrize(("load", "key"), KEY_LOADERS)
 def test_a_fifo_as_a_jwt_key_file_is_refused_without_waiting_for_a_writer(
-    tmp_path: Path, load: Callable[[str, list[str]], Any], key: str
+    tmp_path: Path, load: Callable[[str, list[str], str], Any], key: str
 ) -> None:
     fifo = tmp_path / "key"
 
-    raised = _fifo_refused(fifo, lambda path: load(str(path), ["RS256"]))
+    raised = _fifo_refused(fifo, lambda path: load(str(path), ["RS256"], key))
 
     assert isinstance(raised, ValueError)
     assert str(raised) == f"{key}: {fifo}: not a regular file: not a key file"
@@ -100,7 +100,7 @@ def test_a_fifo_as_a_jwt_key_file_stops_the_gateways_start_without_waiting(
 
 @pytest.mark.parametrize(("load", "key"), KEY_LOADERS)
 def test_a_jwt_key_file_past_a_mebibyte_is_refused_unread(
-    tmp_path: Path, load: Callable[[str, list[str]], Any], key: str
+    tmp_path: Path, load: Callable[[str, list[str], str], Any], key: str
 ) -> None:
     """/dev/zero, or a log named by mistake, was read whole into memory."""
     big = tmp_path / "key"
@@ -108,7 +108,7 @@ def test_a_jwt_key_file_past_a_mebibyte_is_refused_unread(
         file.truncate(1024 * 1024 + 1)
 
     with pytest.raises(ValueError) as raised:
-        load(str(big), ["RS256"])
+        load(str(big), ["RS256"], key)
 
     assert str(raised.value) == f"{key}: {big}: larger than 1048576 bytes: not a key file"
 

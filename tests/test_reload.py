@@ -125,7 +125,9 @@ async def test_an_invalid_file_is_refused_whole_with_the_start_up_error_and_noth
         _write(config, auth={"jwt": jwt_auth}, routes=[b])
         missing = await reload(app, config)
         assert missing.outcome == "refused"
-        assert missing.error.startswith(f"{config}: jwt.public_key_file: cannot read /nonexistent")
+        assert missing.error.startswith(
+            f"{config}: auth.jwt.public_key_file: cannot read /nonexistent"
+        )
         assert app[ROUTES] == {"a": running} and _reloads(app, "refused") == 2
 
     errors = [r for r in caplog.records if r.name == "gateway.reload" and r.levelname == "ERROR"]

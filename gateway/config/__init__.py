@@ -24,7 +24,7 @@ from gateway.config.sections import (
     StoreConfig,
     TracingConfig,
 )
-from gateway.config.settings import Settings, route_auth, route_limits
+from gateway.config.settings import Settings, route_auth, route_auth_key, route_limits
 from gateway.config.tokens import JwtConfig, OAuthConfig
 from gateway.config.upstream import CHILD_ENV_ALLOWED, SEPARATOR, MemberConfig, UpstreamConfig
 
@@ -59,5 +59,6 @@ __all__ = [
     "load_settings",
     "parse_settings",
     "route_auth",
+    "route_auth_key",
     "route_limits",
 ]

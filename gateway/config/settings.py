@@ -1,7 +1,8 @@
 """Settings: the whole validated file, and what each route ends up with.
 
 `Settings` holds the sections; `route_auth` and `route_limits` say which authentication and
-limits one route uses (its own where it sets them, else the gateway's).
+limits one route uses (its own where it sets them, else the gateway's), and `route_auth_key`
+where the file writes that authentication.
 """
 
 from __future__ import annotations
@@ -137,6 +138,16 @@ def route_auth(settings: Settings, route: RouteConfig) -> AuthConfig:
     if not own.inherits:
         return own
     return settings.auth.model_copy(update={k: getattr(own, k) for k in own.model_fields_set})
+
+
+def route_auth_key(settings: Settings, route: RouteConfig) -> str:
+    """Where the file writes the section of the route's authentication mode, as messages name
+    its keys: `auth.jwt`, or `routes[2].auth.jwt` for a route with an auth section of its own."""
+    own = route.auth
+    if own is None or own.inherits:
+        return f"auth.{settings.auth.mode}"
+    index = [r.name for r in settings.routes].index(route.name)
+    return f"routes[{index}].auth.{own.mode}"
 
 
 def route_limits(settings: Settings, route: RouteConfig) -> Limits:

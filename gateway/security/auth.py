@@ -45,9 +45,16 @@ class Principal:
 class Authenticator:
     """Checks bearer credentials against one `AuthConfig`. Build it once and call it per request."""
 
-    def __init__(self, config: AuthConfig, resource: ProtectedResource | None = None) -> None:
+    def __init__(
+        self,
+        config: AuthConfig,
+        resource: ProtectedResource | None = None,
+        section: str | None = None,
+    ) -> None:
         """Read the keys the config names, so no request waits on a file. Mode oauth needs
-        the route's `resource`: tokens must be issued for it.
+        the route's `resource`: tokens must be issued for it. `section` is where the file
+        writes the section of the mode (`routes[2].auth.jwt`; by default the gateway's own,
+        `auth.jwt`), for messages naming its keys.
 
         Raises:
             ValueError: a key file is missing or unusable, or the HS256 secret is too short;
@@ -65,10 +72,12 @@ class Authenticator:
         self._tenant_claim: str | None = None
         if config.mode == "jwt":
             assert config.jwt is not None  # AuthConfig's validator guarantees it
-            self._jwt = JwtVerifier(config.jwt)
+            self._jwt = JwtVerifier(config.jwt, section=section or "auth.jwt")
         if config.mode == "oauth":
             assert config.oauth is not None and resource is not None
-            self._oauth = JwtVerifier(config.oauth.verification(), resource.audiences)
+            self._oauth = JwtVerifier(
+                config.oauth.verification(), resource.audiences, section or "auth.oauth"
+            )
             self._tenant_claim = config.oauth.tenant_claim
             if config.oauth.introspection is not None:
                 self._introspection = Introspector(

@@ -2,9 +2,10 @@
 files, and the check every key passes before it verifies a token (one fetched from `jwks_url`
 too).
 
-A key file that cannot be used stops the start, with a message naming its config key and the
-file. The check refuses a private key, which cannot verify a signature, and a key too short
-for its algorithm, for which PyJWT would warn on every request.
+A key file that cannot be used stops the start, with a message naming its config key (at the
+path the file writes it, which the caller gives) and the file. The check refuses a private key,
+which cannot verify a signature, and a key too short for its algorithm, for which PyJWT would
+warn on every request.
 """
 
 from __future__ import annotations
@@ -36,15 +37,16 @@ def _read(path: str, config_key: str) -> bytes:
         raise ValueError(f"{config_key}: {path}: {exc}: not a key file") from None
 
 
-def load_pem(path: str, algorithms: Sequence[str]) -> jwt.PyJWK:
-    """The public key in the PEM file at `path`, bound to its one algorithm.
+def load_pem(path: str, algorithms: Sequence[str], config_key: str) -> jwt.PyJWK:
+    """The public key in the PEM file at `path`, which the settings name at `config_key`
+    (`auth.jwt.public_key_file`), bound to its one algorithm.
 
     Raises:
         ValueError: the file is unreadable, holds no RSA or EC public key, or a key of an
             algorithm not in `algorithms`.
     """
-    where = f"jwt.public_key_file: {path}"
-    data = _read(path, "jwt.public_key_file")
+    where = f"{config_key}: {path}"
+    data = _read(path, config_key)
     try:
         public_key = load_pem_public_key(data)
     except (ValueError, UnsupportedAlgorithm):
@@ -64,14 +66,15 @@ def load_pem(path: str, algorithms: Sequence[str]) -> jwt.PyJWK:
     return checked(key, where)
 
 
-def load_jwks(path: str, algorithms: Sequence[str]) -> list[jwt.PyJWK]:
-    """The keys of the JWK set file at `path` for `algorithms`.
+def load_jwks(path: str, algorithms: Sequence[str], config_key: str) -> list[jwt.PyJWK]:
+    """The keys of the JWK set file at `path`, which the settings name at `config_key`
+    (`auth.jwt.jwks_file`), for `algorithms`.
 
     Raises:
         ValueError: the file is unreadable, not a JWK set, or has no key for `algorithms`.
     """
-    where = f"jwt.jwks_file: {path}"
-    text = _read(path, "jwt.jwks_file")
+    where = f"{config_key}: {path}"
+    text = _read(path, config_key)
     try:
         data = json.loads(text)
         if not isinstance(data, dict):

@@ -49,9 +49,12 @@ _JWKS_TIMEOUT_SECONDS = 5.0
 class JwtVerifier:
     """The JWT half of `Authenticator`: the key, or key set, that verifies tokens."""
 
-    def __init__(self, config: JwtConfig, audiences: Sequence[str] = ()) -> None:
+    def __init__(
+        self, config: JwtConfig, audiences: Sequence[str] = (), section: str = "auth.jwt"
+    ) -> None:
         """`audiences`, when given, replace `config.audience`: a token must name one of them
-        (an OAuth route's resource, RFC 8707)."""
+        (an OAuth route's resource, RFC 8707). `section` is where the file writes `config`
+        (`routes[2].auth.jwt`, `auth.oauth`): messages name its keys there."""
         self._config = config
         self._algorithms = list(config.algorithms)
         self._audience: str | list[str] | None = list(audiences) or config.audience
@@ -68,17 +71,18 @@ class JwtVerifier:
         if "HS256" in config.algorithms:  # config forbids mixing it with RS256/ES256
             if len(config.secret.encode()) < _MIN_HS256_SECRET_BYTES:
                 raise ValueError(
-                    f"jwt.secret_env: the HS256 secret in {config.secret_env} must be at least "
-                    f"{_MIN_HS256_SECRET_BYTES} bytes (RFC 7518 §3.2)"
+                    f"{section}.secret_env: the HS256 secret in {config.secret_env} must be at "
+                    f"least {_MIN_HS256_SECRET_BYTES} bytes (RFC 7518 §3.2)"
                 )
             self._key = config.secret
         elif config.public_key_file is not None:
-            self._key = load_pem(config.public_key_file, self._algorithms)
+            where = f"{section}.public_key_file"
+            self._key = load_pem(config.public_key_file, self._algorithms, where)
         elif config.jwks_url is not None:
-            self._remote = _RemoteKeys(config.jwks_url, config)
+            self._remote = _RemoteKeys(config.jwks_url, config, f"{section}.jwks_url")
         else:
             assert config.jwks_file is not None  # JwtConfig's validator guarantees one of them
-            keys = load_jwks(config.jwks_file, self._algorithms)
+            keys = load_jwks(config.jwks_file, self._algorithms, f"{section}.jwks_file")
             self._by_kid = {key.key_id: key for key in keys if key.key_id is not None}
             self._sole = keys[0] if len(keys) == 1 else None
 
@@ -142,8 +146,9 @@ class _RemoteKeys:
     """The JWK set at `jwks_url`, fetched and cached by PyJWKClient. Its fetches block, so they
     run in a worker thread, one at a time; a key already in its cache is found on the loop."""
 
-    def __init__(self, url: str, config: JwtConfig) -> None:
+    def __init__(self, url: str, config: JwtConfig, config_key: str) -> None:
         self._url = url
+        self._config_key = config_key
         self._algorithms = config.algorithms
         # cooldown_duration: an unknown kid forces a refetch at most once per cooldown.
         self._client = jwt.PyJWKClient(
@@ -172,7 +177,7 @@ class _RemoteKeys:
             async with self._lock:  # one fetch at a time; who waited may find it cached
                 key = self._cached(kid) or await self._fetch(kid)
         try:
-            return checked(key, f"jwt.jwks_url: {self._url}")
+            return checked(key, f"{self._config_key}: {self._url}")
         except ValueError as exc:
             if kid not in self._warned:
                 self._warned.add(kid)
@@ -217,8 +222,9 @@ class _RemoteKeys:
         if not self._failing:
             self._failing = True
             log.warning(
-                "jwt.jwks_url %s: cannot fetch the key set (%s); tokens that need it get 503 "
+                "%s %s: cannot fetch the key set (%s); tokens that need it get 503 "
                 "until a fetch succeeds (retried at most every %gs)",
+                self._config_key,
                 self._url,
                 exc,
                 self._cooldown,
@@ -228,7 +234,7 @@ class _RemoteKeys:
     def _recovered(self) -> None:
         if self._failing:
             self._failing = False
-            log.warning("jwt.jwks_url %s: the key set can be fetched again", self._url)
+            log.warning("%s %s: the key set can be fetched again", self._config_key, self._url)
 
     @staticmethod
     def _unavailable(wait: float) -> IdentityProviderUnavailable:
