@@ -63,7 +63,8 @@ def report(app: web.Application, path: str, result: ReloadResult) -> None:
     ]
     log.info("configuration reloaded from %s: %s", path, "; ".join(parts) or "nothing changed")
     settings = app[RELOADS].settings
-    base = base_url(app[BOUND]["listen"])
+    # (An app served by a test client has bound nothing of its own.)
+    base = base_url(app[BOUND].get("listen", settings.listen))
     for route in settings.routes:
         if route.name in result.added:
             log.info("%s", route_line(route, base))
