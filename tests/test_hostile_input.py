@@ -16,11 +16,13 @@ import aiohttp
 import httpx
 import pytest
 from aiohttp import web
+from multidict import CIMultiDict
 
 from gateway.app import create_app
 from gateway.config import ListenConfig
 from gateway.http import listen, middleware
 from gateway.http.keys import STORE
+from gateway.protocol import modern
 from gateway.protocol.errors import (
     INTERNAL_ERROR,
     INVALID_REQUEST,
@@ -276,6 +278,65 @@ async def test_a_protocol_version_header_that_is_not_utf8_gets_400_with_its_byte
         assert error["data"]["requested"] == "2025-11-25\\udce9"
         await assert_session_lives(http, gateway, session_id)
     assert "Traceback" not in caplog.text and "ERROR" not in caplog.text
+
+
+@pytest.mark.parametrize(
+    ("method", "name", "second"),
+    [
+        ("POST", "Mcp-Session-Id", None),  # None: the session's own id again
+        ("POST", "Mcp-Session-Id", "another-session"),
+        ("GET", "Mcp-Session-Id", "another-session"),
+        ("DELETE", "Mcp-Session-Id", None),
+        ("POST", "MCP-Protocol-Version", "2025-11-25"),
+        ("POST", "MCP-Protocol-Version", "2025-06-18"),
+        ("DELETE", "MCP-Protocol-Version", "2025-06-18"),
+    ],
+)
+async def test_a_session_header_sent_twice_gets_400_and_the_session_lives_on(
+    gateway: str, method: str, name: str, second: str | None, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two values of a header read as one (a proxy merged two requests, or a client hides one
+    value from the checks that read the other) name no session and no version: 400, the
+    values never in the log, and the session the first one names goes on (a DELETE does not
+    end it)."""
+    caplog.set_level(logging.DEBUG)
+    async with aiohttp.ClientSession() as http:
+        session_id = await open_session(http, gateway)
+        sent = CIMultiDict(headers(session_id))
+        if name == "MCP-Protocol-Version":
+            sent.add(name, "2025-11-25")
+        sent.add(name, second or session_id)
+        if method == "GET":
+            sent["Accept"] = "text/event-stream"
+        ping = {"jsonrpc": "2.0", "id": 4, "method": "ping"} if method == "POST" else None
+        async with http.request(method, gateway, json=ping, headers=sent) as resp:
+            assert resp.status == 400
+            error = await error_of(resp)
+        assert error["code"] == INVALID_REQUEST
+        assert error["data"]["header"].lower() == name.lower()
+        await assert_session_lives(http, gateway, session_id)
+    assert session_id not in caplog.text
+
+
+@pytest.mark.parametrize("second", ["2026-07-28", "2025-11-25"])
+async def test_a_2026_07_28_request_with_its_version_header_twice_gets_400(
+    gateway: str, second: str
+) -> None:
+    """The 2026-07-28 path chose by the first value and checked the envelope against the
+    last: the two must be one."""
+    ping = {
+        "jsonrpc": "2.0",
+        "id": 5,
+        "method": "ping",
+        "params": {"_meta": {modern.VERSION_META: "2026-07-28", modern.CAPABILITIES_META: {}}},
+    }
+    sent = CIMultiDict(headers(**{"Mcp-Method": "ping"}))
+    sent.add("MCP-Protocol-Version", "2026-07-28")
+    sent.add("MCP-Protocol-Version", second)
+    async with aiohttp.ClientSession() as http:
+        async with http.post(gateway, json=ping, headers=sent) as resp:
+            assert resp.status == 400
+            assert (await error_of(resp))["code"] == INVALID_REQUEST
 
 
 @pytest.mark.parametrize("last_event_id", ["x:²", "²", "x:" + "9" * 5000, "x:-1", "x:1e3"])

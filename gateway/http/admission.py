@@ -3,10 +3,11 @@
 In order: credentials (401 with a Bearer challenge; failures rate-limited per address; with
 auth mode oauth the challenge points to the route's resource metadata, and a token without the
 route's scopes gets 403 `insufficient_scope`), the caller's request rate (429), the headers
-(Accept 406, Content-Type 415, protocol version 400), the body (`http.request_body`: 413
-beyond the limit, 408 when too slow), and the session the request names (404 for an
-unknown, ended or foreign one, answered alike). During the drain before a stop, new sessions
-and tasks are refused (503 with Retry-After; see `http.drain`).
+(`Mcp-Session-Id` or `MCP-Protocol-Version` sent twice 400, Accept 406, Content-Type 415,
+protocol version 400), the body (`http.request_body`: 413 beyond the limit, 408 when too
+slow), and the session the request names (404 for an unknown, ended or foreign one, answered
+alike). During the drain before a stop, new sessions and tasks are refused (503 with
+Retry-After; see `http.drain`).
 
 A `Caller` says who is asking: `principal` is who authenticated (None without
 authentication), `limit_key` whom the per-caller limits count (the principal, else the
@@ -51,6 +52,9 @@ SESSION_HEADER = "Mcp-Session-Id"
 #: Ours are 43 characters; no session id is longer than this.
 _MAX_SESSION_ID = 256
 VERSION_HEADER = "Mcp-Protocol-Version"
+#: Headers read as one value, each by several checks: sent twice (by a proxy that merged two
+#: requests, or by a client smuggling one value past the checks that read the other), 400.
+_SINGLE_HEADERS = (SESSION_HEADER, VERSION_HEADER)
 
 
 def accepts(request: web.Request, *media_types: str) -> bool:
@@ -67,6 +71,21 @@ def _accepts(header: str, media_types: tuple[str, ...]) -> bool:
     return "*/*" in accepted or all(
         media in accepted or f"{media.split('/')[0]}/*" in accepted for media in media_types
     )
+
+
+def _refuse_repeated(request: web.Request) -> None:
+    """Each of `_SINGLE_HEADERS` at most once (the values stay out of the answer and the log:
+    one may be a session id).
+
+    Raises:
+        InvalidRequest: one came more than once (400).
+    """
+    for name in _SINGLE_HEADERS:
+        if len(request.headers.getall(name, ())) > 1:
+            raise InvalidRequest(
+                f"Bad Request: the {name} header is sent more than once; send it once",
+                {"header": name},
+            )
 
 
 def check_version(request: web.Request) -> None:
@@ -134,6 +153,7 @@ async def admit(request: web.Request, route: Route) -> Caller:
     Raises:
         Unauthorized: missing or invalid credentials (401, WWW-Authenticate: Bearer).
         LimitExceeded: over the caller's request rate (429, Retry-After).
+        InvalidRequest: `Mcp-Session-Id` or `MCP-Protocol-Version` repeated (400).
     """
     address = f"address:{request.remote}"
     request[GENERATION] = generation(request)
@@ -161,10 +181,12 @@ async def admit(request: web.Request, route: Route) -> Caller:
             # The caller's latest token, for an upstream identity that exchanges it (RFC 8693).
             token = bearer_token(request.headers.get("Authorization"))
             route.upstream.identity.observe(principal.name, token)
-        return caller
-    if not request.headers.get(SESSION_HEADER):
-        check_rate(route, address)
-    return Caller(None, address)
+    else:
+        caller = Caller(None, address)
+        if not request.headers.get(SESSION_HEADER):
+            check_rate(route, address)
+    _refuse_repeated(request)  # here, so that every endpoint of both generations asks it
+    return caller
 
 
 def refuse_when_draining(request: web.Request, what: str) -> None:
