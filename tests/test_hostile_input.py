@@ -30,7 +30,7 @@ from gateway.protocol.errors import (
     UNSUPPORTED_PROTOCOL_VERSION,
 )
 
-from .conftest import StartGateway
+from .conftest import DEMO, StartGateway
 from .helpers import INIT, error_of, headers, open_session, rpc, store_commits
 
 LIMIT = 4 * 1024 * 1024  # limits.max_body_bytes by default
@@ -374,8 +374,8 @@ async def test_a_header_over_the_limit_is_431_and_its_value_stays_out_of_the_log
 async def test_a_client_gone_before_its_100_continue_leaves_no_error_in_the_log(
     gateway: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """aiohttp writes `100 Continue` before any middleware runs; a client that asked for it
-    and left made an ERROR with a traceback, each time, for whoever cared to."""
+    """A client that asked for `100 Continue` and left before it was written made an ERROR
+    with a traceback, each time, for whoever cared to."""
     url = httpx.URL(gateway)
     for _ in range(3):
         reader, writer = await asyncio.open_connection(url.host, url.port)
@@ -389,6 +389,82 @@ async def test_a_client_gone_before_its_100_continue_leaves_no_error_in_the_log(
     async with aiohttp.ClientSession() as http:
         await assert_session_lives(http, gateway, await open_session(http, gateway))
     assert "ERROR" not in caplog.text and "Traceback" not in caplog.text
+
+
+KEY = "expect-key-0123456789"
+
+
+@pytest.fixture
+async def keyed(start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch) -> str:
+    """The demo behind an API key (`KEY`)."""
+    monkeypatch.setenv("EXPECT_KEY", KEY)
+    auth = {"mode": "api_keys", "api_keys": [{"principal": "alice", "key_env": "EXPECT_KEY"}]}
+    return f"{await start_gateway([{'name': 'demo', 'upstream': DEMO, 'auth': auth}])}/demo/mcp"
+
+
+async def expecting(
+    url: str, head_lines: list[bytes], body: bytes
+) -> tuple[bytes, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A POST head that asks `Expect: 100-continue` and holds its body back; the first
+    response head that comes, and the connection."""
+    parsed = httpx.URL(url)
+    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+    head = [
+        f"POST {parsed.path} HTTP/1.1".encode(),
+        *head_lines,
+        b"Content-Type: application/json",
+        b"Accept: application/json, text/event-stream",
+        b"Expect: 100-continue",
+        f"Content-Length: {len(body)}".encode(),
+    ]
+    writer.write(b"\r\n".join(head) + b"\r\n\r\n")
+    async with asyncio.timeout(5):
+        return await reader.readuntil(b"\r\n\r\n"), reader, writer
+
+
+WITH_KEY = f"Authorization: Bearer {KEY}".encode()
+
+
+@pytest.mark.parametrize(
+    ("host", "lines", "status"),
+    [
+        (None, [WITH_KEY, b"Origin: https://evil.example"], 403),
+        ("evil.example", [WITH_KEY], 421),
+        (None, [], 401),
+        (None, [b"Authorization: Bearer not-the-key"], 401),
+    ],
+    ids=["origin", "host", "no-credentials", "wrong-key"],
+)
+async def test_a_request_that_will_be_refused_gets_its_refusal_and_no_100_continue(
+    keyed: str, host: str | None, lines: list[bytes], status: int
+) -> None:
+    """aiohttp sent `100 Continue` before any check had run: the client was told to send its
+    body, and only then refused."""
+    host_line = f"Host: {host or httpx.URL(keyed).netloc.decode()}".encode()
+    answer, _, writer = await expecting(keyed, [host_line, *lines], json.dumps(INIT).encode())
+    writer.close()
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+
+
+async def test_a_request_that_passes_gets_100_continue_then_its_answer(keyed: str) -> None:
+    host = f"Host: {httpx.URL(keyed).netloc.decode()}".encode()
+    body = json.dumps(INIT).encode()
+    go_ahead, reader, writer = await expecting(keyed, [host, WITH_KEY], body)
+    try:
+        assert go_ahead == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(body)
+        async with asyncio.timeout(10):
+            head = await reader.readuntil(b"\r\n\r\n")
+            length = next(
+                int(line.split(b":")[1])
+                for line in head.split(b"\r\n")
+                if line.lower().startswith(b"content-length:")
+            )
+            answer = json.loads(await reader.readexactly(length))
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200 ")
+    assert answer["result"]["protocolVersion"] == "2025-11-25"
 
 
 async def test_a_megabyte_header_gets_431(gateway: str) -> None:

@@ -2,15 +2,39 @@
 beyond it, announced or sent) and `http.body_timeout_seconds` (408 for a sender that slow).
 The endpoint reads it once the request's credentials and headers pass, and parses it only
 whole.
+
+A client that sends `Expect: 100-continue` waits for a `100 Continue` before its body. aiohttp
+sends it from the route's expect handler, before the guard and the endpoint have checked
+anything: a foreign Origin or missing credentials were refused only once the body had been
+sent. `expect_continue`, every route's expect handler, leaves the go-ahead to `read_body`
+instead, so a request refused before its body is read gets the refusal and no `100 Continue`
+(RFC 9110 section 10.1.1 lets a server answer without one).
 """
 
 from __future__ import annotations
 
 import asyncio
 
-from aiohttp import web
+from aiohttp import hdrs, web
+from aiohttp.http import HttpVersion11
 
 from gateway.protocol.errors import PayloadTooLarge, RequestTimeout
+
+#: The request waits for a `100 Continue` (its `Expect` asked for one).
+_CONTINUE = web.RequestKey("continue", bool)
+
+
+async def expect_continue(request: web.Request) -> None:
+    """aiohttp's expect handler, but the `100 Continue` is `read_body`'s to send.
+
+    Raises:
+        web.HTTPExpectationFailed: an expectation other than 100-continue (417, as aiohttp's).
+    """
+    if request.version != HttpVersion11:
+        return  # an HTTP/1.0 client is never sent a 100 Continue
+    if request.headers.get(hdrs.EXPECT, "").lower() != "100-continue":
+        raise web.HTTPExpectationFailed(text="Unknown Expect: only 100-continue is understood")
+    request[_CONTINUE] = True
 
 
 async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
@@ -34,6 +58,9 @@ async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
                 f"request body exceeds the limit of {limit} bytes (limits.max_body_bytes)"
             )
         return whole
+    if request.get(_CONTINUE):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # what aiohttp counts as the response's size starts after
     body = bytearray()
     try:
         async with asyncio.timeout(seconds):

@@ -163,8 +163,9 @@ class GuardedHandler(web_protocol.RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         if isinstance(exc, ConnectionResetError):
-            # The client left before what aiohttp writes ahead of every middleware (the
-            # `100 Continue` an `Expect` asks for): nobody to answer, and no defect to log.
+            # The client left before the `100 Continue` its `Expect` asked for (written by
+            # `request_body.read_body`, or by aiohttp before the admin API's middleware):
+            # nobody to answer, and no defect to log.
             gone = web.Response(status=400)
             gone.force_close()
             return gone

@@ -36,6 +36,7 @@ from gateway.http import endpoint as mcp_endpoint
 from gateway.http.health import Health
 from gateway.http.keys import HEALTH, METRICS, ROUTE_TABLE, ROUTES, SESSIONS
 from gateway.http.middleware import Handler
+from gateway.http.request_body import expect_continue
 from gateway.http.resource_metadata import metadata_response
 from gateway.http.routing import RouteTable
 from gateway.route import Route
@@ -94,19 +95,20 @@ def add_routes(
 ) -> None:
     """The table above, each handler served as `guarded` makes it (`middleware.guarded`)."""
     app[ROUTE_TABLE] = RouteTable(app[ROUTES])
-    app.router.add_get("/healthz", guarded(healthz))
-    app.router.add_get("/readyz", guarded(readyz))
-    app.router.add_get("/livez", guarded(Health.live))
+    # No `100 Continue` before the guard and the endpoint have passed the request.
+    app.router.add_get("/healthz", guarded(healthz), expect_handler=expect_continue)
+    app.router.add_get("/readyz", guarded(readyz), expect_handler=expect_continue)
+    app.router.add_get("/livez", guarded(Health.live), expect_handler=expect_continue)
     if settings.metrics.enabled and settings.metrics.listen is None:
         metrics = app[METRICS].handler(settings.metrics.bearer_token)
-        app.router.add_get("/metrics", guarded(metrics))
+        app.router.add_get("/metrics", guarded(metrics), expect_handler=expect_continue)
     serve = guarded(configured)
     # aiohttp finds a fixed path by one lookup, where a route's path fell through each of its
     # prefixes to the catch-all's regular expression (10,000 instructions of a relayed call's
     # 722,000). A path aiohttp would read as a pattern is left to the catch-all.
     for route in app[ROUTES].values():
         if "{" not in route.path and "}" not in route.path:
-            app.router.add_route("*", route.path, serve)
+            app.router.add_route("*", route.path, serve, expect_handler=expect_continue)
     # Last, and indexed under "/": aiohttp tries the fixed paths above first. Any method, so
     # that the router never answers itself: every answer passes the guard.
-    app.router.add_route("*", "/{path:.*}", serve)
+    app.router.add_route("*", "/{path:.*}", serve, expect_handler=expect_continue)
