@@ -41,7 +41,7 @@ from gateway.calls.held import HeldSessions
 from gateway.calls.parked import ParkedCalls
 from gateway.calls.task_api import ModernTaskApi
 from gateway.config import Settings
-from gateway.http import admin, cors, listen, middleware
+from gateway.http import cors, listen, middleware
 from gateway.http.admin import AdminApi
 from gateway.http.drain import Drain
 from gateway.http.health import Health
@@ -224,7 +224,7 @@ async def _components(
             proxies=settings.http.proxy_networks,
         )
         admin_app = api.app(settings.admin.token, console)
-        admin_site = await admin.serve(admin_app, sockets["admin"], settings.http)
+        admin_site = await listen.serve_side(admin_app, sockets["admin"], settings.http)
     try:
         yield
     finally:

@@ -32,14 +32,12 @@ refused sign-ins count against the same per-address limit, and its actions are t
 from __future__ import annotations
 
 import logging
-import socket
 from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from aiohttp import web
 from multidict import MultiDict, MultiMapping
 
-from gateway.config import HttpConfig
 from gateway.http.admin_guard import Refusals, Unknown, error, guard
 from gateway.http.admin_query import (
     MAX_LIMIT,
@@ -52,7 +50,6 @@ from gateway.http.admin_query import (
     task_filter,
     task_row,
 )
-from gateway.http.server import ConnectionGuard, GuardedRunner
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
 from gateway.protocol.errors import TaskError
@@ -263,31 +260,3 @@ class AdminApi:
 def filters_of(query: Mapping[str, str]) -> dict[str, str]:
     """The filters a request used, for its audit event (names and ages, never a secret)."""
     return {key: printable(value, 200) for key, value in query.items()}
-
-
-#: Connections the admin listener holds at once: a few operators and their scripts. At the cap
-#: the oldest one idle or still sending its head makes room, so a flood cannot shut them out.
-MAX_CONNECTIONS = 64
-#: Connections accepted in one turn of the loop (and queued by the kernel): a few operators
-#: need few. asyncio accepts up to the backlog at once, before the cap above can close the
-#: oldest; with the gateway's 128, a flood here took the process to EMFILE under a low
-#: descriptor limit, and asyncio logged a traceback for it.
-BACKLOG = 16
-
-
-async def serve(
-    app: web.Application, sockets: list[socket.socket], http: HttpConfig
-) -> web.AppRunner:
-    """Serves `app` (`AdminApi.app`) on the bound `sockets`, on the guarded server the
-    gateway's port runs (a deadline per request head, caps per address and in all, bad
-    requests answered without a traceback: `http.server`); the caller cleans the runner up."""
-    guard = ConnectionGuard(http, MAX_CONNECTIONS)
-    runner = GuardedRunner(app, guard, access_log=None)
-    await runner.setup()
-    try:
-        for sock in sockets:
-            await web.SockSite(runner, sock, backlog=BACKLOG).start()
-    except BaseException:
-        await runner.cleanup()
-        raise
-    return runner
