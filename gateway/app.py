@@ -279,16 +279,12 @@ async def _metrics_listener(
     settings: Settings, metrics: Metrics, sockets: list[socket.socket]
 ) -> web.AppRunner | None:
     """/metrics on its own address (bound as `sockets`), when configured (e.g. reachable only
-    by Prometheus)."""
+    by Prometheus), on the guarded server the admin API has."""
     if not sockets:
         return None
     app = web.Application()
     app.router.add_get("/metrics", metrics.handler(settings.metrics.bearer_token))
-    runner = web.AppRunner(app, access_log=None)
-    await runner.setup()
-    for sock in sockets:
-        await web.SockSite(runner, sock).start()
-    return runner
+    return await listen.serve_side(app, sockets, settings.http)
 
 
 def _last_write(store: TaskStore) -> float:

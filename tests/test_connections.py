@@ -263,6 +263,41 @@ async def test_the_admin_port_is_guarded_as_the_gateways_port_is(
     assert len(log) < 200_000
 
 
+async def test_the_metrics_port_is_guarded_as_the_gateways_port_is(tmp_path: Path) -> None:
+    """metrics.listen ran on aiohttp's plain server: a request head could take for ever, and
+    a header over the limit or a malformed request was a 400 with a traceback in the log."""
+    metrics_port = free_port()
+    extra = (
+        "http: {header_timeout_seconds: 1}\n"
+        f"metrics: {{listen: {{host: 127.0.0.1, port: {metrics_port}}}}}"
+    )
+    with gateway_process(tmp_path, extra) as (_base, _port, err):
+        for raw, status in (
+            (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 9000 + b"\r\n\r\n", b"431"),
+            (b"GET /" + b"a" * 9000 + b" HTTP/1.1\r\nHost: x\r\n\r\n", b"431"),
+            (b"GET /metrics HTTP/1.1\r\nHost: x\r\nX-Nul: a\x00b\r\n\r\n", b"400"),
+            (b"\x16\x03\x01\x00\xa5\x01\x00\x00\xa1\x03\x03\r\n\r\n", b"400"),  # TLS
+        ):
+            reader, writer = await connect(metrics_port)
+            writer.write(raw)
+            async with asyncio.timeout(5):
+                assert (await reader.read()).split(b" ")[1] == status
+            writer.close()
+        slow_reader, slow = await connect(metrics_port)
+        slow.write(b"GET /metr")  # a head begun, never finished
+        async with asyncio.timeout(5):
+            assert (await slow_reader.read()).startswith(b"HTTP/1.1 408 ")
+        slow.close()
+        async with aiohttp.ClientSession() as http:
+            async with asyncio.timeout(5):
+                metrics = f"http://127.0.0.1:{metrics_port}/metrics"
+                async with http.get(metrics) as resp:
+                    assert resp.status == 200
+    log = err.read_text()
+    assert "Traceback" not in log and "Error handling request" not in log
+    assert "bad HTTP request from" in log
+
+
 def test_the_lingering_transport_hands_on_every_method_of_a_transport() -> None:
     # It has no __getattr__ (every attribute read would take CPython's slow path), so a method
     # of asyncio.Transport it did not spell out would be the base class's NotImplementedError

@@ -6,8 +6,8 @@ file descriptor limit is raised to the hard one, and the total connection cap de
 `serve()` runs until SIGTERM or SIGINT, drains (the app's `drain`: running tasks end while new
 work is refused) until that ends or a second signal comes, then stops as aiohttp's `run_app`
 does. `Signals` (http.signals) holds what each signal means, SIGHUP's reload included.
-`serve_side()` runs a side listener's app (admin.listen) on the same guarded server, with caps
-for the few clients it has.
+`serve_side()` runs a side listener's app (admin.listen, metrics.listen) on the same guarded
+server, with caps for the few clients it has.
 """
 
 from __future__ import annotations
@@ -34,12 +34,12 @@ log = logging.getLogger(__name__)
 #: Connections asyncio accepts in one go, before any of them is counted by the guard.
 _BACKLOG = 128
 
-#: Connections a side listener (admin.listen) holds at once: a few operators and their
-#: scripts. At the cap the oldest one idle or still sending its head makes room, so a flood
-#: cannot shut them out.
+#: Connections a side listener (admin.listen, metrics.listen) holds at once: a few operators
+#: and their scripts, a few Prometheus servers. At the cap the oldest one idle or still
+#: sending its head makes room, so a flood cannot shut them out.
 _SIDE_CONNECTIONS = 64
 #: Connections a side listener accepts in one turn of the loop (and the kernel queues): a few
-#: operators need few. asyncio accepts up to the backlog at once, before the cap above can
+#: clients need few. asyncio accepts up to the backlog at once, before the cap above can
 #: close the oldest; with the gateway's 128, a flood of the admin port took the process to
 #: EMFILE under a low descriptor limit, and asyncio logged a traceback for it.
 _SIDE_BACKLOG = 16
@@ -112,9 +112,10 @@ async def start(app: web.Application, listen: ListenConfig, http: HttpConfig) ->
 async def serve_side(
     app: web.Application, sockets: list[socket.socket], http: HttpConfig
 ) -> web.AppRunner:
-    """Serve `app` on the bound `sockets` of a side listener (admin.listen), on the guarded
-    server the gateway's port runs (a deadline per request head, caps per address and in all,
-    bad requests answered without a traceback: `http.server`); the caller cleans it up."""
+    """Serve `app` on the bound `sockets` of a side listener (admin.listen, metrics.listen), on
+    the guarded server the gateway's port runs (a deadline per request head, caps per address
+    and in all, bad requests answered without a traceback: `http.server`); the caller cleans
+    it up."""
     runner = GuardedRunner(app, ConnectionGuard(http, _SIDE_CONNECTIONS), access_log=None)
     await runner.setup()
     try:
