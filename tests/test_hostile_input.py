@@ -339,6 +339,53 @@ async def test_a_2026_07_28_request_with_its_version_header_twice_gets_400(
             assert (await error_of(resp))["code"] == INVALID_REQUEST
 
 
+@pytest.mark.parametrize(
+    ("method", "header", "lines"),
+    [
+        ("tools/call", "Mcp-Method", [("Mcp-Method", "tools/call")] * 2),
+        ("tools/call", "Mcp-Method", [("Mcp-Method", "smuggled"), ("Mcp-Method", "tools/call")]),
+        ("tools/call", "Mcp-Method", [("Mcp-Method", "tools/call"), ("mcp-method", "tools/call")]),
+        ("tools/call", "Mcp-Method", [("Mcp-Method", ""), ("Mcp-Method", "tools/call")]),
+        ("tools/call", "Mcp-Name", [("Mcp-Name", "echo")] * 2),
+        ("tools/call", "Mcp-Name", [("Mcp-Name", "smuggled"), ("MCP-NAME", "echo")]),
+        ("tools/call", "Mcp-Name", [("Mcp-Name", "echo"), ("Mcp-Name", "")]),
+        ("notifications/cancelled", "Mcp-Method", [("Mcp-Method", "notifications/cancelled")] * 2),
+    ],
+    ids=["equal", "last-matches", "other-case", "empty", "name", "name-case", "name-empty", "note"],
+)
+async def test_a_2026_07_28_method_or_name_header_sent_twice_gets_400_naming_it(
+    gateway: str,
+    method: str,
+    header: str,
+    lines: list[tuple[str, str]],
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """The envelope check read the last value of each (and a notification was taken unread):
+    two values of a header read as one must be one, whichever the body agrees with."""
+    caplog.set_level(logging.DEBUG)
+    meta = {modern.VERSION_META: "2026-07-28", modern.CAPABILITIES_META: {}}
+    if method == "tools/call":
+        params = {"name": "echo", "arguments": {"text": "hi"}, "_meta": meta}
+        message: dict[str, Any] = {"jsonrpc": "2.0", "id": 5, "method": method, "params": params}
+    else:
+        message = {"jsonrpc": "2.0", "method": method, "params": {"requestId": 1, "_meta": meta}}
+    sent = [
+        b"Content-Type: application/json",
+        b"Accept: application/json, text/event-stream",
+        b"MCP-Protocol-Version: 2026-07-28",
+    ]
+    for name, value in (("Mcp-Method", method), ("Mcp-Name", "echo")):
+        if name != header:
+            sent.append(f"{name}: {value}".encode())
+    # Written byte for byte: aiohttp's client folds names that differ only in case.
+    sent += [f"{name}: {value}".encode() for name, value in lines]
+    status, answer = await raw_request(gateway, sent, json.dumps(message).encode())
+    assert status == 400
+    error = json.loads(answer)["error"]
+    assert (error["code"], error["data"]) == (INVALID_REQUEST, {"header": header})
+    assert b"smuggled" not in answer and "smuggled" not in caplog.text
+
+
 @pytest.mark.parametrize("last_event_id", ["x:²", "²", "x:" + "9" * 5000, "x:-1", "x:1e3"])
 async def test_a_last_event_id_that_is_no_event_number_gets_400(
     gateway: str, last_event_id: str

@@ -14,7 +14,12 @@ import aiohttp
 import pytest
 from multidict import CIMultiDict
 
-from gateway.protocol.errors import HEADER_MISMATCH, INVALID_PARAMS, METHOD_NOT_FOUND
+from gateway.protocol.errors import (
+    HEADER_MISMATCH,
+    INVALID_PARAMS,
+    INVALID_REQUEST,
+    METHOD_NOT_FOUND,
+)
 
 from .conftest import ROOT, StartGateway
 from .helpers import MCP2_PYTHON, headers, needs_mcp2, open_session, rpc
@@ -237,12 +242,13 @@ async def test_a_resource_uri_outside_ascii_travels_as_a_base64_mcp_name(gateway
     assert body["result"]["contents"][0]["text"] == "item Z%C3%BCrich"
 
 
-async def test_a_repeated_mcp_name_header_is_a_header_mismatch(gateway: str) -> None:
+async def test_a_repeated_mcp_name_header_is_refused_naming_it(gateway: str) -> None:
     hdrs = wire("prompts/get", "review")
     hdrs.add("Mcp-Name", "review")
     params = {"name": "review", "arguments": {"code": "x"}}
     status, body = await post(gateway, message("prompts/get", params), hdrs)
-    assert (status, body["error"]["code"]) == (400, HEADER_MISMATCH)
+    assert (status, body["error"]["code"]) == (400, INVALID_REQUEST)
+    assert body["error"]["data"] == {"header": "Mcp-Name"}
 
 
 # -- Mcp-Param-* headers: `lookup` declares Region (string) and Limit (integer)

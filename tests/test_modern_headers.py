@@ -138,12 +138,6 @@ def test_headers_that_disagree_with_the_arguments_are_named(
     assert problem is not None and says in problem
 
 
-def test_a_repeated_routing_header_is_refused_for_any_method() -> None:
-    listed = jsonrpc.Request(id=1, method="tools/list", params={})
-    problem = known().check(listed, [("Mcp-Method", "tools/list"), ("mcp-method", "tools/list")])
-    assert problem is not None and "mcp-method" in problem
-
-
 def test_a_tool_never_listed_or_relisted_without_declarations_is_not_checked() -> None:
     headers = known()
     assert headers.check(call("unknown", {"region": "eu"}), []) is None

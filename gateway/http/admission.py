@@ -3,11 +3,11 @@
 In order: credentials (401 with a Bearer challenge; failures rate-limited per address; with
 auth mode oauth the challenge points to the route's resource metadata, and a token without the
 route's scopes gets 403 `insufficient_scope`), the caller's request rate (429), the headers
-(`Mcp-Session-Id` or `MCP-Protocol-Version` sent twice 400, Accept 406, Content-Type 415,
-protocol version 400), the body (`http.request_body`: 413 beyond the limit, 408 when too
-slow), and the session the request names (404 for an unknown, ended or foreign one, answered
-alike). During the drain before a stop, new sessions and tasks are refused (503 with
-Retry-After; see `http.drain`).
+(one read as a single value sent twice 400, Accept 406, Content-Type 415, protocol version
+400), the body (`http.request_body`: 413 beyond the limit, 408 when too slow), and the
+session the request names (404 for an unknown, ended or foreign one, answered alike). During
+the drain before a stop, new sessions and tasks are refused (503 with Retry-After; see
+`http.drain`).
 
 A `Caller` says who is asking: `principal` is who authenticated (None without
 authentication), `limit_key` whom the per-caller limits count (the principal, else the
@@ -54,7 +54,8 @@ _MAX_SESSION_ID = 256
 VERSION_HEADER = "Mcp-Protocol-Version"
 #: Headers read as one value, each by several checks: sent twice (by a proxy that merged two
 #: requests, or by a client smuggling one value past the checks that read the other), 400.
-_SINGLE_HEADERS = (SESSION_HEADER, VERSION_HEADER)
+#: The 2026-07-28 path's envelope check reads `Mcp-Method` and `Mcp-Name` as one value too.
+_SINGLE_HEADERS = (SESSION_HEADER, VERSION_HEADER, modern.METHOD_HEADER, modern.NAME_HEADER)
 
 
 def accepts(request: web.Request, *media_types: str) -> bool:
@@ -153,7 +154,7 @@ async def admit(request: web.Request, route: Route) -> Caller:
     Raises:
         Unauthorized: missing or invalid credentials (401, WWW-Authenticate: Bearer).
         LimitExceeded: over the caller's request rate (429, Retry-After).
-        InvalidRequest: `Mcp-Session-Id` or `MCP-Protocol-Version` repeated (400).
+        InvalidRequest: a header of `_SINGLE_HEADERS` repeated (400).
     """
     address = f"address:{request.remote}"
     request[GENERATION] = generation(request)

@@ -52,6 +52,7 @@ async def post(
         return web.Response(status=202)  # nothing to relay: no upstream call is the client's
     if not isinstance(message, jsonrpc.Request):
         raise InvalidRequest("a 2026-07-28 client sends requests only: this server asks it nothing")
+    # One value a name: a routing header sent twice was refused before (`admission.admit`).
     headers = {name.lower(): value for name, value in request.headers.items()}
     checked = modern.classify(message, headers)
     if isinstance(checked, Reject):

@@ -34,8 +34,6 @@ MAX_TOOLS = 1000
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")  # an RFC 9110 field-name token
 _PRIMITIVE = frozenset({"string", "integer", "boolean"})
 _CANONICAL_DECIMAL = re.compile(r"-?[0-9]+(\.[0-9]+)?")
-#: The headers a 2026-07-28 request names its version, method and target in: once each.
-ROUTING = frozenset({"mcp-protocol-version", "mcp-method", "mcp-name"})
 #: What a header value may hold (RFC 9110): visible ASCII, space and tab.
 _HEADER_SAFE = re.compile(r"[\x20-\x7e\t]*")
 # JSON Schema 2020-12 keywords whose values are schemas. Only `properties` keeps a property
@@ -128,21 +126,19 @@ class ToolHeaders:
         return self._tools.get(tool, ())
 
     def check(self, request: jsonrpc.Request, headers: Iterable[tuple[str, str]]) -> str | None:
-        """Why the headers disagree with the body (a -32020 HeaderMismatch), if they do: a
-        routing header is repeated, or a `tools/call`'s declared `Mcp-Param-*` headers and
-        its arguments differ. `headers` are the raw lines, repeats included."""
-        folded: dict[str, str] = {}
-        repeated: set[str] = set()
-        for name, value in headers:
-            key = name.lower()
-            if key in folded:
-                repeated.add(key)
-            folded[key] = value
-        if routing := sorted(repeated & ROUTING):
-            return f"the {routing[0]} header appears more than once"
+        """Why a `tools/call`'s declared `Mcp-Param-*` headers and its arguments differ (a
+        -32020 HeaderMismatch), if they do. `headers` are the raw lines, repeats included
+        (a repeated `Mcp-Method` or `Mcp-Name` is refused before, by `http.admission`)."""
         name = jsonrpc.param(request, "name")
         if request.method != "tools/call" or not isinstance(name, str):
             return None
+        folded: dict[str, str] = {}
+        repeated: set[str] = set()
+        for header, value in headers:
+            key = header.lower()
+            if key in folded:
+                repeated.add(key)
+            folded[key] = value
         arguments = jsonrpc.param(request, "arguments")
         arguments = arguments if isinstance(arguments, dict) else {}
         for param in self.of(name):
