@@ -262,6 +262,40 @@ def route(upstream: dict[str, Any] | None = None, **tasks: Any) -> list[dict[str
     return [{"name": "t", "upstream": upstream or DEMO, "tasks": tasks, "auth": auth}]
 
 
+# -- Expect: 100-continue, over a raw socket (aiohttp's client never waits for the go-ahead)
+
+
+async def expecting(
+    url: str, head_lines: list[bytes], body: bytes, method: str = "POST", host: str | None = None
+) -> tuple[bytes, asyncio.StreamReader, asyncio.StreamWriter]:
+    """A request head (to `host`, else the URL's) that asks `Expect: 100-continue` and holds
+    its body back; the first response head that comes, and the connection."""
+    parsed = httpx.URL(url)
+    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+    head = [
+        f"{method} {parsed.raw_path.decode()} HTTP/1.1".encode(),
+        f"Host: {host or parsed.netloc.decode()}".encode(),
+        *head_lines,
+        b"Expect: 100-continue",
+        f"Content-Length: {len(body)}".encode(),
+    ]
+    writer.write(b"\r\n".join(head) + b"\r\n\r\n")
+    async with asyncio.timeout(5):
+        return await reader.readuntil(b"\r\n\r\n"), reader, writer
+
+
+async def answer_to(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
+    """The next response's head on a connection, and its body (as long as it says)."""
+    async with asyncio.timeout(10):
+        head = await reader.readuntil(b"\r\n\r\n")
+        length = next(
+            int(line.split(b":")[1])
+            for line in head.split(b"\r\n")
+            if line.lower().startswith(b"content-length:")
+        )
+        return head, await reader.readexactly(length)
+
+
 # -- a session's event streams, read as a connection would
 
 #: What `EventStream.follow` yields: (event number, data), or None for a quiet interval.

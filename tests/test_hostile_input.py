@@ -31,7 +31,16 @@ from gateway.protocol.errors import (
 )
 
 from .conftest import DEMO, StartGateway
-from .helpers import INIT, error_of, headers, open_session, rpc, store_commits
+from .helpers import (
+    INIT,
+    answer_to,
+    error_of,
+    expecting,
+    headers,
+    open_session,
+    rpc,
+    store_commits,
+)
 
 LIMIT = 4 * 1024 * 1024  # limits.max_body_bytes by default
 
@@ -449,27 +458,8 @@ async def keyed(start_gateway: StartGateway, monkeypatch: pytest.MonkeyPatch) ->
     return f"{await start_gateway([{'name': 'demo', 'upstream': DEMO, 'auth': auth}])}/demo/mcp"
 
 
-async def expecting(
-    url: str, head_lines: list[bytes], body: bytes
-) -> tuple[bytes, asyncio.StreamReader, asyncio.StreamWriter]:
-    """A POST head that asks `Expect: 100-continue` and holds its body back; the first
-    response head that comes, and the connection."""
-    parsed = httpx.URL(url)
-    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
-    head = [
-        f"POST {parsed.path} HTTP/1.1".encode(),
-        *head_lines,
-        b"Content-Type: application/json",
-        b"Accept: application/json, text/event-stream",
-        b"Expect: 100-continue",
-        f"Content-Length: {len(body)}".encode(),
-    ]
-    writer.write(b"\r\n".join(head) + b"\r\n\r\n")
-    async with asyncio.timeout(5):
-        return await reader.readuntil(b"\r\n\r\n"), reader, writer
-
-
 WITH_KEY = f"Authorization: Bearer {KEY}".encode()
+JSON_LINES = [b"Content-Type: application/json", b"Accept: application/json, text/event-stream"]
 
 
 @pytest.mark.parametrize(
@@ -487,31 +477,23 @@ async def test_a_request_that_will_be_refused_gets_its_refusal_and_no_100_contin
 ) -> None:
     """aiohttp sent `100 Continue` before any check had run: the client was told to send its
     body, and only then refused."""
-    host_line = f"Host: {host or httpx.URL(keyed).netloc.decode()}".encode()
-    answer, _, writer = await expecting(keyed, [host_line, *lines], json.dumps(INIT).encode())
+    body = json.dumps(INIT).encode()
+    answer, _, writer = await expecting(keyed, [*JSON_LINES, *lines], body, host=host)
     writer.close()
     assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
 
 
 async def test_a_request_that_passes_gets_100_continue_then_its_answer(keyed: str) -> None:
-    host = f"Host: {httpx.URL(keyed).netloc.decode()}".encode()
     body = json.dumps(INIT).encode()
-    go_ahead, reader, writer = await expecting(keyed, [host, WITH_KEY], body)
+    go_ahead, reader, writer = await expecting(keyed, [*JSON_LINES, WITH_KEY], body)
     try:
         assert go_ahead == b"HTTP/1.1 100 Continue\r\n\r\n"
         writer.write(body)
-        async with asyncio.timeout(10):
-            head = await reader.readuntil(b"\r\n\r\n")
-            length = next(
-                int(line.split(b":")[1])
-                for line in head.split(b"\r\n")
-                if line.lower().startswith(b"content-length:")
-            )
-            answer = json.loads(await reader.readexactly(length))
+        head, answer = await answer_to(reader)
     finally:
         writer.close()
     assert head.startswith(b"HTTP/1.1 200 ")
-    assert answer["result"]["protocolVersion"] == "2025-11-25"
+    assert json.loads(answer)["result"]["protocolVersion"] == "2025-11-25"
 
 
 async def test_a_megabyte_header_gets_431(gateway: str) -> None:
