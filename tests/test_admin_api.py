@@ -28,6 +28,7 @@ from .helpers import (
     WITH_ELICITATION,
     WITH_TASKS,
     audit_events,
+    expecting,
     get_task,
     modern_inputs,
     modern_rpc,
@@ -116,6 +117,33 @@ async def test_only_the_admin_token_opens_it_and_the_gateways_port_has_none_of_i
     failures = [r.getMessage() for r in caplog.records if "admin_auth_failed" in r.getMessage()]
     assert len(failures) == 8
     assert TOKEN not in caplog.text and KEYS["alice"] not in caplog.text
+
+
+WITH_TOKEN = f"Authorization: Bearer {TOKEN}".encode()
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "lines", "status"),
+    [
+        ("POST", "/admin/tasks/purge?status=completed", [], 401),
+        ("POST", "/admin/tasks/purge?status=completed", [b"Authorization: Bearer x"], 401),
+        ("PUT", "/admin/tasks", [], 401),  # no route for the method: the router's own answer
+        ("POST", "/admin/nothing", [], 401),  # nor for the path
+        ("POST", "/admin/tasks/purge?status=completed", [WITH_TOKEN], 200),
+        ("PUT", "/admin/tasks", [WITH_TOKEN], 405),
+        ("POST", "/admin/nothing", [WITH_TOKEN], 404),
+    ],
+    ids=["no-token", "wrong-token", "method", "path", "token", "token-method", "token-path"],
+)
+async def test_the_admin_api_answers_expect_100_continue_without_asking_for_the_body(
+    gateway: Gateway, method: str, path: str, lines: list[bytes], status: int
+) -> None:
+    """aiohttp sent `100 Continue` before the token check: a client was told to send its
+    body, and only then refused. The API reads no body, so it answers at once."""
+    body = b'{"ignored": true}'
+    answer, _, writer = await expecting(f"{gateway.admin}{path}", lines, body, method=method)
+    writer.close()
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
 
 
 async def test_refused_tokens_are_rate_limited_per_address_and_the_right_one_still_works(

@@ -18,15 +18,16 @@ from fnmatch import fnmatch
 
 import aiohttp
 import pytest
+from yarl import URL
 
 from gateway.console import signin
 from gateway.console.pages import HEADERS
 from gateway.console.signin import COOKIE, IDLE_SECONDS, MAX_SESSIONS, Sessions
-from gateway.http import admin_guard
+from gateway.http import admin, admin_guard
 
 from .conftest import DEMO, ROOT, StartGateway, free_port
 from .console import CONSOLE, TOKEN, Console, console_gateway, csrf_in
-from .helpers import audit_events, headers, open_session
+from .helpers import answer_to, audit_events, expecting, headers, open_session
 
 
 @pytest.fixture
@@ -270,6 +271,86 @@ async def test_a_form_aiohttp_cannot_read_is_a_400_for_anyone_and_after_sign_in(
             async with http.post(f"{console.url}{action}", data=body, headers=kind) as signed:
                 assert signed.status == 400, action
     assert "Traceback" not in caplog.text and "internal error" not in caplog.text
+
+
+FORM = b"Content-Type: application/x-www-form-urlencoded"
+FOREIGN = b"Origin: https://evil.example"
+
+
+async def operator(console: Console) -> tuple[bytes, str]:
+    """A signed-in session's Cookie line and its CSRF token."""
+    async with browser() as http:
+        csrf = await console.signed_in(http)
+        cookie = http.cookie_jar.filter_cookies(URL(console.url))[COOKIE].value
+    return f"Cookie: {COOKIE}={cookie}".encode(), csrf
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "signed_in", "lines", "status"),
+    [
+        ("POST", "sign-in", False, [FOREIGN], 401),
+        ("POST", "sign-in", False, [b"Sec-Fetch-Site: cross-site"], 401),
+        ("POST", "purge", False, [], 303),
+        ("POST", "purge", True, [FOREIGN], 403),
+        ("POST", "purge", True, [b"Origin: null"], 403),
+        ("PUT", "tasks", False, [], 303),  # no route for the method: the router's own answer
+        ("PUT", "tasks", True, [], 405),
+        ("POST", "nothing", False, [], 303),  # nor for the path
+        ("POST", "/admin/console", False, [], 303),  # the prefix alone
+    ],
+    ids=[
+        "sign-in-origin", "sign-in-fetch-site", "no-session", "origin", "null-origin",
+        "method", "method-signed-in", "path", "prefix",
+    ],
+)  # fmt: skip
+async def test_a_console_request_refused_before_its_form_is_read_gets_no_100_continue(
+    console: Console,
+    method: str,
+    path: str,
+    signed_in: bool,
+    lines: list[bytes],
+    status: int,
+) -> None:
+    """aiohttp sent `100 Continue` before the console's checks: a form from another site, or
+    from nobody signed in, was asked for, and only then refused."""
+    cookie, csrf = await operator(console) if signed_in else (b"X-Not-Signed-In: 1", "")
+    url = f"{console.admin}{path}" if path.startswith("/") else f"{console.url}{path}"
+    body = f"csrf={csrf}&token={TOKEN}".encode()
+    answer, _, writer = await expecting(url, [FORM, cookie, *lines], body, method=method)
+    writer.close()
+    assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+
+
+async def test_a_form_over_the_limit_is_413_before_any_100_continue(console: Console) -> None:
+    cookie, csrf = await operator(console)
+    body = f"csrf={csrf}&route={'r' * admin.MAX_FORM_BYTES}".encode()
+    answer, _, writer = await expecting(f"{console.url}purge", [FORM, cookie], body)
+    writer.close()
+    assert answer.startswith(b"HTTP/1.1 413 "), answer
+
+
+async def test_a_console_form_that_passes_its_checks_gets_100_continue_then_its_answer(
+    console: Console,
+) -> None:
+    sign_in = f"token={TOKEN}".encode()
+    go_ahead, reader, writer = await expecting(f"{console.url}sign-in", [FORM], sign_in)
+    try:
+        assert go_ahead == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(sign_in)
+        head, _ = await answer_to(reader)
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 303 ") and f"Set-Cookie: {COOKIE}=".encode() in head
+    cookie, csrf = await operator(console)
+    purge = f"csrf={csrf}&status=completed".encode()
+    go_ahead, reader, writer = await expecting(f"{console.url}purge", [FORM, cookie], purge)
+    try:
+        assert go_ahead == b"HTTP/1.1 100 Continue\r\n\r\n"
+        writer.write(purge)
+        head, page = await answer_to(reader)
+    finally:
+        writer.close()
+    assert head.startswith(b"HTTP/1.1 200 ") and b"0 finished tasks purged." in page
 
 
 def test_every_template_and_static_file_ships_in_an_installed_package() -> None:

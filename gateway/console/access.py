@@ -27,6 +27,7 @@ from gateway.http import forwarded
 from gateway.http.admin import OPERATOR
 from gateway.http.admin_guard import Refusals, failure
 from gateway.http.admin_query import BadQuery
+from gateway.http.request_body import go_ahead
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
 from gateway.protocol.errors import LimitExceeded, TaskError
@@ -89,10 +90,9 @@ class Access:
             return pages.error(*failure(exc, request, "console"))
 
     async def _check_form(self, request: web.Request, session: Session) -> None:
-        form = await posted(request)
-        given = form.get("csrf")
-        carried = isinstance(given, str) and session.carries(given)
-        if not carried or not self._same_origin(request):
+        # Another site's post is refused unread: its sender is never told to send the form.
+        given = (await posted(request)).get("csrf") if self._same_origin(request) else None
+        if not isinstance(given, str) or not session.carries(given):
             path = printable(request.path, 200)
             audit("admin_csrf_refused", actor=OPERATOR, remote=request.remote, path=path)
             raise web.HTTPForbidden(
@@ -119,10 +119,10 @@ class Access:
         return self._pages.render("sign_in.html", title="Sign in")
 
     async def sign_in(self, request: web.Request) -> web.StreamResponse:
-        form = await posted(request)
-        given = form.get("token")
-        token = given.encode("utf-8", "replace") if isinstance(given, str) else b""
-        if not self._same_origin(request) or not hmac.compare_digest(token, self._token):
+        # Another site's sign-in is refused unread, as in `_check_form`.
+        given = (await posted(request)).get("token") if self._same_origin(request) else None
+        token = given.encode("utf-8", "replace") if isinstance(given, str) else None
+        if token is None or not hmac.compare_digest(token, self._token):
             try:
                 self._refusals.count(request)
             except LimitExceeded as exc:
@@ -155,13 +155,18 @@ class Access:
 
 
 async def posted(request: web.Request) -> MultiDictProxy[str | bytes | bytearray | FileField]:
-    """The request's form, read by aiohttp.
+    """The request's form, read by aiohttp once its sender has its `100 Continue` (if it waits
+    for one: `request_body.go_ahead`), unless it announces more than the listener takes.
 
     Raises:
+        web.HTTPRequestEntityTooLarge: a form over `admin.MAX_FORM_BYTES` (413).
         BadQuery: a form aiohttp cannot read (bytes that are not its charset, a charset
             that does not exist, multipart without a boundary), which anyone may send
             the sign-in page: a 400, not a 500 and a traceback.
     """
+    if request.content_length is not None and request.content_length > request.client_max_size:
+        raise web.HTTPRequestEntityTooLarge(request.client_max_size, request.content_length)
+    await go_ahead(request)
     try:
         return await request.post()
     except (UnicodeDecodeError, LookupError, ValueError) as exc:

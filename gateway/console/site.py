@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from datetime import datetime
+from functools import partial
 from typing import TYPE_CHECKING
 
 from aiohttp import web
@@ -29,6 +30,7 @@ from gateway.console.signin import Sessions
 from gateway.console.views import Views
 from gateway.http import forwarded
 from gateway.http.admin import CONSOLE_PATH, AdminApi
+from gateway.http.request_body import add_fallback, expect_continue
 from gateway.observability.metrics import Metrics
 from gateway.tasks.store import TaskStore
 
@@ -54,20 +56,23 @@ def console_app(
     views = Views(api, store, pages, routes, metrics, clock)
     actions = Actions(api, store, pages, clock)
     app = web.Application(middlewares=[access.middleware()])
-    add = app.router
-    add.add_get("/", views.home)
-    add.add_get("/sign-in", access.sign_in_form)
-    add.add_post("/sign-in", access.sign_in)
-    add.add_post("/sign-out", access.sign_out)
-    add.add_get("/tasks", views.tasks)
-    add.add_get("/tasks/{id}", views.task)
-    add.add_get("/tasks/{id}/cancel", actions.confirm_cancel)
-    add.add_post("/tasks/{id}/cancel", actions.cancel)
-    add.add_get("/purge", actions.confirm_purge)
-    add.add_post("/purge", actions.purge)
-    add.add_get("/sessions", views.sessions)
-    add.add_get("/sessions/{id}/end", actions.confirm_end)
-    add.add_post("/sessions/{id}/end", actions.end)
-    add.add_get("/routes", views.routes)
-    add.add_get("/static/{name}", pages.static)
+    # No `100 Continue` before the sign-in and Origin checks: a form's reader sends it.
+    get = partial(app.router.add_get, expect_handler=expect_continue)
+    post = partial(app.router.add_post, expect_handler=expect_continue)
+    get("/", views.home)
+    get("/sign-in", access.sign_in_form)
+    post("/sign-in", access.sign_in)
+    post("/sign-out", access.sign_out)
+    get("/tasks", views.tasks)
+    get("/tasks/{id}", views.task)
+    get("/tasks/{id}/cancel", actions.confirm_cancel)
+    post("/tasks/{id}/cancel", actions.cancel)
+    get("/purge", actions.confirm_purge)
+    post("/purge", actions.purge)
+    get("/sessions", views.sessions)
+    get("/sessions/{id}/end", actions.confirm_end)
+    post("/sessions/{id}/end", actions.end)
+    get("/routes", views.routes)
+    get("/static/{name}", pages.static)
+    add_fallback(app.router)
     return app

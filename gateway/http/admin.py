@@ -34,6 +34,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Mapping
 from datetime import datetime
+from functools import partial
 
 from aiohttp import web
 from multidict import MultiDict, MultiMapping
@@ -50,6 +51,7 @@ from gateway.http.admin_query import (
     task_filter,
     task_row,
 )
+from gateway.http.request_body import add_fallback, expect_continue
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
 from gateway.protocol.errors import TaskError
@@ -100,12 +102,17 @@ class AdminApi:
         signs its operators in itself."""
         checked = guard(token, self.refusals, console)
         app = web.Application(middlewares=[checked], client_max_size=MAX_FORM_BYTES)
-        app.router.add_get("/admin/tasks", self.list_tasks)
-        app.router.add_post("/admin/tasks/purge", self.purge)
-        app.router.add_get("/admin/tasks/{id}", self.show_task)
-        app.router.add_post("/admin/tasks/{id}/cancel", self.cancel)
-        app.router.add_get("/admin/sessions", self.list_sessions)
-        app.router.add_delete("/admin/sessions/{id}", self.end_session)
+        # No `100 Continue` before the token check: the handlers read no body, so none at all.
+        get = partial(app.router.add_get, expect_handler=expect_continue)
+        post = partial(app.router.add_post, expect_handler=expect_continue)
+        delete = partial(app.router.add_delete, expect_handler=expect_continue)
+        get("/admin/tasks", self.list_tasks)
+        post("/admin/tasks/purge", self.purge)
+        get("/admin/tasks/{id}", self.show_task)
+        post("/admin/tasks/{id}/cancel", self.cancel)
+        get("/admin/sessions", self.list_sessions)
+        delete("/admin/sessions/{id}", self.end_session)
+        add_fallback(app.router)
         if console is not None:
             app.add_subapp(CONSOLE_PATH.rstrip("/"), console)
         return app

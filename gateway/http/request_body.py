@@ -7,8 +7,11 @@ A client that sends `Expect: 100-continue` waits for a `100 Continue` before its
 sends it from the route's expect handler, before the guard and the endpoint have checked
 anything: a foreign Origin or missing credentials were refused only once the body had been
 sent. `expect_continue`, every route's expect handler, leaves the go-ahead to `read_body`
-instead, so a request refused before its body is read gets the refusal and no `100 Continue`
-(RFC 9110 section 10.1.1 lets a server answer without one).
+instead (to `go_ahead` for a reader of its own, the admin console's forms), so a request
+refused before its body is read gets the refusal and no `100 Continue` (RFC 9110 section
+10.1.1 lets a server answer without one). aiohttp's router answers a path or method it has no
+route for itself, with a `100 Continue` first: `add_fallback` gives an application's table a
+last route that answers as the router would, behind the application's middleware.
 """
 
 from __future__ import annotations
@@ -37,6 +40,33 @@ async def expect_continue(request: web.Request) -> None:
     request[_CONTINUE] = True
 
 
+async def go_ahead(request: web.Request) -> None:
+    """The `100 Continue` the request waits for, if it asked for one and has not had it: for
+    whoever reads the body, once the request has passed its checks."""
+    if request.pop(_CONTINUE, False):
+        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
+        request.writer.output_size = 0  # what aiohttp counts as the response's size starts after
+
+
+def add_fallback(router: web.UrlDispatcher) -> None:
+    """Last routes, for any method and path, that answer what the router would (404, or 405
+    for a method the path has no route for), with `expect_continue`: the router's own answer
+    comes after aiohttp's `100 Continue`, sent before any middleware has refused the request.
+    The empty path is a mounted application's prefix itself (the console's `/admin/console`)."""
+    routed = [resource for resource in router.resources() if isinstance(resource, web.Resource)]
+
+    async def unrouted(request: web.Request) -> web.StreamResponse:
+        allowed: set[str] = set()
+        for resource in routed:
+            allowed |= (await resource.resolve(request))[1]
+        if allowed:
+            raise web.HTTPMethodNotAllowed(request.method, allowed)
+        raise web.HTTPNotFound()
+
+    for path in ("", "/{path:.*}"):
+        router.add_route("*", path, unrouted, expect_handler=expect_continue)
+
+
 async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
     """The whole body, however it is chunked, within `seconds` and `limit` bytes.
 
@@ -58,9 +88,7 @@ async def read_body(request: web.Request, limit: int, seconds: float) -> bytes:
                 f"request body exceeds the limit of {limit} bytes (limits.max_body_bytes)"
             )
         return whole
-    if request.get(_CONTINUE):
-        await request.writer.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        request.writer.output_size = 0  # what aiohttp counts as the response's size starts after
+    await go_ahead(request)
     body = bytearray()
     try:
         async with asyncio.timeout(seconds):
