@@ -11,6 +11,7 @@ token; sign-out; the refusal rate limit of the admin API applies."
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import tomllib
 from collections.abc import AsyncIterator
@@ -351,6 +352,22 @@ async def test_a_console_form_that_passes_its_checks_gets_100_continue_then_its_
     finally:
         writer.close()
     assert head.startswith(b"HTTP/1.1 200 ") and b"0 finished tasks purged." in page
+
+
+async def test_a_client_gone_before_its_form_came_leaves_no_error_in_the_log(
+    console: Console, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The sign-in form takes a post from anyone: one whose sender left halfway through the
+    form (or once told `100 Continue`) was an ERROR with a traceback, each time."""
+    for sent in (b"token=", b""):
+        _, _, writer = await expecting(f"{console.url}sign-in", [FORM], b"token=" + b"x" * 90)
+        writer.write(sent)
+        await writer.drain()
+        writer.transport.abort()
+    await asyncio.sleep(0.3)  # the handler notices once the loop reads the reset
+    async with browser() as http:
+        await console.signed_in(http)
+    assert "ERROR" not in caplog.text and "Traceback" not in caplog.text
 
 
 def test_every_template_and_static_file_ships_in_an_installed_package() -> None:

@@ -98,6 +98,8 @@ def failure(
         return 404, str(exc), None
     if isinstance(exc, web.HTTPException):  # the router's 404 and 405, a form too large
         return exc.status, f"{exc.reason}: {request.method} {printable(request.path, 200)}", None
+    if isinstance(exc, ConnectionResetError):  # the client left before its whole form came
+        return 400, "the connection closed before the request's body came", None
     if isinstance(exc, GatewayError):  # the store is unreachable just now
         return exc.http_status, exc.message, exc.headers
     log.exception("%s %s %s: internal error", where, request.method, printable(request.path))
