@@ -241,6 +241,23 @@ async def test_provider_down_gets_503_with_retry_after_not_401(
     assert token not in caplog.text
     assert [r.getMessage() for r in caplog.records].count(caplog.records[0].getMessage()) == 1
     assert "opaque tokens get 503" in caplog.records[0].getMessage()
+    assert caplog.records[0].getMessage().startswith("auth.oauth.introspection.url ")
+
+
+async def test_a_routes_own_introspection_endpoint_is_named_where_the_file_writes_it(
+    auth_server: AuthServer, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    await auth_server.control(opaque=True)
+    token = await auth_server.mint("http://unused.example/demo/mcp")
+    dead = f"http://127.0.0.1:{free_port()}/introspect"
+    own = {"mode": "oauth", "oauth": _oauth(auth_server, "http://gw.example", url=dead)}
+    routes = [{"name": "first", "upstream": DEMO}, {"name": "demo", "upstream": DEMO, "auth": own}]
+    caplog.set_level(logging.WARNING, "gateway.security.introspection")
+    async with running_gateway(tmp_path, auth_server, routes=routes) as base:
+        assert (await _post(f"{base}/demo/mcp", token))[0] == 503
+
+    line = caplog.records[0].getMessage()
+    assert line.startswith(f"routes[1].auth.oauth.introspection.url {dead}: cannot reach it")
 
 
 async def test_a_gateway_the_provider_does_not_know_gets_503_not_401(

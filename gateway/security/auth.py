@@ -75,9 +75,8 @@ class Authenticator:
             self._jwt = JwtVerifier(config.jwt, section=section or "auth.jwt")
         if config.mode == "oauth":
             assert config.oauth is not None and resource is not None
-            self._oauth = JwtVerifier(
-                config.oauth.verification(), resource.audiences, section or "auth.oauth"
-            )
+            section = section or "auth.oauth"
+            self._oauth = JwtVerifier(config.oauth.verification(), resource.audiences, section)
             self._tenant_claim = config.oauth.tenant_claim
             if config.oauth.introspection is not None:
                 self._introspection = Introspector(
@@ -85,6 +84,7 @@ class Authenticator:
                     issuer=config.oauth.issuer,
                     audiences=resource.audiences,
                     leeway_seconds=config.oauth.leeway_seconds,
+                    section=section,
                 )
 
     @property

@@ -56,8 +56,12 @@ class Introspector:
         audiences: Sequence[str],
         leeway_seconds: float,
         clock: Callable[[], float] = time.time,
+        section: str = "auth.oauth",
     ) -> None:
+        """`section` is where the file writes the oauth section that holds `config`
+        (`routes[2].auth.oauth`): the log names its keys there."""
         self._config = config
+        self._url_key = f"{section}.introspection.url"
         self._issuer = issuer
         self._audiences = frozenset(audiences)
         self._leeway = leeway_seconds
@@ -148,7 +152,7 @@ class Introspector:
             raise self._failed("the answer is not an RFC 7662 object with a boolean `active`")
         if self._failing:
             self._failing = False
-            log.warning("auth.oauth.introspection.url %s: answers again", cfg.url)
+            log.warning("%s %s: answers again", self._url_key, cfg.url)
         return body
 
     def _check(self, answer: Claims) -> None:
@@ -184,8 +188,8 @@ class Introspector:
         if not self._failing:
             self._failing = True
             log.warning(
-                "auth.oauth.introspection.url %s: %s; opaque tokens get 503 until it answers "
-                "(asked again at most every %gs)",
+                "%s %s: %s; opaque tokens get 503 until it answers (asked again at most every %gs)",
+                self._url_key,
                 self._config.url,
                 why,
                 _RETRY_SECONDS,
