@@ -22,6 +22,7 @@ from gateway.config import (
     Settings,
     route_auth,
     route_auth_key,
+    route_key,
     route_limits,
 )
 from gateway.config.base import read_regular_file
@@ -144,7 +145,10 @@ class Route:
             self.tool_headers, self.upstream = previous.tool_headers, previous.upstream
             self.tool_annotations = previous.tool_annotations
         else:
-            self.upstream = upstreams_of(config, partial(_member_state, metrics, config.name))
+            place = route_key(settings.routes, config)
+            self.upstream = upstreams_of(
+                config, place, partial(_member_state, metrics, config.name)
+            )
             if tracing is not None:
                 self.upstream.trace(tracing)
         if config.upstreams is not None:

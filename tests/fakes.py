@@ -410,7 +410,7 @@ class ScriptedRoute(UpstreamRoute):
     """A route's upstream side whose every session gets a `ScriptedUpstream` (in `made`)."""
 
     def __init__(self, config: RouteConfig) -> None:
-        super().__init__(config)
+        super().__init__(config, "routes[0]")
         self.made: list[ScriptedUpstream] = []
 
     def transport(

@@ -451,7 +451,7 @@ def test_a_route_of_one_member_reaches_it_on_its_own_wire_as_a_plain_route_does(
 
     def upstream(*members: dict[str, Any]) -> Any:
         settings = parse_settings({"routes": [{"name": "r", "upstreams": list(members)}]}, "f")
-        return upstreams_of(settings.routes[0])
+        return upstreams_of(settings.routes[0], "routes[0]")
 
     one = upstream({"name": "a", "modern": "native", **http})
     assert one.single() is one.members["a"]

@@ -55,7 +55,9 @@ async def test_a_reachable_upstream_is_counted_and_an_unreachable_one_named(
         {"transport": "streamable_http", "url": "http://user:s3cret@127.0.0.1:9/mcp?key=s3cret"},
     )
     reached_sse, reached_child, lost = await asyncio.gather(
-        reachability.check(sse, 10), reachability.check(child, 10), reachability.check(nowhere, 5)
+        reachability.check(sse, "routes[0]", 10),
+        reachability.check(child, "routes[1]", 10),
+        reachability.check(nowhere, "routes[2]", 5),
     )
     assert reached_sse.reached is not None and reached_sse.reached.tools > 0
     assert reached_child.reached is not None

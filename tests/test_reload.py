@@ -32,7 +32,7 @@ from gateway.http import listen
 from gateway.http.keys import METRICS, RELOADS, ROUTES
 from gateway.http.reload import on_sighup, reload
 
-from .conftest import DEMO
+from .conftest import DEMO, free_port
 from .fakes import SEEN
 from .helpers import (
     INIT,
@@ -296,6 +296,29 @@ async def test_restart_only_keys_are_named_in_a_warning_and_the_rest_applies(
     assert any("listen.port, http.keepalive_seconds changed" in w for w in warnings)
     assert "configuration reloaded from" in caplog.text and "routes added: b" in caplog.text
     assert "nothing changed" in caplog.text
+
+
+async def test_a_route_a_reload_moves_in_the_file_is_named_where_it_now_is(
+    tmp_path: Path, recorder: TestServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A reload keeps the upstream of a route whose upstream it leaves as it was (its
+    connections, its tokens), and its identity's messages named the route's old place."""
+    monkeypatch.setenv("GW_SECRET", "gateway-secret")
+    identity = {
+        "mode": "client_credentials",
+        "token_url": f"http://127.0.0.1:{free_port()}/token",
+        "client_id": "gateway",
+        "client_secret_env": "GW_SECRET",
+    }
+    moved = {"name": "moved", "upstream": _recorded(recorder, identity=identity)}
+    config = _write(tmp_path / "gateway.yaml", routes=[moved])
+    async with _serving(config) as (app, base):
+        _write(config, routes=[{"name": "first", "upstream": _recorded(recorder)}, moved])
+        assert (await reload(app, config)).outcome == "applied"
+        async with aiohttp.ClientSession() as http:
+            async with http.post(f"{base}/moved/mcp", json=INIT, headers=headers()) as resp:
+                message = (await resp.json())["error"]["message"]
+    assert "from routes[1].upstream.identity.token_url: cannot reach it" in message
 
 
 def _rsa() -> rsa.RSAPrivateKey:

@@ -159,7 +159,7 @@ async def test_a_probe_that_breaks_is_one_warning_line_and_the_gateway_serves_on
     caplog: pytest.LogCaptureFixture,
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    async def broken(route: Any, seconds: float) -> list[reachability.ProbeResult]:
+    async def broken(route: Any, place: str, seconds: float) -> list[reachability.ProbeResult]:
         raise RuntimeError("upstream said \x1b[31mred\nFAKE log line")
 
     monkeypatch.setattr(reachability, "check_route", broken)

@@ -213,7 +213,7 @@ async def test_a_refusing_token_endpoint_fails_the_call_without_leaking_the_secr
             body = await resp.json()
 
     assert body["error"]["code"] == INTERNAL_ERROR
-    assert "upstream.identity.token_url" in body["error"]["message"]
+    assert "from routes[0].upstream.identity.token_url: " in body["error"]["message"]
     assert recorder.app[SEEN] == []
     assert "do-not-print-me" not in caplog.text
 
@@ -324,18 +324,23 @@ def test_an_exchange_needs_a_callers_token_not_an_api_key() -> None:
     )
 
 
-def test_an_unusable_signing_key_stops_start_up_naming_the_variable(
+def test_an_unusable_signing_key_stops_start_up_naming_the_variable_where_the_file_has_it(
     make_settings: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setenv("SHORT", "too-short")
     monkeypatch.setenv("NOT_PEM", "-----BEGIN NOTHING-----")
-    for env, algorithm, expected in [
-        ("SHORT", "HS256", "upstream.identity.key_env: SHORT: an HS256 key must be at least"),
-        ("NOT_PEM", "RS256", "upstream.identity.key_env: NOT_PEM: not an unencrypted PEM"),
+    first = {"name": "first", "upstream": DEMO}
+    for env, algorithm, members, expected in [
+        ("SHORT", "HS256", False, "routes[1].upstream.identity.key_env: SHORT: an HS256 key"),
+        ("NOT_PEM", "RS256", False, "routes[1].upstream.identity.key_env: NOT_PEM: not an"),
+        ("SHORT", "HS256", True, "routes[1].upstreams[1].identity.key_env: SHORT: an HS256"),
     ]:
         ident = {"mode": "signed_assertion", "key_env": env, "algorithm": algorithm}
         upstream = {"transport": "sse", "url": "http://u/sse", "identity": ident}
-        settings = make_settings([{"name": "r", "upstream": upstream}], auth=KEYS)
+        route: dict[str, Any] = {"name": "r", "upstream": upstream}
+        if members:
+            route = {"name": "r", "upstreams": [{"name": "a", **DEMO}, {"name": "b", **upstream}]}
+        settings = make_settings([first, route], auth=KEYS)
         with pytest.raises(ValueError) as raised:
             create_app(settings)
         assert str(raised.value).startswith(expected) and "too-short" not in str(raised.value)

@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from gateway.app import create_app
 from gateway.commands import writable
 from gateway.commands.check_report import Report
-from gateway.config import ConfigError, RouteConfig, TaskPolicy, load_settings
+from gateway.config import ConfigError, RouteConfig, TaskPolicy, load_settings, route_key
 from gateway.observability import logs
 from gateway.protocol.curation import Curation
 from gateway.upstream.reachability import DEFAULT_TIMEOUT, ProbeResult, check_route, unmatched_by
@@ -96,7 +96,8 @@ def main(argv: list[str]) -> int:
 
 
 async def _check_all(routes: Sequence[RouteConfig], seconds: float) -> list[list[ProbeResult]]:
-    return list(await asyncio.gather(*(check_route(route, seconds) for route in routes)))
+    checks = (check_route(route, route_key(routes, route), seconds) for route in routes)
+    return list(await asyncio.gather(*checks))
 
 
 def table(outcomes: Sequence[ProbeResult]) -> str:

@@ -24,7 +24,13 @@ from gateway.config.sections import (
     StoreConfig,
     TracingConfig,
 )
-from gateway.config.settings import Settings, route_auth, route_auth_key, route_limits
+from gateway.config.settings import (
+    Settings,
+    route_auth,
+    route_auth_key,
+    route_key,
+    route_limits,
+)
 from gateway.config.tokens import JwtConfig, OAuthConfig
 from gateway.config.upstream import CHILD_ENV_ALLOWED, SEPARATOR, MemberConfig, UpstreamConfig
 
@@ -60,5 +66,6 @@ __all__ = [
     "parse_settings",
     "route_auth",
     "route_auth_key",
+    "route_key",
     "route_limits",
 ]

@@ -1,14 +1,15 @@
 """Settings: the whole validated file, and what each route ends up with.
 
 `Settings` holds the sections; `route_auth` and `route_limits` say which authentication and
-limits one route uses (its own where it sets them, else the gateway's), and `route_auth_key`
-where the file writes that authentication.
+limits one route uses (its own where it sets them, else the gateway's), `route_auth_key`
+where the file writes that authentication, and `route_key` where it writes the route.
 """
 
 from __future__ import annotations
 
 import hashlib
 import hmac
+from collections.abc import Sequence
 
 from pydantic import (
     Field,
@@ -146,8 +147,13 @@ def route_auth_key(settings: Settings, route: RouteConfig) -> str:
     own = route.auth
     if own is None or own.inherits:
         return f"auth.{settings.auth.mode}"
-    index = [r.name for r in settings.routes].index(route.name)
-    return f"routes[{index}].auth.{own.mode}"
+    return f"{route_key(settings.routes, route)}.auth.{own.mode}"
+
+
+def route_key(routes: Sequence[RouteConfig], route: RouteConfig) -> str:
+    """Where a file whose routes are `routes` writes `route`, as messages name the keys below
+    it: `routes[2]`."""
+    return f"routes[{[r.name for r in routes].index(route.name)}]"
 
 
 def route_limits(settings: Settings, route: RouteConfig) -> Limits:

@@ -39,7 +39,7 @@ from pathlib import Path
 from aiohttp import web
 from pydantic import BaseModel
 
-from gateway.config import ConfigError, Settings, load_settings
+from gateway.config import ConfigError, Settings, load_settings, route_key
 from gateway.http.keys import METRICS, RELOADS, ROUTE_TABLE, ROUTES, SESSIONS, SHARE, TRACING
 from gateway.http.reload_report import ReloadResult, report
 from gateway.http.reload_state import Reloads
@@ -74,7 +74,7 @@ async def reload(app: web.Application, path: str | Path) -> ReloadResult:
     if result.outcome == "applied":
         # Never awaited: a slow or dead upstream delays no reload (see `reachability`).
         state.probes.stop(result.removed)
-        state.probes.start(config for config in settings.routes if config.name in result.probed)
+        state.probes.start(settings.routes, only=result.probed)
     return result
 
 
@@ -158,6 +158,8 @@ def _swap(
     state, metrics = app[RELOADS], app[METRICS]
     current = app[ROUTES].copy()
     routes = {c.name: built.get(c.name) or current[c.name] for c in settings.routes}
+    for config in settings.routes:  # one the file moved keeps its upstream: messages follow
+        routes[config.name].upstream.place(route_key(settings.routes, config))
     added = tuple(name for name in routes if name not in current)
     removed = tuple(name for name in current if name not in routes)
     changed = tuple(name for name in routes if name in current and name in built)

@@ -38,10 +38,11 @@ __all__ = [
 
 
 def upstreams_of(
-    route: RouteConfig, on_change: Callable[[str, bool], None] | None = None
+    route: RouteConfig, place: str, on_change: Callable[[str, bool], None] | None = None
 ) -> UpstreamRoute | MemberRoutes:
     """What `route`'s sessions share upstream: its one upstream's, or its members'
-    (`on_change` is told of each member that goes down or comes back)."""
+    (`on_change` is told of each member that goes down or comes back). The file writes the
+    route at `place` (`routes[2]`)."""
     if route.upstreams is None:
-        return UpstreamRoute(route)
-    return MemberRoutes(route, UpstreamRoute, on_change)
+        return UpstreamRoute(route, place)
+    return MemberRoutes(route, place, UpstreamRoute, on_change)

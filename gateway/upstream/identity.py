@@ -6,7 +6,8 @@ send a short-lived JWT the gateway signs, naming the principal and the route
 (`SignedAssertion`), a token the gateway obtains for itself from an authorization server
 with the client credentials grant (`ClientCredentials`), or a token for the caller that the
 gateway obtains by exchanging the caller's own (`TokenExchange`, RFC 8693); those two, from
-an authorization server, are `token_grants`'.
+an authorization server, are `token_grants`'. Messages name the keys where the file writes them
+(`routes[2].upstream.identity.key_env`), never a secret.
 """
 
 from __future__ import annotations
@@ -55,16 +56,23 @@ class SignedAssertion:
     """A JWT per principal: iss, aud, sub (the principal), route, iat, exp, jti."""
 
     def __init__(
-        self, config: UpstreamIdentity, route: str, url: str, clock: Callable[[], float] = time.time
+        self,
+        config: UpstreamIdentity,
+        route: str,
+        url: str,
+        key: str,
+        clock: Callable[[], float] = time.time,
     ) -> None:
-        """Raises:
-        ValueError: the key is unusable; the message names `key_env`, never the key.
+        """`key` is where the file writes `config` (`routes[2].upstream.identity`).
+
+        Raises:
+            ValueError: the key is unusable; the message names `key_env`, never the key.
         """
         self._config = config
         self._route = route
         self._audience = config.audience or url
         self._clock = clock
-        self._key: Any = _signing_key(config)
+        self._key: Any = _signing_key(config, f"{key}.key_env")
         self._kept: OrderedDict[str, tuple[float, dict[str, str]]] = OrderedDict()
 
     def observe(self, principal: str, token: str) -> None:
@@ -98,8 +106,8 @@ class SignedAssertion:
         return headers
 
 
-def _signing_key(config: UpstreamIdentity) -> Any:
-    where = f"upstream.identity.key_env: {config.key_env}"
+def _signing_key(config: UpstreamIdentity, key_env: str) -> Any:
+    where = f"{key_env}: {config.key_env}"
     if config.algorithm == "HS256":
         if len(config.secret.encode()) < 32:
             raise ValueError(f"{where}: an HS256 key must be at least 32 bytes (RFC 7518 §3.2)")
@@ -115,18 +123,23 @@ def _signing_key(config: UpstreamIdentity) -> Any:
 
 
 def identity_for(
-    route: str, config: UpstreamConfig, http: Callable[[], aiohttp.ClientSession]
+    route: str,
+    config: UpstreamConfig,
+    http: Callable[[], aiohttp.ClientSession],
+    key: Callable[[], str],
 ) -> Identity:
-    """The identity a route's upstream requests carry, by `upstream.identity.mode`.
+    """The identity a route's upstream requests carry, by `upstream.identity.mode`. `key()`
+    says where the file writes `config.identity` now (`routes[2].upstream.identity`): a
+    reload may move the route and keep its upstream, identity and all.
 
     Raises:
         ValueError: a signing key is unusable (the message names the key).
     """
     ident = config.identity
     if ident.mode == "signed_assertion":
-        return SignedAssertion(ident, route, config.url or "")
+        return SignedAssertion(ident, route, config.url or "", key())
     if ident.mode == "client_credentials":
-        return ClientCredentials(ident, http)
+        return ClientCredentials(ident, http, key)
     if ident.mode == "token_exchange":
-        return TokenExchange(ident, http)
+        return TokenExchange(ident, http, key)
     return NoIdentity()

@@ -120,12 +120,13 @@ class MemberRoutes:
     def __init__(
         self,
         route: RouteConfig,
+        place: str,
         make: Callable[..., UpstreamRoute],
         on_change: Callable[[str, bool], None] | None = None,
     ) -> None:
         assert route.upstreams is not None
         self.name = route.name
-        self.members = {m.name: make(route, m) for m in route.upstreams}
+        self.members = {m.name: make(route, place, m) for m in route.upstreams}
         stdio = frozenset(m.name for m in route.upstreams if m.transport == "stdio")
         self.health = MemberHealth(route.name, on_change, own_children=stdio)
         self.identity = _Identities(self.members)
@@ -138,6 +139,10 @@ class MemberRoutes:
         #: of several serves them over sessions held with each member.
         self._only = next(iter(self.members.values())) if len(self.members) == 1 else None
         self.wire: ModernWire | Bridged = Bridged() if self._only is None else self._only.wire
+
+    def place(self, route: str) -> None:
+        for member in self.members.values():
+            member.place(route)
 
     def client(
         self, listener: Listener, forwarded: Callable[[], Mapping[str, str]], principal: str | None

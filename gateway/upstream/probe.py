@@ -80,10 +80,10 @@ class _NoCaller:
 
 
 async def probe(
-    route: RouteConfig, seconds: float, config: UpstreamConfig | None = None
+    route: RouteConfig, place: str, seconds: float, config: UpstreamConfig | None = None
 ) -> Reached:
     """Initialize `route`'s upstream (or its member `config`) and list its tools, within
-    `seconds` in all.
+    `seconds` in all; the file writes the route at `place` (`routes[2]`).
 
     Raises:
         UpstreamError: no answer (`UpstreamTimeout` past `seconds`); `UpstreamRefused` when it
@@ -91,7 +91,7 @@ async def probe(
         ValueError: the route's upstream signing key is unusable (the message names the key).
     """
     config = config or route.single
-    upstream = UpstreamRoute(route, config)
+    upstream = UpstreamRoute(route, place, config)
     made: list[Transport] = []
 
     def transport(sink: UpstreamClient) -> Transport:

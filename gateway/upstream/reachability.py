@@ -1,8 +1,9 @@
 """Does every route's upstream answer? Asked by `config check`, and by the gateway once it
 serves, so that a wrong URL or command shows in the log before the first client does.
 
-`check(route, seconds)` runs one probe (`upstream.probe`: initialize and tools/list over the
-gateway's own transport, a stdio child started and stopped again) and says what came of it.
+`check(route, place, seconds)` runs one probe (`upstream.probe`: initialize and tools/list over
+the gateway's own transport, a stdio child started and stopped again) and says what came of it;
+`place` is where the file writes the route (`routes[2]`), for messages naming its keys.
 A route that sends the caller's identity upstream (`signed_assertion`, `token_exchange`,
 `passthrough`, forwarded client headers) has no caller to send during a check: an upstream
 that answers it with a refusal is there, and counted as answering. A stdio child that exits
@@ -20,14 +21,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass
 from functools import partial
 
 from aiohttp import web
 
 from gateway.aio import TaskSet
-from gateway.config import MemberConfig, RouteConfig, UpstreamConfig
+from gateway.config import MemberConfig, RouteConfig, UpstreamConfig, route_key
 from gateway.observability.logs import printable
 from gateway.protocol.curation import unmatched
 from gateway.protocol.errors import UpstreamError, UpstreamRefused
@@ -75,12 +76,14 @@ class ProbeResult:
 
 
 async def check(
-    route: RouteConfig, seconds: float, member: MemberConfig | None = None
+    route: RouteConfig, place: str, seconds: float, member: MemberConfig | None = None
 ) -> ProbeResult:
-    """Probe `route`'s upstream (or its `member`) once; never raises for what it does."""
+    """Probe `route` (which the file writes at `place`, `routes[2]`), its upstream or its
+    `member`, once; never raises for what it does."""
     config = member or route.single
     try:
-        return ProbeResult(route, reached=await probe(route, seconds, config), member=member)
+        reached = await probe(route, place, seconds, config)
+        return ProbeResult(route, reached=reached, member=member)
     except UpstreamRefused as exc:
         if needs_caller(config):
             return ProbeResult(route, refused=exc.message, member=member)
@@ -93,11 +96,13 @@ async def check(
         return ProbeResult(route, failure=str(exc), member=member)
 
 
-async def check_route(route: RouteConfig, seconds: float) -> list[ProbeResult]:
-    """Every upstream of `route` probed at once: its one, or each member."""
+async def check_route(route: RouteConfig, place: str, seconds: float) -> list[ProbeResult]:
+    """Every upstream of `route` (at `place` in the file) probed at once: its one, or each
+    member."""
     if route.upstreams is None:
-        return [await check(route, seconds)]
-    return list(await asyncio.gather(*(check(route, seconds, m) for m in route.upstreams)))
+        return [await check(route, place, seconds)]
+    members = (check(route, place, seconds, m) for m in route.upstreams)
+    return list(await asyncio.gather(*members))
 
 
 def unmatched_by(results: Sequence[ProbeResult]) -> list[str]:
@@ -126,13 +131,22 @@ class Probes:
         self._tasks = TaskSet(name)
         self._running: dict[str, asyncio.Task[None]] = {}
 
-    def start(self, routes: Iterable[RouteConfig], seconds: float | None = None) -> None:
-        """Probe each of `routes` in the background, each upstream within `seconds` (else
-        those the probes were made with)."""
+    def start(
+        self,
+        routes: Sequence[RouteConfig],
+        seconds: float | None = None,
+        only: Collection[str] | None = None,
+    ) -> None:
+        """Probe each of `routes` (the file's, in its order; only those named in `only`, if
+        given) in the background, each upstream within `seconds` (else those the probes
+        were made with)."""
         for route in routes:
+            if only is not None and route.name not in only:
+                continue
             self.stop([route.name])
+            place = route_key(routes, route)
             task = self._tasks.spawn(
-                _report(route, self.seconds if seconds is None else seconds),
+                _report(route, place, self.seconds if seconds is None else seconds),
                 name=f"reachability of {route.name}",
             )
             self._running[route.name] = task
@@ -162,21 +176,22 @@ def at_start_up(
     seconds: float = DEFAULT_TIMEOUT,
     probes: Probes | None = None,
 ) -> Callable[[], None]:
-    """Returns what starts the check of `routes` in the background, to be called once the
-    port serves; the app's shutdown cancels probes still running (their children stopped).
-    `probes`: those reloads use (the app then stops them), so that a reload changing a route
-    before its first probe ended stops that probe, whose lines would be of the old route."""
+    """Returns what starts the check of `routes` (the file's) in the background, to be called
+    once the port serves; the app's shutdown cancels probes still running (their children
+    stopped). `probes`: those reloads use (the app then stops them), so that a reload changing
+    a route before its first probe ended stops that probe, whose lines would be of the old
+    route."""
     if probes is None:
         probes = Probes("reachability check", seconds)
         app.on_shutdown.append(probes.close)
     return partial(probes.start, routes, seconds)
 
 
-async def _report(route: RouteConfig, seconds: float) -> None:
+async def _report(route: RouteConfig, place: str, seconds: float) -> None:
     """Probe `route` and log what came of it. Whatever a careless upstream or configuration
     makes of the probe is a WARNING line, never a traceback: it runs beside a serving gateway."""
     try:
-        results = await check_route(route, seconds)
+        results = await check_route(route, place, seconds)
         lines = unmatched_by(results)
     except Exception as exc:  # noqa: BLE001 - logged as one line, the gateway serves on
         log.warning(

@@ -34,22 +34,35 @@ if TYPE_CHECKING:
 class UpstreamRoute:
     """What a route's sessions share upstream: an HTTP connection pool or the child cap."""
 
-    def __init__(self, route: RouteConfig, config: UpstreamConfig | None = None) -> None:
-        """The upstream `config` of `route` (a member's), by default its one upstream."""
+    def __init__(
+        self, route: RouteConfig, place: str, config: UpstreamConfig | None = None
+    ) -> None:
+        """The upstream `config` of `route` (a member's), by default its one upstream; the
+        file writes the route at `place` (`routes[2]`)."""
         config = config or route.single
         self.config = config
         self.name = route.name
         where = f"{route.name}/{config.name}" if isinstance(config, MemberConfig) else route.name
+        self._below = (
+            "upstream" if route.upstreams is None else f"upstreams[{route.upstreams.index(config)}]"
+        )
+        #: Where the file writes this upstream (`routes[2].upstream`), as messages name it.
+        self.key = f"{place}.{self._below}"
         self.max_result_bytes = route.max_result_bytes
         self.slots = ChildSlots(where, config.max_children)
         self._http: aiohttp.ClientSession | None = None
         self._pool: Http1Pool | None = None
         #: Built now, so an unusable signing key stops start-up.
-        self.identity = identity_for(where, config, self._client)
+        self.identity = identity_for(where, config, self._client, lambda: f"{self.key}.identity")
         #: With tracing on: the span each call gets (its context goes in `_meta` and headers).
         self.spans: UpstreamSpans | None = None
         #: The wire 2026-07-28 callers reach the upstream on (`upstream.modern`).
         self.wire = ModernWire(where, config, self._client, self._anonymous_headers)
+
+    def place(self, route: str) -> None:
+        """The file writes the route at `route` (`routes[2]`) now: a reload that moves a route
+        keeps its upstream."""
+        self.key = f"{route}.{self._below}"
 
     def client(
         self, listener: Listener, forwarded: Callable[[], Mapping[str, str]], principal: str | None

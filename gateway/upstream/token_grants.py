@@ -2,7 +2,8 @@
 gateway's own (`ClientCredentials`, section 4.4), or one for the caller in exchange for the
 caller's own (`TokenExchange`, RFC 8693), both from one `TokenEndpoint`. Each is cached until
 shortly before it expires, and fetched by one request at a time. (`identity` holds the other
-modes, and picks one by `upstream.identity.mode`.)
+modes, and picks one by `upstream.identity.mode`.) A token that cannot be had is an error that
+names the endpoint's key where the file writes it (`routes[2].upstream.identity.token_url`).
 """
 
 from __future__ import annotations
@@ -41,10 +42,13 @@ class TokenEndpoint:
         config: UpstreamIdentity,
         http: Callable[[], aiohttp.ClientSession],
         clock: Callable[[], float],
+        key: Callable[[], str],
     ) -> None:
+        """`key()` says where the file writes `config` now (`routes[2].upstream.identity`)."""
         self._config = config
         self._http = http
         self._clock = clock
+        self._key = key
 
     async def token(self, form: dict[str, str]) -> tuple[dict[str, str], float]:
         """The headers carrying a new token, and when to fetch the next.
@@ -67,21 +71,21 @@ class TokenEndpoint:
                     status = resp.status
                     body = await resp.json(content_type=None) if status == 200 else None
         except (aiohttp.ClientError, TimeoutError, ValueError) as exc:
-            raise _unavailable(f"cannot reach it ({type(exc).__name__})") from None
+            raise self.unavailable(f"cannot reach it ({type(exc).__name__})") from None
         token = body.get("access_token") if isinstance(body, dict) else None
         if not isinstance(token, str) or not token:
-            raise _unavailable(f"no access token in its answer (HTTP {status})")
+            raise self.unavailable(f"no access token in its answer (HTTP {status})")
         assert isinstance(body, dict)
         expires_in = body.get("expires_in")
         lifetime = float(expires_in) if isinstance(expires_in, int | float) else 300.0
         refresh_at = started + max(0.0, min(lifetime / 2, lifetime - _REFRESH_MARGIN_SECONDS))
         return bearer(cfg, token), refresh_at
 
-
-def _unavailable(why: str) -> UpstreamUnavailable:
-    message = f"no token for the upstream from upstream.identity.token_url: {why}"
-    log.warning("%s", message)
-    return UpstreamUnavailable(message)
+    def unavailable(self, why: str) -> UpstreamUnavailable:
+        """The error, logged, for a token the upstream cannot have (`why`)."""
+        message = f"no token for the upstream from {self._key()}.token_url: {why}"
+        log.warning("%s", message)
+        return UpstreamUnavailable(message)
 
 
 class ClientCredentials:
@@ -91,9 +95,10 @@ class ClientCredentials:
         self,
         config: UpstreamIdentity,
         http: Callable[[], aiohttp.ClientSession],
+        key: Callable[[], str],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self._endpoint = TokenEndpoint(config, http, clock)
+        self._endpoint = TokenEndpoint(config, http, clock, key)
         self._clock = clock
         self._lock = asyncio.Lock()
         self._headers: dict[str, str] = {}
@@ -127,10 +132,11 @@ class TokenExchange:
         self,
         config: UpstreamIdentity,
         http: Callable[[], aiohttp.ClientSession],
+        key: Callable[[], str],
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._config = config
-        self._endpoint = TokenEndpoint(config, http, clock)
+        self._endpoint = TokenEndpoint(config, http, clock, key)
         self._clock = clock
         self._lock = asyncio.Lock()
         self._subjects: OrderedDict[str, str] = OrderedDict()
@@ -159,7 +165,7 @@ class TokenExchange:
             subject = self._subjects.get(principal)
             if subject is None:
                 # A task re-run after a restart, before its caller came back.
-                raise _unavailable("no token of the caller to exchange yet")
+                raise self._endpoint.unavailable("no token of the caller to exchange yet")
             form = {
                 "grant_type": _EXCHANGE,
                 "subject_token": subject,
