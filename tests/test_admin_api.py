@@ -144,6 +144,8 @@ async def test_the_admin_api_answers_expect_100_continue_without_asking_for_the_
     answer, _, writer = await expecting(f"{gateway.admin}{path}", lines, body, method=method)
     writer.close()
     assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+    # The body it holds back is not waited for: the answer says the connection closes.
+    assert b"\r\nconnection: close\r\n" in answer.lower()
 
 
 async def test_refused_tokens_are_rate_limited_per_address_and_the_right_one_still_works(

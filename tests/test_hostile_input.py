@@ -478,9 +478,46 @@ async def test_a_request_that_will_be_refused_gets_its_refusal_and_no_100_contin
     """aiohttp sent `100 Continue` before any check had run: the client was told to send its
     body, and only then refused."""
     body = json.dumps(INIT).encode()
-    answer, _, writer = await expecting(keyed, [*JSON_LINES, *lines], body, host=host)
-    writer.close()
-    assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+    answer, reader, writer = await expecting(keyed, [*JSON_LINES, *lines], body, host=host)
+    try:
+        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+        # RFC 9110 section 10.1.1: a server that answers before reading the whole content
+        # SHOULD say whether it will close the connection or go on reading it. The client
+        # holds its body back, so the connection closes rather than wait for it.
+        assert b"\r\nconnection: close\r\n" in answer.lower()
+        async with asyncio.timeout(2):  # not after aiohttp's 10 s wait for the body
+            while await reader.read(65536):
+                pass
+    finally:
+        writer.close()
+
+
+async def test_a_body_sent_without_waiting_for_100_continue_keeps_the_connection(
+    keyed: str,
+) -> None:
+    """A client may send its body without waiting for the go-ahead (RFC 9110 section
+    10.1.1): the body is there, the answer needs no `100 Continue`, and the connection stays
+    open for the next request."""
+    body = json.dumps(INIT).encode()
+    parsed = httpx.URL(keyed)
+    reader, writer = await asyncio.open_connection(parsed.host, parsed.port)
+    head = [
+        f"POST {parsed.raw_path.decode()} HTTP/1.1".encode(),
+        f"Host: {parsed.netloc.decode()}".encode(),
+        *JSON_LINES,
+        WITH_KEY,
+        b"Expect: 100-continue",
+        f"Content-Length: {len(body)}".encode(),
+    ]
+    try:
+        for _ in range(2):
+            writer.write(b"\r\n".join(head) + b"\r\n\r\n" + body)
+            answer, content = await answer_to(reader)
+            assert answer.startswith(b"HTTP/1.1 200 "), answer
+            assert b"connection: close" not in answer.lower()
+            assert json.loads(content)["result"]["protocolVersion"] == "2025-11-25"
+    finally:
+        writer.close()
 
 
 async def test_a_request_that_passes_gets_100_continue_then_its_answer(keyed: str) -> None:

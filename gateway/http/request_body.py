@@ -40,6 +40,18 @@ async def expect_continue(request: web.Request) -> None:
     request[_CONTINUE] = True
 
 
+async def close_unread(request: web.Request, response: web.StreamResponse) -> None:
+    """An answer to a request still waiting for its `100 Continue` closes the connection
+    (`Connection: close`): its client may never send the body, which the connection would
+    otherwise wait for before the next request (RFC 9110 section 10.1.1: such an answer
+    SHOULD say whether the server will go on reading). A body that came anyway, unasked,
+    leaves the connection open."""
+    if request.get(_CONTINUE) and not request.content.is_eof():
+        response.force_close()
+        # (aiohttp has written its Connection header into the response's before this hook.)
+        response.headers[hdrs.CONNECTION] = "close"
+
+
 async def go_ahead(request: web.Request) -> None:
     """The `100 Continue` the request waits for, if it asked for one and has not had it: for
     whoever reads the body, once the request has passed its checks."""

@@ -151,6 +151,12 @@ class GuardedHandler(web_protocol.RequestHandler):
 
     def log_access(self, request: Any, response: Any, time: float | None) -> None:
         super().log_access(request, response, time)
+        if not response.keep_alive and not request.content.is_eof():
+            # An answer that said `Connection: close` before the body came (a client waiting
+            # for its `100 Continue`, refused): aiohttp would wait 10 s for that body. What
+            # may still come drains while the close lingers.
+            self._lingering.linger()
+            self.force_close()
         # The response is written: the connection waits for its next head, or goes.
         if self._counted and not self._force_close:
             self._guard.waiting[self] = None
