@@ -41,7 +41,7 @@ from gateway.calls.held import HeldSessions
 from gateway.calls.parked import ParkedCalls
 from gateway.calls.task_api import ModernTaskApi
 from gateway.config import Settings
-from gateway.http import cors, listen, middleware, request_body
+from gateway.http import cors, listen, middleware
 from gateway.http.admin import AdminApi
 from gateway.http.drain import Drain
 from gateway.http.health import Health
@@ -122,7 +122,6 @@ def create_app(
     app[ALLOWED_HOSTS] = middleware.allowed_hosts(settings.http, settings.listen.host)
     app[TRUSTED_PROXIES] = settings.http.proxy_networks
     app.on_response_prepare.append(cors.on_prepare)
-    app.on_response_prepare.append(request_body.close_unread)
     metrics = app[METRICS] = Metrics([route.name for route in settings.routes])
     tracing = app[TRACING] = _tracing(app, metrics, span_processor)
     app[DRAIN] = Drain(settings.shutdown, metrics)

@@ -54,8 +54,8 @@ _MAX_SESSION_ID = 256
 VERSION_HEADER = "Mcp-Protocol-Version"
 #: Headers read as one value, each by several checks: sent twice (by a proxy that merged two
 #: requests, or by a client smuggling one value past the checks that read the other), 400.
-#: The 2026-07-28 path's envelope check reads `Mcp-Method` and `Mcp-Name` as one value too.
-_SINGLE_HEADERS = (SESSION_HEADER, VERSION_HEADER, modern.METHOD_HEADER, modern.NAME_HEADER)
+#: (The 2026-07-28 path's `Mcp-Method` and `Mcp-Name` are asked the same where it reads them.)
+_SINGLE_HEADERS = (SESSION_HEADER, VERSION_HEADER)
 
 
 def accepts(request: web.Request, *media_types: str) -> bool:
@@ -74,14 +74,14 @@ def _accepts(header: str, media_types: tuple[str, ...]) -> bool:
     )
 
 
-def _refuse_repeated(request: web.Request) -> None:
-    """Each of `_SINGLE_HEADERS` at most once (the values stay out of the answer and the log:
+def refuse_repeated(request: web.Request, names: tuple[str, ...] = _SINGLE_HEADERS) -> None:
+    """Each header of `names` at most once (the values stay out of the answer and the log:
     one may be a session id).
 
     Raises:
         InvalidRequest: one came more than once (400).
     """
-    for name in _SINGLE_HEADERS:
+    for name in names:
         if len(request.headers.getall(name, ())) > 1:
             raise InvalidRequest(
                 f"Bad Request: the {name} header is sent more than once; send it once",
@@ -186,7 +186,7 @@ async def admit(request: web.Request, route: Route) -> Caller:
         caller = Caller(None, address)
         if not request.headers.get(SESSION_HEADER):
             check_rate(route, address)
-    _refuse_repeated(request)  # here, so that every endpoint of both generations asks it
+    refuse_repeated(request)  # here, so that every endpoint of both generations asks it
     return caller
 
 

@@ -44,16 +44,22 @@ from gateway.upstream import Answer, native
 
 log = logging.getLogger(__name__)
 
+_ROUTING = (modern.METHOD_HEADER, modern.NAME_HEADER)
+
 
 async def post(
     request: web.Request, route: Route, caller: admission.Caller, message: jsonrpc.Message
 ) -> web.StreamResponse:
+    headers = {name.lower(): value for name, value in request.headers.items()}
+    if len(headers) < len(request.headers):
+        # A name came twice. The envelope check reads one value of each: two of `Mcp-Method`
+        # or `Mcp-Name` are refused as `admission.admit` refuses two session ids (only here,
+        # where they are read, whichever way the request was known as 2026-07-28).
+        admission.refuse_repeated(request, _ROUTING)
     if isinstance(message, jsonrpc.Notification):
         return web.Response(status=202)  # nothing to relay: no upstream call is the client's
     if not isinstance(message, jsonrpc.Request):
         raise InvalidRequest("a 2026-07-28 client sends requests only: this server asks it nothing")
-    # One value a name: a routing header sent twice was refused before (`admission.admit`).
-    headers = {name.lower(): value for name, value in request.headers.items()}
     checked = modern.classify(message, headers)
     if isinstance(checked, Reject):
         return refuse(message.id, checked)

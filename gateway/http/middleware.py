@@ -10,11 +10,12 @@ import logging
 import time
 from collections.abc import Awaitable, Callable
 
-from aiohttp import web
+from aiohttp import hdrs, web
 
 from gateway.config import HttpConfig
 from gateway.http import forwarded
 from gateway.http.keys import ALLOWED_HOSTS, METRICS, SETTINGS, TRUSTED_PROXIES
+from gateway.http.request_body import close_unread
 from gateway.http.sse import STARTED as STREAMING
 from gateway.observability.logs import printable
 from gateway.observability.outcomes import request_outcome
@@ -166,6 +167,8 @@ def guarded(app: web.Application, handler: Handler) -> Handler:
                 raise  # the client went away: there is nobody to answer
             except Exception as exc:
                 response = _error_response(request, exc)
+            if hdrs.EXPECT in request.headers:  # a refusal may come before the go-ahead
+                close_unread(request, response)
             status = response.status
             return response
         except asyncio.CancelledError:

@@ -40,16 +40,22 @@ async def expect_continue(request: web.Request) -> None:
     request[_CONTINUE] = True
 
 
-async def close_unread(request: web.Request, response: web.StreamResponse) -> None:
+def close_unread(request: web.Request, response: web.StreamResponse) -> None:
     """An answer to a request still waiting for its `100 Continue` closes the connection
     (`Connection: close`): its client may never send the body, which the connection would
     otherwise wait for before the next request (RFC 9110 section 10.1.1: such an answer
     SHOULD say whether the server will go on reading). A body that came anyway, unasked,
-    leaves the connection open."""
+    leaves the connection open. `GuardedHandler` closes it once the answer is written."""
     if request.get(_CONTINUE) and not request.content.is_eof():
         response.force_close()
-        # (aiohttp has written its Connection header into the response's before this hook.)
+        # (For a response being prepared too, whose headers aiohttp has filled in by then.)
         response.headers[hdrs.CONNECTION] = "close"
+
+
+async def close_unread_hook(request: web.Request, response: web.StreamResponse) -> None:
+    """`close_unread` as an application's `on_response_prepare` (the admin listener's: a
+    coroutine per answer is nothing there, and its console answers in several places)."""
+    close_unread(request, response)
 
 
 async def go_ahead(request: web.Request) -> None:
