@@ -41,7 +41,7 @@ from gateway.calls.held import HeldSessions
 from gateway.calls.parked import ParkedCalls
 from gateway.calls.task_api import ModernTaskApi
 from gateway.config import Settings
-from gateway.http import cors, listen, middleware
+from gateway.http import cors, listen, middleware, request_body
 from gateway.http.admin import AdminApi
 from gateway.http.drain import Drain
 from gateway.http.health import Health
@@ -283,7 +283,12 @@ async def _metrics_listener(
     if not sockets:
         return None
     app = web.Application()
-    app.router.add_get("/metrics", metrics.handler(settings.metrics.bearer_token))
+    # No `100 Continue` before the token check (the handler reads no body), and the answer to
+    # a client still holding its body back closes the connection, as on the admin listener.
+    app.on_response_prepare.append(request_body.close_unread_hook)
+    handler = metrics.handler(settings.metrics.bearer_token)
+    app.router.add_get("/metrics", handler, expect_handler=request_body.expect_continue)
+    request_body.add_fallback(app.router)
     return await listen.serve_side(app, sockets, settings.http)
 
 

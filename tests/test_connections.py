@@ -19,7 +19,7 @@ from gateway.http import listen
 from gateway.http.lingering import LingeringTransport
 
 from .conftest import free_port, mcp_client
-from .helpers import gateway_process, headers, raw_session, rpc, write_config
+from .helpers import expecting, gateway_process, headers, raw_session, rpc, write_config
 
 #: Another loopback address: the "attacker" in these tests, so caps on it leave 127.0.0.1 free.
 OTHER = "127.0.0.2"
@@ -296,6 +296,40 @@ async def test_the_metrics_port_is_guarded_as_the_gateways_port_is(tmp_path: Pat
     log = err.read_text()
     assert "Traceback" not in log and "Error handling request" not in log
     assert "bad HTTP request from" in log
+
+
+async def test_the_metrics_port_asks_for_no_body_before_its_token_check(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """aiohttp said `100 Continue` before the bearer token check, and then left the
+    connection waiting 10 s for the body the client held back."""
+    monkeypatch.setenv("METRICS_TOKEN", "metrics-token-0123456789")
+    metrics_port = free_port()
+    extra = (
+        f"metrics: {{listen: {{host: 127.0.0.1, port: {metrics_port}}}, "
+        "bearer_token_env: METRICS_TOKEN}"
+    )
+    url = f"http://127.0.0.1:{metrics_port}"
+    with gateway_process(tmp_path, extra) as (_base, _port, err):
+        for path, lines, status in (
+            ("/metrics", [], 401),
+            ("/metrics", [b"Authorization: Bearer wrong"], 401),
+            ("/nothing", [], 404),
+        ):
+            answer, reader, writer = await expecting(url + path, lines, b"{}", method="GET")
+            try:
+                assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+                assert b"\r\nconnection: close\r\n" in answer.lower()
+                async with asyncio.timeout(3):
+                    while await reader.read(65536):
+                        pass
+            finally:
+                writer.close()
+        token = b"Authorization: Bearer metrics-token-0123456789"
+        go_ahead, _, writer = await expecting(url + "/metrics", [token], b"{}", method="GET")
+        writer.close()
+        assert go_ahead.startswith(b"HTTP/1.1 200 "), go_ahead  # it reads no body
+    assert "Traceback" not in err.read_text()
 
 
 def test_the_lingering_transport_hands_on_every_method_of_a_transport() -> None:

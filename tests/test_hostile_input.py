@@ -492,6 +492,26 @@ async def test_a_request_that_will_be_refused_gets_its_refusal_and_no_100_contin
         writer.close()
 
 
+@pytest.mark.parametrize(
+    ("method", "path", "status"), [("POST", "/nowhere", 404), ("PUT", "", 405)]
+)
+async def test_the_url_tables_answer_to_a_request_holding_its_body_back_closes_it(
+    keyed: str, method: str, path: str, status: int
+) -> None:
+    """aiohttp's own 404 and 405 left the connection waiting 10 s for the body; a request
+    sent next on it had its first bytes taken as that body."""
+    url = keyed.removesuffix("/demo/mcp") + path if path else keyed
+    answer, reader, writer = await expecting(url, JSON_LINES, b"{}", method=method)
+    try:
+        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+        assert b"\r\nconnection: close\r\n" in answer.lower()
+        async with asyncio.timeout(2):
+            while await reader.read(65536):
+                pass
+    finally:
+        writer.close()
+
+
 async def test_a_body_sent_without_waiting_for_100_continue_keeps_the_connection(
     keyed: str,
 ) -> None:

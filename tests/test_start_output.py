@@ -17,7 +17,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
+from gateway.config import ListenConfig
 from gateway.demo.tools import DEMO_TOOLS
+from gateway.http import announce
 
 from .conftest import ROOT, free_port
 from .helpers import DEMO_ROUTE, open_session, start_process, write_config
@@ -268,3 +270,16 @@ def test_with_an_admin_section_the_log_names_the_admin_api_and_the_console(
     assert f"admin API: {admin_base}/admin/ (its token in ADMIN_TOKEN)" in said
     assert f"console: {admin_base}/admin/console/ (sign in with that token)" in said
     assert "a-token-for-the-start-up-line-test" not in said
+
+
+@pytest.mark.parametrize(
+    ("host", "url"),
+    [
+        ("", "http://0.0.0.0:8080"),  # every address: `http://:8080` was logged
+        ("0.0.0.0", "http://0.0.0.0:8080"),
+        ("::1", "http://[::1]:8080"),
+        ("127.0.0.1", "http://127.0.0.1:8080"),
+    ],
+)
+def test_a_listeners_logged_url_is_a_url_for_every_host(host: str, url: str) -> None:
+    assert announce.base_url(ListenConfig(host=host, port=8080)) == url

@@ -15,8 +15,9 @@ from gateway.config import ListenConfig, RouteConfig
 
 
 def url_host(host: str) -> str:
-    """`host` as a URL writes it: an IPv6 address in brackets."""
-    return f"[{host}]" if ":" in host else host
+    """`host` as a URL writes it: an IPv6 address in brackets, and the empty host (every
+    address) as 0.0.0.0, as for its IPv4 half: `http://:8080` is no URL."""
+    return f"[{host}]" if ":" in host else host or "0.0.0.0"
 
 
 def base_url(listen: ListenConfig) -> str:

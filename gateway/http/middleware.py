@@ -161,8 +161,10 @@ def guarded(app: web.Application, handler: Handler) -> Handler:
             try:
                 _check_origin(request, hosts, origins)
                 response = await handler(request)
-            except web.HTTPException:
-                raise  # aiohttp's answers as exceptions (the URL table's 404 and 405)
+            except web.HTTPException as answer:  # aiohttp's (the URL table's 404 and 405)
+                if hdrs.EXPECT in request.headers:
+                    close_unread(request, answer)
+                raise
             except (asyncio.CancelledError, ConnectionError):
                 raise  # the client went away: there is nobody to answer
             except Exception as exc:
