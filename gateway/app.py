@@ -285,10 +285,9 @@ async def _metrics_listener(
     app = web.Application()
     # No `100 Continue` before the token check (the handler reads no body), and the answer to
     # a client still holding its body back closes the connection, as on the admin listener.
-    app.on_response_prepare.append(request_body.close_unread_hook)
     handler = metrics.handler(settings.metrics.bearer_token)
     app.router.add_get("/metrics", handler, expect_handler=request_body.expect_continue)
-    request_body.add_fallback(app.router)
+    request_body.asks_no_body_first(app)
     return await listen.serve_side(app, sockets, settings.http)
 
 

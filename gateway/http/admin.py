@@ -51,7 +51,7 @@ from gateway.http.admin_query import (
     task_filter,
     task_row,
 )
-from gateway.http.request_body import add_fallback, close_unread_hook, expect_continue
+from gateway.http.request_body import asks_no_body_first, expect_continue
 from gateway.observability.audit import audit
 from gateway.observability.logs import printable
 from gateway.protocol.errors import TaskError
@@ -102,7 +102,6 @@ class AdminApi:
         signs its operators in itself."""
         checked = guard(token, self.refusals, console)
         app = web.Application(middlewares=[checked], client_max_size=MAX_FORM_BYTES)
-        app.on_response_prepare.append(close_unread_hook)
         # No `100 Continue` before the token check: the handlers read no body, so none at all.
         get = partial(app.router.add_get, expect_handler=expect_continue)
         post = partial(app.router.add_post, expect_handler=expect_continue)
@@ -113,7 +112,7 @@ class AdminApi:
         post("/admin/tasks/{id}/cancel", self.cancel)
         get("/admin/sessions", self.list_sessions)
         delete("/admin/sessions/{id}", self.end_session)
-        add_fallback(app.router)
+        asks_no_body_first(app)
         if console is not None:
             app.add_subapp(CONSOLE_PATH.rstrip("/"), console)
         return app

@@ -52,9 +52,17 @@ def close_unread(request: web.Request, response: web.StreamResponse) -> None:
         response.headers[hdrs.CONNECTION] = "close"
 
 
-async def close_unread_hook(request: web.Request, response: web.StreamResponse) -> None:
-    """`close_unread` as an application's `on_response_prepare` (the admin listener's: a
-    coroutine per answer is nothing there, and its console answers in several places)."""
+def asks_no_body_first(app: web.Application) -> None:
+    """What a side listener's application (the admin API's, `/metrics` on its own address),
+    whose routes all take `expect_continue`, needs besides: the router's own 404 and 405 that
+    ask for no body either (`add_fallback`: call this once the routes are in), and
+    `close_unread` for every answer, as a response hook (a coroutine per answer is nothing off
+    the gateway's port, and the console answers in several places)."""
+    app.on_response_prepare.append(_close_unread_hook)
+    add_fallback(app.router)
+
+
+async def _close_unread_hook(request: web.Request, response: web.StreamResponse) -> None:
     close_unread(request, response)
 
 
