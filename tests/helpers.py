@@ -284,6 +284,25 @@ async def expecting(
         return await reader.readuntil(b"\r\n\r\n"), reader, writer
 
 
+async def answered_and_closed(
+    url: str, head_lines: list[bytes], status: int, method: str = "POST", host: str | None = None
+) -> None:
+    """A request that holds its body back for a `100 Continue` (`expecting`) gets `status`
+    at once (a refusal, or an answer that reads no body), said with `Connection: close`, and
+    its connection closes, not after aiohttp's
+    10 s wait for the body (RFC 9110 section 10.1.1: an answer before the content SHOULD say
+    whether the server goes on reading it)."""
+    answer, reader, writer = await expecting(url, head_lines, b"{}", method=method, host=host)
+    try:
+        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
+        assert b"\r\nconnection: close\r\n" in answer.lower()
+        async with asyncio.timeout(2):
+            while await reader.read(65536):
+                pass
+    finally:
+        writer.close()
+
+
 async def answer_to(reader: asyncio.StreamReader) -> tuple[bytes, bytes]:
     """The next response's head on a connection, and its body (as long as it says)."""
     async with asyncio.timeout(10):

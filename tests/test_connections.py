@@ -19,7 +19,15 @@ from gateway.http import listen
 from gateway.http.lingering import LingeringTransport
 
 from .conftest import free_port, mcp_client
-from .helpers import expecting, gateway_process, headers, raw_session, rpc, write_config
+from .helpers import (
+    answered_and_closed,
+    expecting,
+    gateway_process,
+    headers,
+    raw_session,
+    rpc,
+    write_config,
+)
 
 #: Another loopback address: the "attacker" in these tests, so caps on it leave 127.0.0.1 free.
 OTHER = "127.0.0.2"
@@ -316,15 +324,7 @@ async def test_the_metrics_port_asks_for_no_body_before_its_token_check(
             ("/metrics", [b"Authorization: Bearer wrong"], 401),
             ("/nothing", [], 404),
         ):
-            answer, reader, writer = await expecting(url + path, lines, b"{}", method="GET")
-            try:
-                assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
-                assert b"\r\nconnection: close\r\n" in answer.lower()
-                async with asyncio.timeout(3):
-                    while await reader.read(65536):
-                        pass
-            finally:
-                writer.close()
+            await answered_and_closed(url + path, lines, status, method="GET")
         token = b"Authorization: Bearer metrics-token-0123456789"
         go_ahead, _, writer = await expecting(url + "/metrics", [token], b"{}", method="GET")
         writer.close()

@@ -34,6 +34,7 @@ from .conftest import DEMO, StartGateway
 from .helpers import (
     INIT,
     answer_to,
+    answered_and_closed,
     error_of,
     expecting,
     headers,
@@ -477,19 +478,7 @@ async def test_a_request_that_will_be_refused_gets_its_refusal_and_no_100_contin
 ) -> None:
     """aiohttp sent `100 Continue` before any check had run: the client was told to send its
     body, and only then refused."""
-    body = json.dumps(INIT).encode()
-    answer, reader, writer = await expecting(keyed, [*JSON_LINES, *lines], body, host=host)
-    try:
-        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
-        # RFC 9110 section 10.1.1: a server that answers before reading the whole content
-        # SHOULD say whether it will close the connection or go on reading it. The client
-        # holds its body back, so the connection closes rather than wait for it.
-        assert b"\r\nconnection: close\r\n" in answer.lower()
-        async with asyncio.timeout(2):  # not after aiohttp's 10 s wait for the body
-            while await reader.read(65536):
-                pass
-    finally:
-        writer.close()
+    await answered_and_closed(keyed, [*JSON_LINES, *lines], status, host=host)
 
 
 @pytest.mark.parametrize(
@@ -501,15 +490,7 @@ async def test_the_url_tables_answer_to_a_request_holding_its_body_back_closes_i
     """aiohttp's own 404 and 405 left the connection waiting 10 s for the body; a request
     sent next on it had its first bytes taken as that body."""
     url = keyed.removesuffix("/demo/mcp") + path if path else keyed
-    answer, reader, writer = await expecting(url, JSON_LINES, b"{}", method=method)
-    try:
-        assert answer.startswith(f"HTTP/1.1 {status} ".encode()), answer
-        assert b"\r\nconnection: close\r\n" in answer.lower()
-        async with asyncio.timeout(2):
-            while await reader.read(65536):
-                pass
-    finally:
-        writer.close()
+    await answered_and_closed(url, JSON_LINES, status, method=method)
 
 
 async def test_a_body_sent_without_waiting_for_100_continue_keeps_the_connection(
